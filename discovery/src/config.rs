@@ -1,0 +1,98 @@
+//! `muster-discovery serve` flags. Every flag can also come from `MUSTER_DISCOVERY_<FLAG>`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use muster_shared::duration::parse_duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "muster-discovery",
+    version,
+    about = "Self-hostable discovery service for etcd (--discovery) and Muster agents",
+    long_about = "Self-hostable discovery service, compatible with the etcd v2 discovery protocol \
+that `etcd --discovery URL` speaks (etcd 3.4, 3.5, 3.6) and with Muster agents.\n\n\
+Mint a URL:   curl -s 'http://127.0.0.1:8087/new?size=3'\n\
+Use it:       etcd --name n1 --discovery <URL> …   or   muster agent --discovery <URL> …\n\
+Inspect it:   open the URL in a browser, or curl it for etcd-style JSON."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the discovery service.
+    Serve(ServeConfig),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeConfig {
+    /// Address to listen on. Port 0 picks a free port (printed on stdout).
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_LISTEN",
+        default_value = "127.0.0.1:8087"
+    )]
+    pub listen: SocketAddr,
+
+    /// Directory for the embedded database (created if missing).
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_DATA_DIR",
+        default_value = "./muster-discovery-data"
+    )]
+    pub data_dir: PathBuf,
+
+    /// Base URL that /new puts in front of tokens, e.g. https://discovery.example.com. Without it,
+    /// the Host header of the /new request is used.
+    #[arg(long, env = "MUSTER_DISCOVERY_PUBLIC_URL")]
+    pub public_url: Option<String>,
+
+    /// Largest cluster size /new accepts.
+    #[arg(long, env = "MUSTER_DISCOVERY_MAX_SIZE", default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_size: u32,
+
+    /// How long a token lives after /new (e.g. 12h, 7d). Expired tokens answer like unknown ones.
+    #[arg(long, env = "MUSTER_DISCOVERY_TOKEN_TTL", default_value = "7d", value_parser = parse_duration)]
+    pub token_ttl: Duration,
+
+    /// How long a watch is held before it ends with 200 and an empty body (etcd then re-issues
+    /// it). Keep it below your reverse proxy's idle timeout.
+    #[arg(long, env = "MUSTER_DISCOVERY_HOLD", default_value = "30s", value_parser = parse_duration)]
+    pub hold: Duration,
+
+    /// PEM certificate chain for HTTPS. etcd trusts only the system roots for discovery, so use a
+    /// publicly trusted certificate (or plain HTTP on a private network).
+    #[arg(long, env = "MUSTER_DISCOVERY_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key for --tls-cert.
+    #[arg(long, env = "MUSTER_DISCOVERY_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Tokens per second each client IP may mint with /new (0 = unlimited).
+    #[arg(long, env = "MUSTER_DISCOVERY_NEW_RATE", default_value_t = 20)]
+    pub new_rate: u32,
+
+    /// Burst of /new requests a client IP may make at once.
+    #[arg(long, env = "MUSTER_DISCOVERY_NEW_BURST", default_value_t = 200)]
+    pub new_burst: u32,
+
+    /// Most watches held at once; beyond it watches get 503 and etcd retries with backoff.
+    #[arg(long, env = "MUSTER_DISCOVERY_MAX_WATCHES", default_value_t = 10_000)]
+    pub max_watches: usize,
+
+    /// Log format: text or json.
+    #[arg(long, env = "MUSTER_DISCOVERY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+impl ServeConfig {
+    pub fn tls(&self) -> Option<(&PathBuf, &PathBuf)> {
+        self.tls_cert.as_ref().zip(self.tls_key.as_ref())
+    }
+}

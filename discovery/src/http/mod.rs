@@ -1,0 +1,195 @@
+//! The HTTP surface: `/new`, the etcd-compatible token paths, the human pages, `/health` and
+//! `/metrics`. Routing is axum; the token paths are matched by hand because etcd's key paths are
+//! arbitrary-depth.
+
+mod pages;
+mod token;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use muster_shared::error::{ErrorBody, ErrorKind};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
+use crate::store::Store;
+use crate::v2::V2Error;
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The peer address of the connection, inserted by the server loop.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub SocketAddr);
+
+/// Route label for metrics, attached to each response by its handler.
+#[derive(Debug, Clone, Copy)]
+struct RouteLabel(&'static str);
+
+/// Settings the handlers need.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub public_url: Option<String>,
+    pub scheme: &'static str,
+    pub local_addr: SocketAddr,
+    pub max_size: u32,
+    pub token_ttl: Duration,
+    pub hold: Duration,
+    pub max_watches: usize,
+}
+
+pub struct App<S> {
+    pub store: S,
+    pub config: HttpConfig,
+    pub metrics: Metrics,
+    pub limiter: RateLimiter,
+    /// Flips to true on SIGTERM: held watches end at once with an empty 200.
+    pub shutdown: watch::Sender<bool>,
+}
+
+pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
+    Router::new()
+        .route("/", get(pages::index::<S>))
+        .route("/new", any(pages::new_token::<S>))
+        .route("/health", get(pages::health::<S>))
+        .route("/metrics", get(pages::metrics::<S>))
+        .route("/robots.txt", get(pages::robots))
+        .fallback(token::handle::<S>)
+        .layer(middleware::from_fn_with_state(app.clone(), observe::<S>))
+        .with_state(app)
+}
+
+/// Records latency by route and status for every request.
+async fn observe<S: Store>(State(app): State<Arc<App<S>>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let response = next.run(req).await;
+    let route = response
+        .extensions()
+        .get::<RouteLabel>()
+        .map(|r| r.0)
+        .unwrap_or("other");
+    let status = response.status().as_u16();
+    app.metrics.observe(route, status, started.elapsed());
+    tracing::debug!(%method, route, status, elapsed_ms = started.elapsed().as_millis() as u64, "request");
+    response
+}
+
+fn labelled(mut response: Response, route: &'static str) -> Response {
+    response.extensions_mut().insert(RouteLabel(route));
+    response
+}
+
+/// An etcd keys-API JSON answer with its `X-Etcd-Index`.
+fn etcd_json(status: u16, body: String, index: u64) -> Response {
+    let mut response = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert("x-etcd-index", HeaderValue::from(index));
+    response
+}
+
+fn etcd_error(e: &V2Error) -> Response {
+    etcd_json(e.status, e.to_json(), e.index)
+}
+
+/// A `{kind, message}` JSON error for the non-etcd routes.
+fn kind_error(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -> Response {
+    let body = serde_json::to_string(&ErrorBody::new(kind, message)).unwrap_or_default();
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+enum BodyError {
+    TooLarge,
+    Read(String),
+}
+
+/// Reads a request body of at most [`MAX_BODY`] bytes.
+async fn read_body(body: Body) -> Result<bytes::Bytes, BodyError> {
+    use http_body_util::BodyExt;
+    match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(BodyError::TooLarge)
+        }
+        Err(e) => Err(BodyError::Read(e.to_string())),
+    }
+}
+
+fn declared_too_large(req: &Request) -> bool {
+    req.headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > MAX_BODY as u64)
+}
+
+fn wants_html(req: &Request) -> bool {
+    req.headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/html"))
+}
+
+/// Parses `a=b&c=d` into pairs, refusing duplicates (an ambiguous request is an error, not a
+/// guess) and anything not in `allowed`.
+fn parse_params(raw: &[&[u8]], allowed: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for part in raw {
+        for (k, v) in form_urlencoded::parse(part) {
+            if !allowed.contains(&k.as_ref()) {
+                return Err(format!(
+                    "unknown parameter {:?} (accepted: {})",
+                    truncate(&k),
+                    allowed.join(", ")
+                ));
+            }
+            if out.iter().any(|(seen, _)| seen == k.as_ref()) {
+                return Err(format!("parameter {k:?} given more than once"));
+            }
+            out.push((k.into_owned(), v.into_owned()));
+        }
+    }
+    Ok(out)
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// Go's `strconv.ParseBool`, which is what etcd's server accepts.
+fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!("{name}={:?} is not a boolean", truncate(value))),
+    }
+}

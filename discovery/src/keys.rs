@@ -1,0 +1,277 @@
+//! Parsing of token paths and validation of what may be written under them.
+
+use crate::v2::V2Error;
+use muster_shared::bootstrap::{NODES_DIR, RECORD_KEY, is_member_id};
+use muster_shared::token::is_discovery_token;
+
+/// Prefix under which a raw etcd v2 backend would keep discovery tokens. Accepted as an alias so
+/// that URLs written for a self-hosted etcd (`…/v2/keys/_etcd/registry/<token>`) keep working.
+const ETCD_REGISTRY_PREFIX: &str = "/v2/keys/_etcd/registry";
+
+const MAX_DEPTH: usize = 3;
+const MAX_SEGMENT_LEN: usize = 64;
+
+/// A request path split into its token and the key below it (`""` for the token directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenPath {
+    pub token: String,
+    pub key: String,
+}
+
+impl TokenPath {
+    /// The absolute key as it appears in responses, e.g. `/<token>/858e6d970cdc98d7`.
+    pub fn absolute(&self) -> String {
+        absolute_key(&self.token, &self.key)
+    }
+}
+
+pub fn absolute_key(token: &str, key: &str) -> String {
+    if key.is_empty() {
+        format!("/{token}")
+    } else {
+        format!("/{token}/{key}")
+    }
+}
+
+/// Parses a raw URI path. Returns an etcd-shaped error for anything that cannot name a key.
+pub fn parse_token_path(raw: &str) -> Result<TokenPath, V2Error> {
+    let path = raw.strip_prefix(ETCD_REGISTRY_PREFIX).unwrap_or(raw);
+    let Some(rest) = path.strip_prefix('/') else {
+        return Err(V2Error::key_not_found(raw.to_string(), 0));
+    };
+    // One trailing slash is how etcd spells a directory (`--discovery https://host/<token>/`).
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let mut segments = rest.split('/');
+    let token = segments.next().unwrap_or_default();
+    if !is_discovery_token(token) {
+        return Err(V2Error::key_not_found(format!("/{}", truncate(token)), 0));
+    }
+    let mut key_segments = Vec::new();
+    for segment in segments {
+        let valid_chars = segment
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if segment.is_empty() || segment.len() > MAX_SEGMENT_LEN || !valid_chars {
+            return Err(V2Error::invalid_field(
+                format!(
+                    "key segment {:?} is not allowed: use 1..={MAX_SEGMENT_LEN} chars of [a-z0-9_-]",
+                    truncate(segment)
+                ),
+                0,
+            ));
+        }
+        key_segments.push(segment);
+    }
+    if key_segments.len() > MAX_DEPTH {
+        return Err(V2Error::invalid_field(
+            format!("keys are at most {MAX_DEPTH} levels deep below the token"),
+            0,
+        ));
+    }
+    Ok(TokenPath {
+        token: token.to_string(),
+        key: key_segments.join("/"),
+    })
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
+/// What a writable key is, by its path below the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WritableKey {
+    /// An etcd member registration: `<member-id>`.
+    Member(String),
+    /// Muster registrant metadata: `_muster/nodes/<member-id>`.
+    RegistrantMeta(String),
+    /// Muster bootstrap record: `_muster/record`.
+    Record,
+}
+
+/// Classifies a key for writing, refusing everything that is not writable.
+pub fn writable_key(key: &str, index: u64, absolute: &str) -> Result<WritableKey, V2Error> {
+    if key.is_empty() {
+        return Err(V2Error::not_a_file(absolute.to_string(), index));
+    }
+    if key == "_config" || key.starts_with("_config/") {
+        return Err(V2Error::read_only(
+            format!("{absolute}: the token's _config is set by /new and cannot be written"),
+            index,
+        ));
+    }
+    if key == RECORD_KEY {
+        return Ok(WritableKey::Record);
+    }
+    if let Some(id) = key
+        .strip_prefix(NODES_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        && is_member_id(id)
+    {
+        return Ok(WritableKey::RegistrantMeta(id.to_string()));
+    }
+    if !key.contains('/') && is_member_id(key) {
+        return Ok(WritableKey::Member(key.to_string()));
+    }
+    Err(V2Error::invalid_field(
+        format!(
+            "{absolute}: only etcd member ids (1-16 lowercase hex chars), {RECORD_KEY} and {NODES_DIR}/<member-id> can be written"
+        ),
+        index,
+    ))
+}
+
+/// Maximum length of a member registration value (`name=url[,name=url…]`).
+pub const MAX_MEMBER_VALUE: usize = 4096;
+/// Maximum length of a Muster hidden value (JSON).
+pub const MAX_HIDDEN_VALUE: usize = 8192;
+
+/// Validates an etcd registration value: one name, one or more peer URLs, as
+/// `name=scheme://host:port` pairs joined by `,`. etcd itself would refuse anything else later
+/// (`discovery: invalid URL`), after every member had already committed to the token.
+pub fn validate_member_value(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("value is empty".into());
+    }
+    if value.len() > MAX_MEMBER_VALUE {
+        return Err(format!("value is longer than {MAX_MEMBER_VALUE} bytes"));
+    }
+    let mut name_seen: Option<&str> = None;
+    for pair in value.split(',') {
+        let Some((name, url)) = pair.split_once('=') else {
+            return Err(format!("{pair:?} is not name=url"));
+        };
+        if name.is_empty() || name.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(format!(
+                "member name {name:?} is empty or has spaces/control chars"
+            ));
+        }
+        match name_seen {
+            Some(first) if first != name => {
+                return Err(format!(
+                    "one registration carries one name, found {first:?} and {name:?}"
+                ));
+            }
+            _ => name_seen = Some(name),
+        }
+        validate_peer_url(url)?;
+    }
+    Ok(())
+}
+
+fn validate_peer_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("{url:?} is not an absolute URL"));
+    };
+    if !matches!(scheme, "http" | "https" | "unix" | "unixs") {
+        return Err(format!(
+            "{url:?}: scheme must be http, https, unix or unixs"
+        ));
+    }
+    let host_port = rest.strip_suffix('/').unwrap_or(rest);
+    if host_port.contains(['/', '?', '#', '@', ' ']) {
+        return Err(format!(
+            "{url:?}: peer URLs carry no path, query or credentials"
+        ));
+    }
+    let Some((host, port)) = host_port.rsplit_once(':') else {
+        return Err(format!("{url:?}: missing :port"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("{url:?}: expected host:port"));
+    }
+    Ok(())
+}
+
+/// The member name of a (validated) registration value.
+pub fn member_name(value: &str) -> &str {
+    value.split_once('=').map(|(n, _)| n).unwrap_or(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOK: &str = "6c007a14875d53d9bf0ef5a6fc0257c8";
+
+    #[test]
+    fn parses_plain_trailing_slash_and_etcd_registry_paths() {
+        for raw in [
+            format!("/{TOK}"),
+            format!("/{TOK}/"),
+            format!("/v2/keys/_etcd/registry/{TOK}"),
+        ] {
+            let p = parse_token_path(&raw).expect("parse");
+            assert_eq!(p.token, TOK);
+            assert_eq!(p.key, "");
+        }
+        let p = parse_token_path(&format!("/{TOK}/_config/size")).expect("parse");
+        assert_eq!(p.key, "_config/size");
+        assert_eq!(p.absolute(), format!("/{TOK}/_config/size"));
+    }
+
+    #[test]
+    fn refuses_path_tricks() {
+        for raw in [
+            format!("/{TOK}/../x"),
+            format!("/{TOK}//x"),
+            format!("/{TOK}/a%2e"),
+            format!("/{TOK}/A"),
+            format!("/{TOK}/a/b/c/d"),
+            format!("/{TOK}/{}", "a".repeat(65)),
+        ] {
+            let e = parse_token_path(&raw).expect_err(&raw);
+            assert_eq!(e.status, 400, "{raw}");
+        }
+        assert_eq!(parse_token_path("/nope").map_err(|e| e.code), Err(100));
+        assert_eq!(parse_token_path("").map_err(|e| e.code), Err(100));
+    }
+
+    #[test]
+    fn classifies_writable_keys() {
+        assert_eq!(
+            writable_key("858e6d970cdc98d7", 1, "k"),
+            Ok(WritableKey::Member("858e6d970cdc98d7".into()))
+        );
+        assert_eq!(
+            writable_key("_muster/record", 1, "k"),
+            Ok(WritableKey::Record)
+        );
+        assert_eq!(
+            writable_key("_muster/nodes/17af", 1, "k"),
+            Ok(WritableKey::RegistrantMeta("17af".into()))
+        );
+        assert_eq!(
+            writable_key("_config/size", 1, "k").map_err(|e| e.code),
+            Err(107)
+        );
+        assert_eq!(writable_key("", 1, "k").map_err(|e| e.code), Err(102));
+        assert_eq!(
+            writable_key("notanid", 1, "k").map_err(|e| e.code),
+            Err(209)
+        );
+        assert_eq!(
+            writable_key("12345678901234567", 1, "k").map_err(|e| e.code),
+            Err(209)
+        );
+        assert_eq!(
+            writable_key("_muster/other", 1, "k").map_err(|e| e.code),
+            Err(209)
+        );
+    }
+
+    #[test]
+    fn member_values_follow_etcd_rules() {
+        assert!(validate_member_value("n1=http://10.0.0.1:2380").is_ok());
+        assert!(validate_member_value("mp=http://127.0.0.1:1,mp=https://[::1]:2").is_ok());
+        assert!(validate_member_value("").is_err());
+        assert!(validate_member_value("n1").is_err());
+        assert!(validate_member_value("n1=10.0.0.1:2380").is_err());
+        assert!(validate_member_value("n1=ftp://h:1").is_err());
+        assert!(validate_member_value("n1=http://h:1/path").is_err());
+        assert!(validate_member_value("n1=http://h:99999").is_err());
+        assert!(validate_member_value("a=http://h:1,b=http://h:2").is_err());
+        assert!(validate_member_value(&format!("n=http://{}:1", "h".repeat(5000))).is_err());
+        assert_eq!(member_name("n1=http://h:1"), "n1");
+    }
+}

@@ -1,0 +1,162 @@
+//! Prometheus text exposition for `/metrics`, hand-rolled: a few counters and one histogram
+//! family do not justify a metrics framework.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use crate::store::StoreStats;
+
+/// Upper bounds (seconds) of the latency buckets.
+const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 60.0,
+];
+
+#[derive(Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    /// (route, status) -> latency histogram; the count doubles as the request counter.
+    requests: Mutex<BTreeMap<(&'static str, u16), Histogram>>,
+    held_watches: AtomicI64,
+}
+
+impl Metrics {
+    pub fn observe(&self, route: &'static str, status: u16, elapsed: Duration) {
+        let secs = elapsed.as_secs_f64();
+        if let Ok(mut map) = self.requests.lock() {
+            let h = map.entry((route, status)).or_default();
+            for (i, bound) in BUCKETS.iter().enumerate() {
+                if secs <= *bound {
+                    h.counts[i] += 1;
+                }
+            }
+            h.count += 1;
+            h.sum += secs;
+        }
+    }
+
+    pub fn watch_started(&self) -> i64 {
+        self.held_watches.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    pub fn watch_ended(&self) {
+        self.held_watches.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    pub fn held_watches(&self) -> i64 {
+        self.held_watches.load(Ordering::Acquire)
+    }
+
+    pub fn render(&self, stats: &StoreStats) -> String {
+        let mut out = String::new();
+        let gauge = |out: &mut String, name: &str, help: &str, kind: &str, value: f64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        gauge(
+            &mut out,
+            "muster_discovery_tokens",
+            "Live discovery tokens.",
+            "gauge",
+            stats.tokens as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_registrations",
+            "Member registrations held by live tokens.",
+            "gauge",
+            stats.registrations as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_tokens_created_total",
+            "Tokens created by this process.",
+            "counter",
+            stats.tokens_created_total as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_registrations_total",
+            "Member registrations accepted by this process.",
+            "counter",
+            stats.registrations_total as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_tokens_expired_total",
+            "Expired tokens deleted by this process.",
+            "counter",
+            stats.tokens_expired_total as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_held_watches",
+            "Watches currently held open.",
+            "gauge",
+            self.held_watches() as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_storage_healthy",
+            "1 when storage accepts durable writes.",
+            "gauge",
+            if stats.healthy { 1.0 } else { 0.0 },
+        );
+        let name = "muster_discovery_http_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} HTTP request latency by route and status.\n# TYPE {name} histogram"
+        );
+        if let Ok(map) = self.requests.lock() {
+            for ((route, status), h) in map.iter() {
+                let labels = format!("route=\"{route}\",status=\"{status}\"");
+                for (i, bound) in BUCKETS.iter().enumerate() {
+                    let _ = writeln!(
+                        out,
+                        "{name}_bucket{{{labels},le=\"{bound}\"}} {}",
+                        h.counts[i]
+                    );
+                }
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+                let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+                let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.observe("new", 200, Duration::from_micros(200));
+        m.observe("new", 200, Duration::from_millis(20));
+        let text = m.render(&StoreStats::default());
+        assert!(
+            text.contains(r#"_bucket{route="new",status="200",le="0.0005"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"_bucket{route="new",status="200",le="0.025"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"_count{route="new",status="200"} 2"#),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,9 @@
+//! Pieces that both Muster binaries speak: the JSON error shape and its stable kinds, the
+//! bootstrap record kept under a discovery token, token and hash helpers, duration parsing, and
+//! the one way we open and flush a fjall database.
+
+pub mod bootstrap;
+pub mod duration;
+pub mod error;
+pub mod storage;
+pub mod token;
