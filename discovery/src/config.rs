@@ -49,7 +49,7 @@ pub struct ServeConfig {
 
     /// Base URL that /new puts in front of tokens, e.g. https://discovery.example.com. Without it,
     /// the Host header of the /new request is used.
-    #[arg(long, env = "MUSTER_DISCOVERY_PUBLIC_URL")]
+    #[arg(long, env = "MUSTER_DISCOVERY_PUBLIC_URL", value_parser = parse_public_url)]
     pub public_url: Option<String>,
 
     /// Largest cluster size /new accepts.
@@ -57,12 +57,12 @@ pub struct ServeConfig {
     pub max_size: u32,
 
     /// How long a token lives after /new (e.g. 12h, 7d). Expired tokens answer like unknown ones.
-    #[arg(long, env = "MUSTER_DISCOVERY_TOKEN_TTL", default_value = "7d", value_parser = parse_duration)]
+    #[arg(long, env = "MUSTER_DISCOVERY_TOKEN_TTL", default_value = "7d", value_parser = parse_ttl)]
     pub token_ttl: Duration,
 
     /// How long a watch is held before it ends with 200 and an empty body (etcd then re-issues
     /// it). Keep it below your reverse proxy's idle timeout.
-    #[arg(long, env = "MUSTER_DISCOVERY_HOLD", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "MUSTER_DISCOVERY_HOLD", default_value = "30s", value_parser = parse_hold)]
     pub hold: Duration,
 
     /// PEM certificate chain for HTTPS. etcd trusts only the system roots for discovery, so use a
@@ -89,6 +89,40 @@ pub struct ServeConfig {
     /// Log format: text or json.
     #[arg(long, env = "MUSTER_DISCOVERY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+}
+
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) {
+        return Err(
+            "a token must live at least 1s (etcd members need minutes; the default is 7d)".into(),
+        );
+    }
+    Ok(d)
+}
+
+fn parse_hold(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
+        return Err(
+            "use 1s..=10m; keep it below your reverse proxy's idle timeout (30s suits nginx's 60s)"
+                .into(),
+        );
+    }
+    Ok(d)
+}
+
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or(
+            "the public URL starts with http:// or https://, e.g. https://discovery.example.com",
+        )?;
+    if rest.is_empty() || rest.contains(['?', '#', ' ']) {
+        return Err("expected scheme://host[:port][/path] without query or fragment".into());
+    }
+    Ok(s.trim_end_matches('/').to_string())
 }
 
 impl ServeConfig {

@@ -23,6 +23,11 @@ pub const SIZE_KEY: &str = "_config/size";
 /// token from being used as free storage.
 pub const EXTRA_REGISTRATIONS: usize = 16;
 
+/// Record updates a token accepts beyond one metadata key per registration. The record moves
+/// `open → formed` once and may gain peers as a cluster grows; a few dozen updates is plenty, and
+/// a bound keeps the event history (kept for the token's lifetime) bounded too.
+pub const RECORD_UPDATES: usize = 32;
+
 /// Token metadata fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenMeta {
@@ -136,6 +141,11 @@ impl TokenState {
 
     pub fn member_cap(&self) -> usize {
         self.size() + EXTRA_REGISTRATIONS
+    }
+
+    /// Most events a token holds: every registration, its metadata, and the record's updates.
+    pub fn event_cap(&self) -> usize {
+        2 * self.member_cap() + RECORD_UPDATES
     }
 
     pub fn is_expired(&self, now_ms: u64) -> bool {
@@ -327,6 +337,16 @@ impl TokenState {
         let Some(value) = req.value.as_deref() else {
             return Err(V2Error::value_required(abs, self.index));
         };
+        if self.events.len() >= self.event_cap() {
+            return Err(V2Error::limit_reached(
+                format!(
+                    "{abs}: token holds {} changes, the most it accepts for size {}",
+                    self.events.len(),
+                    self.size()
+                ),
+                self.index,
+            ));
+        }
         let existing = self.leaves.get(&req.key);
         match kind {
             WritableKey::Member(_) => {
@@ -727,6 +747,38 @@ mod tests {
                 .map_err(|e| e.code),
             Err(209)
         );
+    }
+
+    #[test]
+    fn record_updates_are_capped() {
+        let mut t = token(1);
+        register(&mut t, "a1", "n1=http://h:1").expect("a1");
+        let req = PutRequest {
+            key: "_muster/record".into(),
+            value: Some(record_json("a1", "open")),
+            ..Default::default()
+        };
+        let PutPlan::Commit(e) = t.plan_put(&req, 0).expect("create") else {
+            panic!()
+        };
+        let mut last = t.apply(e).node.modified_index;
+        let mut refused = None;
+        for _ in 0..t.event_cap() {
+            let cas = PutRequest {
+                prev_index: Some(last),
+                ..req.clone()
+            };
+            match t.plan_put(&cas, 0) {
+                Ok(PutPlan::Commit(e)) => last = t.apply(e).node.modified_index,
+                Ok(PutPlan::AlreadyDone(_)) => panic!("a CAS always writes"),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = refused.expect("updates must be capped");
+        assert_eq!((e.status, e.code), (403, V2Error::CODE_LIMIT));
     }
 
     #[test]

@@ -9,7 +9,10 @@ fn bin() -> Command {
 
 #[test]
 fn serve_help_names_every_flag_and_its_env_var() {
-    let out = bin().args(["serve", "--help"]).output().expect("run --help");
+    let out = bin()
+        .args(["serve", "--help"])
+        .output()
+        .expect("run --help");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for (flag, env) in [
@@ -29,16 +32,28 @@ fn serve_help_names_every_flag_and_its_env_var() {
 
 #[test]
 fn bad_flag_values_fail_with_a_useful_message() {
-    let out = bin().args(["serve", "--token-ttl", "7"]).output().expect("run");
+    let out = bin()
+        .args(["serve", "--token-ttl", "7"])
+        .output()
+        .expect("run");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("examples: 30s, 24h, 7d"), "{err}");
 
-    let out = bin().args(["serve", "--max-size", "0"]).output().expect("run");
+    let out = bin()
+        .args(["serve", "--max-size", "0"])
+        .output()
+        .expect("run");
     assert!(!out.status.success());
 
-    let out = bin().args(["serve", "--tls-cert", "/nonexistent"]).output().expect("run");
-    assert!(!out.status.success(), "--tls-cert without --tls-key must be refused");
+    let out = bin()
+        .args(["serve", "--tls-cert", "/nonexistent"])
+        .output()
+        .expect("run");
+    assert!(
+        !out.status.success(),
+        "--tls-cert without --tls-key must be refused"
+    );
 }
 
 #[test]
@@ -64,5 +79,8 @@ fn a_busy_port_is_reported_with_a_next_step() {
         .expect("run");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot listen on") && err.contains("--listen"), "{err}");
+    assert!(
+        err.contains("cannot listen on") && err.contains("--listen"),
+        "{err}"
+    );
 }

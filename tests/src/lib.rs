@@ -101,9 +101,15 @@ impl Discovery {
     async fn spawn(&mut self, listen: &str) -> Result<()> {
         let bin = bin_path("muster-discovery");
         if !bin.exists() {
-            bail!("{} not found: run `cargo build -p muster-discovery` (or set MUSTER_BIN_DIR)", bin.display());
+            bail!(
+                "{} not found: run `cargo build -p muster-discovery` (or set MUSTER_BIN_DIR)",
+                bin.display()
+            );
         }
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
         let mut child = Command::new(&bin)
             .arg("serve")
             .arg("--listen")
@@ -132,7 +138,10 @@ impl Discovery {
             .next()
             .ok_or_else(|| anyhow!("unexpected first line {line:?}"))?
             .to_string();
-        let hostport = url.split("://").nth(1).ok_or_else(|| anyhow!("bad url {url}"))?;
+        let hostport = url
+            .split("://")
+            .nth(1)
+            .ok_or_else(|| anyhow!("bad url {url}"))?;
         self.addr = hostport.parse()?;
         self.base = url;
         self.child = Some(child);
@@ -155,7 +164,9 @@ impl Discovery {
 
     /// SIGTERM and wait (bounded) for a clean exit; returns the exit code.
     pub async fn terminate(&mut self) -> Result<Option<i32>> {
-        let Some(mut child) = self.child.take() else { return Ok(None) };
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
         if let Some(pid) = child.id() {
             signal(pid, "TERM")?;
         }
@@ -189,7 +200,10 @@ impl Discovery {
 
     /// Mints a token of `size`; returns the full discovery URL.
     pub async fn new_token(&self, size: u32) -> Result<String> {
-        let resp = http_client().get(format!("{}/new?size={size}", self.base)).send().await?;
+        let resp = http_client()
+            .get(format!("{}/new?size={size}", self.base))
+            .send()
+            .await?;
         let status = resp.status();
         let body = resp.text().await?;
         if !status.is_success() {
@@ -336,7 +350,10 @@ impl Etcd {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log_path)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
         let log_err = log.try_clone()?;
         let child = Command::new(&self.bin)
             .args(&self.args)
@@ -360,9 +377,11 @@ impl Etcd {
 
     /// Waits until the member's log contains `needle`.
     pub async fn wait_log(&self, needle: &str, timeout: Duration) -> Result<()> {
-        wait_for(&format!("{} to log {needle:?}", self.name), timeout, || async {
-            self.log().contains(needle).then_some(())
-        })
+        wait_for(
+            &format!("{} to log {needle:?}", self.name),
+            timeout,
+            || async { self.log().contains(needle).then_some(()) },
+        )
         .await
         .with_context(|| format!("log of {}:\n{}", self.name, tail(&self.log(), 40)))
     }
@@ -372,7 +391,13 @@ impl Etcd {
         let child = self.child.as_mut().ok_or_else(|| anyhow!("not running"))?;
         let status = tokio::time::timeout(timeout, child.wait())
             .await
-            .with_context(|| format!("{} did not exit; log:\n{}", self.name, tail(&self.log(), 40)))??;
+            .with_context(|| {
+                format!(
+                    "{} did not exit; log:\n{}",
+                    self.name,
+                    tail(&self.log(), 40)
+                )
+            })??;
         self.child = None;
         Ok(status.code())
     }
@@ -505,7 +530,12 @@ pub async fn put_form(url: &str, form: &[(&str, &str)]) -> Result<Reply> {
 }
 
 /// Any method, any body, any headers (for hostile-input tests).
-pub async fn raw(method: &str, url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Result<Reply> {
+pub async fn raw(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Result<Reply> {
     let method = reqwest::Method::from_bytes(method.as_bytes())?;
     let mut req = http_client().request(method, url).body(body);
     for (k, v) in headers {

@@ -24,7 +24,9 @@ async fn kill9_loses_no_acknowledged_registration_and_reuses_no_index() {
         let base = d.base.clone();
         writers.push(tokio::spawn(async move {
             for t in 0..TOKENS_PER_WRITER {
-                let Ok(r) = get(&format!("{base}/new?size={size}")).await else { return };
+                let Ok(r) = get(&format!("{base}/new?size={size}")).await else {
+                    return;
+                };
                 if r.status != 200 {
                     return;
                 }
@@ -34,7 +36,8 @@ async fn kill9_loses_no_acknowledged_registration_and_reuses_no_index() {
                 }
                 for i in 0..per_token {
                     let id = format!("{:x}", ((w + 1) * 1_000_000) + t * 1000 + i);
-                    match register(&url, &id, &format!("n{id}=http://127.0.0.1:{}", 2000 + i)).await {
+                    match register(&url, &id, &format!("n{id}=http://127.0.0.1:{}", 2000 + i)).await
+                    {
                         Ok(r) if r.status == 201 => {
                             let index = r.json()["node"]["createdIndex"].as_u64().unwrap_or(0);
                             if let Ok(mut map) = acked.lock() {
@@ -61,7 +64,10 @@ async fn kill9_loses_no_acknowledged_registration_and_reuses_no_index() {
     let acked = acked.lock().map(|m| m.clone()).unwrap_or_default();
     let urls = urls.lock().map(|u| u.clone()).unwrap_or_default();
     assert!(acked.len() >= 30);
-    assert!((acked.len() as u64) < total, "the kill must land while registrations still stream in");
+    assert!(
+        (acked.len() as u64) < total,
+        "the kill must land while registrations still stream in"
+    );
 
     d.restart().await.expect("restart");
     let mut lost = Vec::new();
@@ -71,24 +77,36 @@ async fn kill9_loses_no_acknowledged_registration_and_reuses_no_index() {
             lost.push(format!("{id}@{index}: {} {}", r.status, r.body));
         }
     }
-    assert!(lost.is_empty(), "acknowledged registrations lost after kill -9: {lost:?}");
+    assert!(
+        lost.is_empty(),
+        "acknowledged registrations lost after kill -9: {lost:?}"
+    );
 
     // Indexes continue after the highest one ever handed out, per token, and stay unique.
     for url in &urls {
         let dir = get(url).await.expect("dir");
         let listed: Vec<u64> = dir.json()["node"]["nodes"]
             .as_array()
-            .map(|a| a.iter().filter_map(|n| n["createdIndex"].as_u64()).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n["createdIndex"].as_u64())
+                    .collect()
+            })
             .unwrap_or_default();
         let mut unique = listed.clone();
         unique.dedup();
         assert_eq!(unique.len(), listed.len(), "duplicate index in {listed:?}");
         let current = dir.index.expect("index");
         assert!(listed.iter().all(|i| *i <= current));
-        let next = register(url, "fffffff", "late=http://127.0.0.1:9").await.expect("register");
+        let next = register(url, "fffffff", "late=http://127.0.0.1:9")
+            .await
+            .expect("register");
         if next.status == 201 {
             let i = next.json()["node"]["createdIndex"].as_u64().expect("index");
-            assert!(i > current && !listed.contains(&i), "index {i} reused (had {listed:?})");
+            assert!(
+                i > current && !listed.contains(&i),
+                "index {i} reused (had {listed:?})"
+            );
         }
     }
 }
@@ -97,8 +115,12 @@ async fn kill9_loses_no_acknowledged_registration_and_reuses_no_index() {
 async fn restart_keeps_tokens_registrations_indexes_and_events() {
     let mut d = Discovery::start(&[]).await.expect("start");
     let url = d.new_token(3).await.expect("token");
-    register(&url, "a1", "n1=http://127.0.0.1:1").await.expect("1");
-    register(&url, "b2", "n2=http://127.0.0.1:2").await.expect("2");
+    register(&url, "a1", "n1=http://127.0.0.1:1")
+        .await
+        .expect("1");
+    register(&url, "b2", "n2=http://127.0.0.1:2")
+        .await
+        .expect("2");
     let before = get(&url).await.expect("dir");
     d.terminate().await.expect("stop");
     d.restart().await.expect("restart");
@@ -106,7 +128,20 @@ async fn restart_keeps_tokens_registrations_indexes_and_events() {
     assert_eq!(before.body, after.body);
     assert_eq!(before.index, after.index);
     // Watches from the past are still answered from the replayed history.
-    let event = get(&format!("{url}?recursive=true&wait=true&waitIndex=3")).await.expect("watch");
-    assert_eq!(event.json()["node"]["key"].as_str().map(|k| k.ends_with("/b2")), Some(true));
-    assert_eq!(register(&url, "c3", "n3=http://127.0.0.1:3").await.expect("3").index, Some(4));
+    let event = get(&format!("{url}?recursive=true&wait=true&waitIndex=3"))
+        .await
+        .expect("watch");
+    assert_eq!(
+        event.json()["node"]["key"]
+            .as_str()
+            .map(|k| k.ends_with("/b2")),
+        Some(true)
+    );
+    assert_eq!(
+        register(&url, "c3", "n3=http://127.0.0.1:3")
+            .await
+            .expect("3")
+            .index,
+        Some(4)
+    );
 }

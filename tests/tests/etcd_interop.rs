@@ -14,13 +14,20 @@ async fn wait_formed(members: &[Etcd], names: &[&str]) {
     let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     want.sort();
     for m in members {
-        let seen = muster_tests::wait_for(&format!("{} to see {want:?}", m.name), FORM_TIMEOUT, || async {
-            let got = m.member_names().await?;
-            (got == want).then_some(got)
-        })
+        let seen = muster_tests::wait_for(
+            &format!("{} to see {want:?}", m.name),
+            FORM_TIMEOUT,
+            || async {
+                let got = m.member_names().await?;
+                (got == want).then_some(got)
+            },
+        )
         .await;
         if let Err(e) = seen {
-            let logs: Vec<String> = members.iter().map(|m| format!("--- {}\n{}", m.name, tail(&m.log(), 25))).collect();
+            let logs: Vec<String> = members
+                .iter()
+                .map(|m| format!("--- {}\n{}", m.name, tail(&m.log(), 25)))
+                .collect();
             panic!("{e}\n{}", logs.join("\n"));
         }
     }
@@ -40,7 +47,9 @@ fn start(bin: &Path, root: &Path, name: &str, url: &str) -> Etcd {
 
 #[tokio::test]
 async fn size_1_forms_alone() {
-    let Some(bin) = etcd_binary("size_1_forms_alone") else { return };
+    let Some(bin) = etcd_binary("size_1_forms_alone") else {
+        return;
+    };
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(1).await.expect("token");
@@ -51,19 +60,27 @@ async fn size_1_forms_alone() {
 
 #[tokio::test]
 async fn size_3_staggered_then_full_token_and_wiped_member_are_refused() {
-    let Some(bin) = etcd_binary("size_3_staggered") else { return };
+    let Some(bin) = etcd_binary("size_3_staggered") else {
+        return;
+    };
     // A short hold makes the waiting members go through several empty-200 re-issues.
-    let d = Discovery::start(&["--hold", "1s"]).await.expect("discovery");
+    let d = Discovery::start(&["--hold", "1s"])
+        .await
+        .expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(3).await.expect("token");
     let e1 = start(&bin, tmp.path(), "e1", &url);
-    muster_tests::wait_for("e1 to register", FORM_TIMEOUT, || async { (registrations(&url).await == 1).then_some(()) })
-        .await
-        .expect("e1 registered");
+    muster_tests::wait_for("e1 to register", FORM_TIMEOUT, || async {
+        (registrations(&url).await == 1).then_some(())
+    })
+    .await
+    .expect("e1 registered");
     let e2 = start(&bin, tmp.path(), "e2", &url);
-    muster_tests::wait_for("e2 to register", FORM_TIMEOUT, || async { (registrations(&url).await == 2).then_some(()) })
-        .await
-        .expect("e2 registered");
+    muster_tests::wait_for("e2 to register", FORM_TIMEOUT, || async {
+        (registrations(&url).await == 2).then_some(())
+    })
+    .await
+    .expect("e2 registered");
     // Let both wait through a few hold timeouts before the last member shows up.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let e3 = start(&bin, tmp.path(), "e3", &url);
@@ -74,8 +91,16 @@ async fn size_3_staggered_then_full_token_and_wiped_member_are_refused() {
     let mut e4 = start(&bin, tmp.path(), "e4", &url);
     let code = e4.wait_exit(FORM_TIMEOUT).await.expect("e4 exits");
     assert_ne!(code, Some(0));
-    assert!(e4.log().contains("discovery: cluster is full"), "{}", tail(&e4.log(), 20));
-    assert_eq!(registrations(&url).await, 3, "a refused member must not register");
+    assert!(
+        e4.log().contains("discovery: cluster is full"),
+        "{}",
+        tail(&e4.log(), 20)
+    );
+    assert_eq!(
+        registrations(&url).await,
+        3,
+        "a refused member must not register"
+    );
 
     // A member whose data dir was wiped gets the duplicate-id error instead of re-bootstrapping.
     let e1 = &mut members[0];
@@ -84,25 +109,37 @@ async fn size_3_staggered_then_full_token_and_wiped_member_are_refused() {
     let code = e1.wait_exit(FORM_TIMEOUT).await.expect("wiped e1 exits");
     assert_ne!(code, Some(0));
     // etcd 3.4 prints ErrDuplicateID as "member … has previously registered with discovery service token".
-    assert!(e1.log().contains("has previously registered with discovery service token"), "{}", tail(&e1.log(), 20));
+    assert!(
+        e1.log()
+            .contains("has previously registered with discovery service token"),
+        "{}",
+        tail(&e1.log(), 20)
+    );
     assert_eq!(registrations(&url).await, 3);
 }
 
 #[tokio::test]
 async fn size_5_started_at_once() {
-    let Some(bin) = etcd_binary("size_5_started_at_once") else { return };
+    let Some(bin) = etcd_binary("size_5_started_at_once") else {
+        return;
+    };
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(5).await.expect("token");
     let names = ["e1", "e2", "e3", "e4", "e5"];
-    let members: Vec<Etcd> = names.iter().map(|n| start(&bin, tmp.path(), n, &url)).collect();
+    let members: Vec<Etcd> = names
+        .iter()
+        .map(|n| start(&bin, tmp.path(), n, &url))
+        .collect();
     wait_formed(&members, &names).await;
     assert_eq!(registrations(&url).await, 5);
 }
 
 #[tokio::test]
 async fn two_members_with_one_name_get_duplicate_name() {
-    let Some(bin) = etcd_binary("duplicate_name") else { return };
+    let Some(bin) = etcd_binary("duplicate_name") else {
+        return;
+    };
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(2).await.expect("token");
@@ -115,25 +152,40 @@ async fn two_members_with_one_name_get_duplicate_name() {
         let code = m.wait_exit(FORM_TIMEOUT).await.expect("exits");
         assert_ne!(code, Some(0));
         // etcd 3.4 prints ErrDuplicateName as "member with duplicated name has registered …".
-        assert!(m.log().contains("member with duplicated name has registered"), "{}", tail(&m.log(), 20));
+        assert!(
+            m.log()
+                .contains("member with duplicated name has registered"),
+            "{}",
+            tail(&m.log(), 20)
+        );
     }
 }
 
 #[tokio::test]
 async fn discovery_restart_mid_bootstrap_still_forms_the_cluster() {
-    let Some(bin) = etcd_binary("discovery_restart_mid_bootstrap") else { return };
-    let mut d = Discovery::start(&["--hold", "5s"]).await.expect("discovery");
+    let Some(bin) = etcd_binary("discovery_restart_mid_bootstrap") else {
+        return;
+    };
+    let mut d = Discovery::start(&["--hold", "5s"])
+        .await
+        .expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(3).await.expect("token");
     let e1 = start(&bin, tmp.path(), "e1", &url);
     let e2 = start(&bin, tmp.path(), "e2", &url);
-    muster_tests::wait_for("two registrations", FORM_TIMEOUT, || async { (registrations(&url).await == 2).then_some(()) })
-        .await
-        .expect("registered");
+    muster_tests::wait_for("two registrations", FORM_TIMEOUT, || async {
+        (registrations(&url).await == 2).then_some(())
+    })
+    .await
+    .expect("registered");
     // Both members are now holding watches. Kill the service hard and bring it back.
     d.kill9().await.expect("kill");
     d.restart().await.expect("restart");
-    assert_eq!(registrations(&url).await, 2, "registrations survive the kill");
+    assert_eq!(
+        registrations(&url).await,
+        2,
+        "registrations survive the kill"
+    );
     let e3 = start(&bin, tmp.path(), "e3", &url);
     wait_formed(&[e1, e2, e3], &["e1", "e2", "e3"]).await;
 }

@@ -64,8 +64,24 @@ pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
         .route("/metrics", get(pages::metrics::<S>))
         .route("/robots.txt", get(pages::robots))
         .fallback(token::handle::<S>)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), observe::<S>))
         .with_state(app)
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    labelled(
+        kind_error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKind::MethodNotAllowed,
+            format!(
+                "{} is not supported on {}; use GET",
+                req.method(),
+                req.uri().path()
+            ),
+        ),
+        "other",
+    )
 }
 
 /// Records latency by route and status for every request.

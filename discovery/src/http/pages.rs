@@ -165,7 +165,8 @@ pub async fn index<S: Store>(State(app): State<Arc<App<S>>>, req: Request) -> Re
 
 pub async fn health<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
     let stats = app.store.stats();
-    let response = if stats.healthy {
+    let draining = *app.shutdown.borrow();
+    let response = if stats.healthy && !draining {
         (
             [(
                 header::CONTENT_TYPE,
@@ -250,7 +251,8 @@ pub fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
                 )
             })
             .unwrap_or_default();
-        let class = if members.len() >= size { "ok" } else { "wait" };
+        let done = record.as_ref().map(|r| r.state == muster_shared::bootstrap::RecordState::Formed);
+        let class = if done.unwrap_or(members.len() >= size) { "ok" } else { "wait" };
         format!(
             "<!doctype html><html><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">\
 <title>Discovery token {short}…</title>{STYLE}</head><body>\

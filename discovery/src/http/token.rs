@@ -98,6 +98,11 @@ fn get_params(path: &TokenPath, query: Option<&str>, index: u64) -> Result<GetPa
 }
 
 async fn get<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Response {
+    let plain_get = !req.uri().query().unwrap_or("").contains("wait");
+    if path.key.is_empty() && plain_get && super::wants_html(&req) {
+        // Also renders the "unknown or expired token" page for people.
+        return labelled(super::pages::token_page(app, &path.token), "token_page");
+    }
     let index = match app.store.read(&path.token, |s| s.index) {
         Ok(i) => i,
         Err(e) => return labelled(etcd_error(&store_error(&path, e)), "token_get"),
@@ -108,9 +113,6 @@ async fn get<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
     };
     if params.wait {
         return labelled(watch(app, &path, params).await, "token_watch");
-    }
-    if path.key.is_empty() && super::wants_html(&req) {
-        return labelled(super::pages::token_page(app, &path.token), "token_page");
     }
     let result = app.store.read(&path.token, |s| {
         s.get(&path.key, params.recursive)
@@ -134,6 +136,22 @@ impl Drop for HeldWatch<'_> {
 }
 
 async fn watch<S: Store>(app: &Arc<App<S>>, path: &TokenPath, params: GetParams) -> Response {
+    // Answer from history first: etcd treats a failed watch on its own registration as fatal, so
+    // neither the watch limit nor a shutdown may refuse a watch that needs no waiting.
+    let from_history = app.store.read(&path.token, |s| {
+        let from = if params.wait_index == 0 {
+            s.index + 1
+        } else {
+            params.wait_index
+        };
+        s.first_event_from(from, &path.key, params.recursive)
+            .map(|r| (serde_json::to_string(&r).unwrap_or_default(), s.index))
+    });
+    match from_history {
+        Ok(Some((body, index))) => return etcd_json(200, body, index),
+        Ok(None) => {}
+        Err(e) => return etcd_error(&store_error(path, e)),
+    }
     let held = app.metrics.watch_started();
     let _guard = HeldWatch(&app.metrics);
     if held as usize > app.config.max_watches {

@@ -57,6 +57,8 @@ pub struct FjallStore {
     closed: AtomicBool,
     tokens_created: AtomicU64,
     registrations: AtomicU64,
+    /// Registrations held by live tokens (a gauge kept up to date so probes stay O(1)).
+    live_registrations: AtomicU64,
     expired: AtomicU64,
 }
 
@@ -134,6 +136,7 @@ impl FjallStore {
             closed: AtomicBool::new(false),
             tokens_created: AtomicU64::new(0),
             registrations: AtomicU64::new(0),
+            live_registrations: AtomicU64::new(registrations),
             expired: AtomicU64::new(0),
         })
     }
@@ -182,6 +185,13 @@ impl FjallStore {
             ops.push(Op::Remove(Tree::Events, key.to_vec()));
         }
         self.commit(ops).await?;
+        let members = cell
+            .state
+            .read()
+            .map(|s| s.member_count() as u64)
+            .unwrap_or(0);
+        self.live_registrations
+            .fetch_sub(members, Ordering::Relaxed);
         cell.gone.store(true, Ordering::Release);
         cell.changed.send_modify(|_| {});
         if let Ok(mut map) = self.tokens.write() {
@@ -330,6 +340,7 @@ impl Store for FjallStore {
         cell.changed.send_replace(index);
         if is_member {
             self.registrations.fetch_add(1, Ordering::Relaxed);
+            self.live_registrations.fetch_add(1, Ordering::Relaxed);
         }
         Ok((response, status, index))
     }
@@ -385,20 +396,9 @@ impl Store for FjallStore {
     }
 
     fn stats(&self) -> StoreStats {
-        let (tokens, registrations) = self
-            .tokens
-            .read()
-            .map(|m| {
-                let regs = m
-                    .values()
-                    .map(|c| c.state.read().map(|s| s.member_count() as u64).unwrap_or(0))
-                    .sum();
-                (m.len() as u64, regs)
-            })
-            .unwrap_or_default();
         StoreStats {
-            tokens,
-            registrations,
+            tokens: self.tokens.read().map(|m| m.len() as u64).unwrap_or(0),
+            registrations: self.live_registrations.load(Ordering::Relaxed),
             tokens_created_total: self.tokens_created.load(Ordering::Relaxed),
             registrations_total: self.registrations.load(Ordering::Relaxed),
             tokens_expired_total: self.expired.load(Ordering::Relaxed),
