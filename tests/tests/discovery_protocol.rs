@@ -710,23 +710,36 @@ async fn serves_https_with_the_given_certificate() {
 
 #[tokio::test]
 async fn watch_limit_never_refuses_a_watch_that_history_answers() {
-    let d = Discovery::start(&["--max-watches", "1", "--hold", "30s"]).await.expect("start");
+    let d = Discovery::start(&["--max-watches", "1", "--hold", "30s"])
+        .await
+        .expect("start");
     let url = d.new_token(3).await.expect("token");
     register(&url, ID1, V1).await.expect("1");
     let held_url = format!("{url}?recursive=true&wait=true&waitIndex=3");
     let held = tokio::spawn(async move { get(&held_url).await });
     let metrics = format!("{}/metrics", d.base);
     muster_tests::wait_for("one held watch", Duration::from_secs(5), || async {
-        get(&metrics).await.ok()?.body.contains("muster_discovery_held_watches 1").then_some(())
+        get(&metrics)
+            .await
+            .ok()?
+            .body
+            .contains("muster_discovery_held_watches 1")
+            .then_some(())
     })
     .await
     .expect("held");
     // etcd's self-watch right after its PUT: answered from history despite the limit.
-    let own = get(&format!("{url}/{ID1}?recursive=false&wait=true&waitIndex=2")).await.expect("self watch");
+    let own = get(&format!(
+        "{url}/{ID1}?recursive=false&wait=true&waitIndex=2"
+    ))
+    .await
+    .expect("self watch");
     assert_eq!(own.status, 200);
     assert_eq!(own.json()["node"]["value"], V1);
     // A second watch that would have to wait is refused with a 5xx, which etcd retries.
-    let refused = get(&format!("{url}?recursive=true&wait=true&waitIndex=3")).await.expect("refused");
+    let refused = get(&format!("{url}?recursive=true&wait=true&waitIndex=3"))
+        .await
+        .expect("refused");
     assert_eq!(refused.status, 503);
     assert_eq!(refused.json()["errorCode"], 300);
     register(&url, ID2, V2).await.expect("2");
@@ -737,13 +750,22 @@ async fn watch_limit_never_refuses_a_watch_that_history_answers() {
 #[tokio::test]
 async fn unknown_token_page_and_fixed_routes_answer_json_or_html_errors() {
     let d = service().await;
-    let page = get_with(&format!("{}/0123456789abcdef0123456789abcdef", d.base), &[("accept", "text/html")])
-        .await
-        .expect("page");
+    let page = get_with(
+        &format!("{}/0123456789abcdef0123456789abcdef", d.base),
+        &[("accept", "text/html")],
+    )
+    .await
+    .expect("page");
     assert_eq!(page.status, 404);
-    assert!(page.body.contains("Unknown or expired discovery token"), "{}", page.body);
+    assert!(
+        page.body.contains("Unknown or expired discovery token"),
+        "{}",
+        page.body
+    );
     for path in ["/health", "/metrics", "/", "/robots.txt"] {
-        let r = raw("POST", &format!("{}{path}", d.base), &[], vec![]).await.expect("post");
+        let r = raw("POST", &format!("{}{path}", d.base), &[], vec![])
+            .await
+            .expect("post");
         assert_eq!(r.status, 405, "{path}");
         assert_eq!(r.json()["kind"], "method_not_allowed", "{path}: {}", r.body);
     }

@@ -87,7 +87,7 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
     };
     match app.store.create_token(size, app.config.token_ttl).await {
         Ok(token) => {
-            tracing::info!(token = %super::token::short(&token), size, "token created");
+            tracing::debug!(token = %super::token::short(&token), size, "token created");
             (
                 [(
                     header::CONTENT_TYPE,

@@ -242,7 +242,7 @@ async fn put<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
     match app.store.put(&path.token, request).await {
         Ok((response, status, index)) => {
             if status == 201 {
-                tracing::info!(token = %short(&path.token), key = %path.key, index, "registered");
+                tracing::debug!(token = %short(&path.token), key = %path.key, index, "registered");
             }
             etcd_json(
                 status,

@@ -4,7 +4,11 @@
 //!
 //! Both systems are driven by the same closed-loop clients (one keep-alive HTTP/1.1 connection
 //! per client, next request sent when the previous one is answered), one system at a time so
-//! they never compete for CPU. Results go to stdout (a table, or one JSON object with `--json`);
+//! they never compete for CPU. Workloads alternate between the systems and repeat for
+//! `--rounds`; each figure is the median round, so a noisy minute on a shared machine does not
+//! decide the comparison. The clients speak HTTP/1.1 directly on a `TcpStream` (see
+//! [`Conn`]): on a 2-core machine a general-purpose HTTP client costs the load generator as much
+//! CPU as the server under test spends, and that would measure the client, not the servers. Results go to stdout (a table, or one JSON object with `--json`);
 //! progress goes to stderr.
 
 use std::future::Future;
@@ -18,8 +22,9 @@ use clap::{Args, Parser, Subcommand};
 use muster_shared::duration::{format_duration, parse_duration};
 use muster_shared::token::{new_discovery_token, random_hex};
 use muster_tests::{Discovery, Etcd, bin_path, etcd_binary, tail, token_of, wait_for};
-use reqwest::{Client, StatusCode};
 use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 
 /// The target: at least this many times etcd's throughput on every workload...
 const THROUGHPUT_GOAL: f64 = 2.0;
@@ -59,6 +64,9 @@ struct DiscoveryArgs {
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
+    /// Repeat every workload this many times (alternating systems) and report the median.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
     /// Measure muster-discovery only (no etcd needed).
     #[arg(long)]
     skip_etcd: bool,
@@ -74,8 +82,8 @@ fn duration_arg(s: &str) -> Result<Duration, String> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    // reqwest is built with `rustls-no-provider`; even a plain-http client needs a provider
-    // installed. An error only means one is installed already, which is fine.
+    // The harness's readiness checks use reqwest, built with `rustls-no-provider`; even a
+    // plain-http client needs a provider installed. An error only means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match cli.command {
@@ -104,93 +112,179 @@ impl System {
         }
     }
 
-    /// The URL under which `/<token>` paths live.
-    fn prefix(&self) -> String {
+    /// `host:port` to connect to.
+    fn authority(&self) -> &str {
+        let url = match self {
+            System::Muster { base } => base,
+            System::Etcd { client_url } => client_url,
+        };
+        url.split("://").nth(1).unwrap_or(url).trim_end_matches('/')
+    }
+
+    /// The path under which `/<token>` paths live.
+    fn prefix(&self) -> &'static str {
         match self {
-            System::Muster { base } => base.clone(),
-            System::Etcd { client_url } => format!("{client_url}/v2/keys/_etcd/registry"),
+            System::Muster { .. } => "",
+            System::Etcd { .. } => "/v2/keys/_etcd/registry",
         }
     }
 
     /// Creates a size-3 token and returns it.
-    async fn create_token(&self, http: &Client) -> Result<String> {
+    async fn create_token(&self, http: &mut Conn) -> Result<String> {
         match self {
             // muster mints the token itself and answers with the discovery URL.
-            System::Muster { base } => {
-                let resp = http.get(format!("{base}/new?size=3")).send().await?;
-                let url = expect(resp, StatusCode::OK).await?;
+            System::Muster { .. } => {
+                let url = http.expect("GET", "/new?size=3", None, 200).await?;
                 Ok(token_of(url.trim()).to_string())
             }
             // With a raw etcd backend the operator picks a token and writes its size key,
             // exactly what discovery.etcd.io's old proxy did.
             System::Etcd { .. } => {
                 let token = new_discovery_token();
-                let url = format!("{}/{token}/_config/size?prevExist=false", self.prefix());
-                expect(form_put(http, url, "value=3").await?, StatusCode::CREATED).await?;
+                let path = format!("{}/{token}/_config/size?prevExist=false", self.prefix());
+                http.expect("PUT", &path, Some("value=3"), 201).await?;
                 Ok(token)
             }
         }
     }
 
     /// Registers member number `n` with a fresh random id, as `etcd --discovery` does.
-    async fn register(&self, http: &Client, token: &str, n: u16) -> Result<()> {
+    async fn register(&self, http: &mut Conn, token: &str, n: u16) -> Result<()> {
         let id = random_hex(8);
-        let url = format!("{}/{token}/{id}?prevExist=false", self.prefix());
+        let path = format!("{}/{token}/{id}?prevExist=false", self.prefix());
         // `n<i>=http://127.0.0.1:<port>`, form-encoded the way etcd's Go client sends it.
         let body = format!("value=n{n}%3Dhttp%3A%2F%2F127.0.0.1%3A{}", 2380 + n);
-        expect(form_put(http, url, &body).await?, StatusCode::CREATED).await?;
+        http.expect("PUT", &path, Some(&body), 201).await?;
         Ok(())
     }
 
     /// Reads the token directory with the exact query etcd's discovery client sends.
-    async fn read_dir(&self, http: &Client, token: &str) -> Result<()> {
-        let url = format!(
+    async fn read_dir(&self, http: &mut Conn, token: &str) -> Result<()> {
+        let path = format!(
             "{}/{token}?quorum=false&recursive=false&sorted=false",
             self.prefix()
         );
-        expect(http.get(url).send().await?, StatusCode::OK).await?;
+        http.expect("GET", &path, None, 200).await?;
         Ok(())
     }
 }
 
-async fn form_put(http: &Client, url: String, body: &str) -> Result<reqwest::Response> {
-    // reqwest's `form` feature is off in this workspace; the body is already encoded.
-    Ok(http
-        .put(url)
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .body(body.to_string())
-        .send()
-        .await?)
+/// A keep-alive HTTP/1.1 connection that sends one request at a time. It understands exactly
+/// what the two servers answer with: a status line, headers, and a body framed by
+/// `Content-Length` or `Transfer-Encoding: chunked`.
+struct Conn {
+    authority: String,
+    stream: Option<BufReader<TcpStream>>,
+    request: Vec<u8>,
 }
 
-/// Reads the whole body (so the connection can be reused) and fails unless the status is `want`.
-async fn expect(resp: reqwest::Response, want: StatusCode) -> Result<String> {
-    let status = resp.status();
-    let body = resp.text().await?;
-    if status != want {
-        bail!(
-            "expected {want}, got {status}: {}",
-            body.chars().take(200).collect::<String>()
-        );
+impl Conn {
+    fn new(authority: &str) -> Self {
+        Conn {
+            authority: authority.to_string(),
+            stream: None,
+            request: Vec::with_capacity(512),
+        }
     }
-    Ok(body)
-}
 
-/// One keep-alive HTTP/1.1 client per benchmark task, so every task has its own connection
-/// like an independent etcd member would.
-fn http_client() -> Result<Client> {
-    Client::builder()
-        .http1_only()
-        // Loopback traffic must never go through an HTTP_PROXY from the environment.
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(1)
-        .timeout(REQUEST_TIMEOUT)
-        .build()
-        .context("building HTTP client")
+    /// Sends a request and fails unless the answer has status `want`; returns the body.
+    async fn expect(
+        &mut self,
+        method: &str,
+        path: &str,
+        form: Option<&str>,
+        want: u16,
+    ) -> Result<String> {
+        let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.send(method, path, form))
+            .await
+            .context("request timed out")?
+            .inspect_err(|_| self.stream = None)?;
+        let body = String::from_utf8_lossy(&body).into_owned();
+        if status != want {
+            bail!(
+                "expected {want}, got {status}: {}",
+                body.chars().take(200).collect::<String>()
+            );
+        }
+        Ok(body)
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        form: Option<&str>,
+    ) -> Result<(u16, Vec<u8>)> {
+        if self.stream.is_none() {
+            let tcp = TcpStream::connect(&self.authority).await?;
+            tcp.set_nodelay(true)?;
+            self.stream = Some(BufReader::new(tcp));
+        }
+        let stream = self.stream.as_mut().context("not connected")?;
+        self.request.clear();
+        self.request.extend_from_slice(
+            format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.authority).as_bytes(),
+        );
+        if let Some(body) = form {
+            self.request.extend_from_slice(
+                format!(
+                    "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        } else {
+            self.request.extend_from_slice(b"\r\n");
+        }
+        stream.get_mut().write_all(&self.request).await?;
+
+        let mut line = String::new();
+        stream.read_line(&mut line).await?;
+        let status: u16 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("bad status line {line:?}"))?;
+        let mut length = None;
+        let mut chunked = false;
+        loop {
+            line.clear();
+            if stream.read_line(&mut line).await? == 0 {
+                bail!("connection closed in headers");
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':') {
+                let value = value.trim();
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = Some(value.parse::<usize>()?);
+                } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                    chunked = value.eq_ignore_ascii_case("chunked");
+                }
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                line.clear();
+                stream.read_line(&mut line).await?;
+                let size = usize::from_str_radix(line.trim(), 16)?;
+                let start = body.len();
+                body.resize(start + size + 2, 0);
+                stream.read_exact(&mut body[start..]).await?;
+                body.truncate(start + size);
+                if size == 0 {
+                    break;
+                }
+            }
+        } else {
+            body.resize(length.unwrap_or(0), 0);
+            stream.read_exact(&mut body).await?;
+        }
+        Ok((status, body))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -268,18 +362,22 @@ fn percentile_us(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Runs `task` on `clients` tokio tasks, each with its own HTTP client, and returns their
-/// outputs and the wall time until the last one finished. Clients are built before the clock
-/// starts; `task` gets that start instant to compute its deadline from.
-async fn run_clients<T, F, Fut>(clients: u16, mut task: F) -> Result<(Vec<T>, Duration)>
+/// Runs `task` on `clients` tokio tasks, each with its own connection, and returns their
+/// outputs and the wall time until the last one finished. Connections open on the first
+/// request; `task` gets the start instant to compute its deadline from.
+async fn run_clients<T, F, Fut>(
+    system: &System,
+    clients: u16,
+    mut task: F,
+) -> Result<(Vec<T>, Duration)>
 where
-    F: FnMut(usize, Client, Instant) -> Fut,
+    F: FnMut(usize, Conn, Instant) -> Fut,
     Fut: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    let https = (0..clients)
-        .map(|_| http_client())
-        .collect::<Result<Vec<_>>>()?;
+    let https: Vec<Conn> = (0..clients)
+        .map(|_| Conn::new(system.authority()))
+        .collect();
     let started = Instant::now();
     let handles: Vec<_> = https
         .into_iter()
@@ -342,13 +440,13 @@ async fn bench_create(system: &System, clients: u16, duration: Duration) -> Resu
         system.label(),
         format_duration(duration)
     );
-    let (recs, elapsed) = run_clients(clients, |_, http, started| {
+    let (recs, elapsed) = run_clients(system, clients, |_, mut http, started| {
         let system = system.clone();
         async move {
             let deadline = started + duration;
             let mut rec = Recorder::default();
             while Instant::now() < deadline {
-                rec.time(system.create_token(&http)).await;
+                rec.time(system.create_token(&mut http)).await;
             }
             rec
         }
@@ -367,13 +465,13 @@ async fn create_pool(system: &System, clients: u16, count: usize) -> Result<Vec<
         system.label()
     );
     let remaining = Arc::new(AtomicUsize::new(count));
-    let (results, _) = run_clients(clients, |_, http, _| {
+    let (results, _) = run_clients(system, clients, |_, mut http, _| {
         let system = system.clone();
         let remaining = remaining.clone();
         async move {
             let mut tokens = Vec::new();
             while claim(&remaining) {
-                tokens.push(system.create_token(&http).await?);
+                tokens.push(system.create_token(&mut http).await?);
             }
             anyhow::Ok(tokens)
         }
@@ -410,7 +508,7 @@ async fn bench_register(
     let pool = Arc::new(pool);
     // An index into the pool instead of a locked Vec: each token is handed out exactly once.
     let next = Arc::new(AtomicUsize::new(0));
-    let (results, elapsed) = run_clients(clients, |_, http, started| {
+    let (results, elapsed) = run_clients(system, clients, |_, mut http, started| {
         let (system, pool, next) = (system.clone(), pool.clone(), next.clone());
         async move {
             let deadline = started + duration;
@@ -422,7 +520,10 @@ async fn bench_register(
                 };
                 let mut all_ok = true;
                 for n in 1..=MEMBERS_PER_TOKEN {
-                    all_ok &= rec.time(system.register(&http, token, n)).await.is_some();
+                    all_ok &= rec
+                        .time(system.register(&mut http, token, n))
+                        .await
+                        .is_some();
                 }
                 if all_ok {
                     full.push(token.clone());
@@ -470,7 +571,7 @@ async fn bench_read(
         system.label(),
         format_duration(duration)
     );
-    let (recs, elapsed) = run_clients(clients, |i, http, started| {
+    let (recs, elapsed) = run_clients(system, clients, |i, mut http, started| {
         let (system, tokens) = (system.clone(), tokens.clone());
         async move {
             let deadline = started + duration;
@@ -480,7 +581,7 @@ async fn bench_read(
             let mut k = i;
             while Instant::now() < deadline {
                 let token = &tokens[k % tokens.len()];
-                rec.time(system.read_dir(&http, token)).await;
+                rec.time(system.read_dir(&mut http, token)).await;
                 k += 1;
             }
             rec
@@ -510,26 +611,81 @@ impl SystemResults {
     }
 }
 
-/// Runs the three workloads in order on one system.
-async fn bench_system(system: &System, clients: u16, duration: Duration) -> Result<SystemResults> {
-    let token_creation = bench_create(system, clients, duration).await?;
-    // Enough tokens to keep registration busy for the whole duration even if it runs as fast
-    // as creation did.
-    let pool_size = ((token_creation.ops_per_sec * duration.as_secs_f64()) as usize).max(MIN_POOL);
-    let pool = create_pool(system, clients, pool_size).await?;
-    let (member_registration, full) = bench_register(system, clients, duration, pool).await?;
-    let directory_read = bench_read(system, clients, duration, &full).await?;
+/// Per-round state of one system: what the register and read workloads build on.
+struct RoundState {
+    create: Option<Stats>,
+    pool: Vec<String>,
+    register: Option<Stats>,
+    full: Vec<String>,
+    read: Option<Stats>,
+}
+
+impl RoundState {
+    fn new() -> Self {
+        RoundState {
+            create: None,
+            pool: Vec::new(),
+            register: None,
+            full: Vec::new(),
+            read: None,
+        }
+    }
+
+    fn finish(self) -> Result<SystemResults> {
+        Ok(SystemResults {
+            token_creation: self.create.context("creation did not run")?,
+            member_registration: self.register.context("registration did not run")?,
+            directory_read: self.read.context("reads did not run")?,
+        })
+    }
+}
+
+/// Runs one workload on one system, building on what earlier workloads of the round left.
+async fn run_workload(
+    workload: Workload,
+    system: &System,
+    state: &mut RoundState,
+    clients: u16,
+    duration: Duration,
+) -> Result<()> {
+    match workload {
+        Workload::Create => {
+            let stats = bench_create(system, clients, duration).await?;
+            // Enough tokens to keep registration busy for the whole duration even if it runs
+            // as fast as creation did.
+            let pool_size = ((stats.ops_per_sec * duration.as_secs_f64()) as usize).max(MIN_POOL);
+            state.create = Some(stats);
+            state.pool = create_pool(system, clients, pool_size).await?;
+        }
+        Workload::Register => {
+            let (stats, full) =
+                bench_register(system, clients, duration, std::mem::take(&mut state.pool)).await?;
+            state.register = Some(stats);
+            state.full = full;
+        }
+        Workload::Read => {
+            state.read = Some(bench_read(system, clients, duration, &state.full).await?)
+        }
+    }
+    Ok(())
+}
+
+/// The round whose throughput is the median, per workload.
+fn median(rounds: &[SystemResults]) -> Result<SystemResults> {
+    let pick = |w: Workload| -> Result<Stats> {
+        let mut all: Vec<Stats> = rounds.iter().map(|r| *r.get(w)).collect();
+        all.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+        all.get(all.len() / 2).copied().context("no rounds ran")
+    };
     Ok(SystemResults {
-        token_creation,
-        member_registration,
-        directory_read,
+        token_creation: pick(Workload::Create)?,
+        member_registration: pick(Workload::Register)?,
+        directory_read: pick(Workload::Read)?,
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Starting the systems
-
-async fn bench_muster(tmp: &Path, clients: u16, duration: Duration) -> Result<SystemResults> {
+/// Starts muster-discovery from the binary next to this one.
+async fn start_muster(tmp: &Path) -> Result<Discovery> {
     // The harness errors too, but its hint lacks `--release`, which is what the bench needs.
     let bin = bin_path("muster-discovery");
     if !bin.exists() {
@@ -540,52 +696,25 @@ async fn bench_muster(tmp: &Path, clients: u16, duration: Duration) -> Result<Sy
         );
     }
     eprintln!("starting {}…", bin.display());
-    let mut discovery = Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", &[]).await?;
-    let system = System::Muster {
-        base: discovery.base.clone(),
-    };
-    let results = bench_system(&system, clients, duration).await;
-    // Stop it before etcd starts so the two never share the CPUs; on error, Drop kills it.
-    discovery
-        .terminate()
-        .await
-        .context("stopping muster-discovery")?;
-    results.with_context(|| format!("muster-discovery log:\n{}", tail(&discovery.log(), 40)))
+    Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", &[]).await
 }
 
-async fn bench_etcd(
-    etcd_bin: &Path,
-    tmp: &Path,
-    clients: u16,
-    duration: Duration,
-) -> Result<SystemResults> {
+async fn start_etcd(etcd_bin: &Path, tmp: &Path) -> Result<Etcd> {
     eprintln!("starting {} --enable-v2…", etcd_bin.display());
-    let mut etcd = Etcd::start_v2(etcd_bin, tmp)?;
-    // On an early return, Drop kills etcd.
+    let etcd = Etcd::start_v2(etcd_bin, tmp)?;
     wait_v2_ready(&etcd).await?;
-    let system = System::Etcd {
-        client_url: etcd.client_url.clone(),
-    };
-    let results = bench_system(&system, clients, duration).await;
-    // Keep the log for the error message, then stop etcd and reap it.
-    let log = tail(&etcd.log(), 40);
-    etcd.kill_and_wipe().await.context("stopping etcd")?;
-    results.with_context(|| format!("etcd log:\n{log}"))
+    Ok(etcd)
 }
 
 /// Waits until etcd serves the v2 keys API (it answers only once it has elected itself leader).
 async fn wait_v2_ready(etcd: &Etcd) -> Result<()> {
-    let http = http_client()?;
     let url = format!("{}/v2/keys/", etcd.client_url);
     wait_for(
         "etcd's v2 API to answer 200",
         Duration::from_secs(20),
-        || {
-            let request = http.get(&url).timeout(Duration::from_secs(1)).send();
-            async move {
-                let resp = request.await.ok()?;
-                (resp.status() == StatusCode::OK).then_some(())
-            }
+        || async {
+            let resp = muster_tests::get(&url).await.ok()?;
+            (resp.status == 200).then_some(())
         },
     )
     .await
@@ -631,15 +760,19 @@ struct Report {
     clients: u16,
     duration: String,
     duration_secs: f64,
+    /// Rounds run; the reported figures are each workload's median round.
+    rounds: u16,
     muster: SystemResults,
     etcd: Option<SystemResults>,
     comparison: Option<Vec<Comparison>>,
+    muster_rounds: Vec<SystemResults>,
+    etcd_rounds: Option<Vec<SystemResults>>,
 }
 
 fn print_table(report: &Report) {
     println!(
-        "muster-bench discovery: {} clients, {} per workload\n",
-        report.clients, report.duration
+        "muster-bench discovery: {} clients, {} per workload, median of {} rounds\n",
+        report.clients, report.duration, report.rounds
     );
     println!(
         "{:<20} {:<17} {:>9} {:>11} {:>9} {:>9} {:>7}",
@@ -691,18 +824,54 @@ async fn discovery(args: DiscoveryArgs) -> Result<()> {
         )?)
     };
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
-    let muster = bench_muster(tmp.path(), args.clients, args.duration).await?;
-    let etcd = match &etcd_bin {
-        Some(bin) => Some(bench_etcd(bin, tmp.path(), args.clients, args.duration).await?),
+    // Both servers stay up for the whole run (an idle one costs next to nothing) and the
+    // workloads alternate between them, so a slow minute on a shared machine hurts both alike.
+    let mut discovery = start_muster(tmp.path()).await?;
+    let mut etcd = match &etcd_bin {
+        Some(bin) => Some(start_etcd(bin, tmp.path()).await?),
         None => None,
     };
+    let mut systems = vec![System::Muster {
+        base: discovery.base.clone(),
+    }];
+    if let Some(e) = &etcd {
+        systems.push(System::Etcd {
+            client_url: e.client_url.clone(),
+        });
+    }
+    let outcome = run_rounds(&systems, &args).await;
+    let muster_log = tail(&discovery.log(), 40);
+    discovery
+        .terminate()
+        .await
+        .context("stopping muster-discovery")?;
+    let etcd_log = etcd
+        .as_ref()
+        .map(|e| tail(&e.log(), 40))
+        .unwrap_or_default();
+    if let Some(e) = etcd.as_mut() {
+        e.kill_and_wipe().await.context("stopping etcd")?;
+    }
+    let mut per_system = outcome
+        .with_context(|| format!("muster-discovery log:\n{muster_log}\netcd log:\n{etcd_log}"))?;
+    let etcd_rounds = if per_system.len() > 1 {
+        per_system.pop()
+    } else {
+        None
+    };
+    let muster_rounds = per_system.pop().context("no results")?;
+    let muster = median(&muster_rounds)?;
+    let etcd = etcd_rounds.as_deref().map(median).transpose()?;
     let report = Report {
         clients: args.clients,
         duration: format_duration(args.duration),
         duration_secs: args.duration.as_secs_f64(),
+        rounds: args.rounds,
         comparison: etcd.as_ref().map(|e| compare(&muster, e)),
         muster,
         etcd,
+        muster_rounds,
+        etcd_rounds,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -710,6 +879,24 @@ async fn discovery(args: DiscoveryArgs) -> Result<()> {
         print_table(&report);
     }
     Ok(())
+}
+
+/// Runs every round: each workload on each system in turn. Returns per system, per round.
+async fn run_rounds(systems: &[System], args: &DiscoveryArgs) -> Result<Vec<Vec<SystemResults>>> {
+    let mut results: Vec<Vec<SystemResults>> = systems.iter().map(|_| Vec::new()).collect();
+    for round in 1..=args.rounds {
+        eprintln!("round {round} of {}", args.rounds);
+        let mut states: Vec<RoundState> = systems.iter().map(|_| RoundState::new()).collect();
+        for workload in Workload::ALL {
+            for (system, state) in systems.iter().zip(states.iter_mut()) {
+                run_workload(workload, system, state, args.clients, args.duration).await?;
+            }
+        }
+        for (state, out) in states.into_iter().zip(results.iter_mut()) {
+            out.push(state.finish()?);
+        }
+    }
+    Ok(results)
 }
 
 #[cfg(test)]
