@@ -1,0 +1,3 @@
+//! muster: the node agent (`muster agent`) and the operator CLI.
+
+pub mod raft;
