@@ -1,3 +1,11 @@
 //! muster: the node agent (`muster agent`) and the operator CLI.
 
+pub mod api;
+pub mod bootstrap;
+pub mod config;
+pub mod discovery;
+pub mod identity;
+pub mod operator;
 pub mod raft;
+pub mod server;
+pub mod service;

@@ -1,1 +1,292 @@
-fn main() {}
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use muster_agent::api::types::{ApiError, Status};
+use muster_agent::bootstrap::{self, NeverFormSecondCluster};
+use muster_agent::config::{self, AgentFlags};
+use muster_agent::operator;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "muster",
+    version,
+    about = "Muster: identical machines form one raft cluster through a discovery URL",
+    long_about = "Muster turns freshly booted machines into one healthy raft cluster.\n\n\
+Form a cluster: mint a URL (curl <discovery-service>/new?size=3) and start every machine with\n\
+    muster agent --name $(hostname) --advertise <ip>:7000 --discovery <URL>\n\
+Then, on any member:\n\
+    muster status          who leads, who votes, who is reachable\n\
+    muster kv put k v      a replicated write"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node agent (the daemon).
+    Agent(AgentFlags),
+    /// Show the cluster: leader, term, members and their suffrage.
+    Status(OperatorArgs),
+    /// List the members (the member table of `status`).
+    Members(OperatorArgs),
+    /// The replicated key-value space.
+    Kv {
+        #[command(subcommand)]
+        command: KvCommand,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct OperatorArgs {
+    /// The agent's data dir (its operator socket lives there) [env: MUSTER_DATA_DIR]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum KvCommand {
+    /// Read a key (linearizable).
+    Get {
+        key: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Write a key.
+    Put {
+        key: String,
+        value: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Delete a key.
+    Del {
+        key: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List keys under a prefix (linearizable).
+    List {
+        #[arg(default_value = "")]
+        prefix: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("muster: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<NeverFormSecondCluster>().is_some() => {
+            eprintln!("muster: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("muster: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Agent(flags) => {
+            init_logging();
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let config = config::resolve(&flags, &env)?;
+            bootstrap::run(config).await
+        }
+        Command::Status(op) => {
+            let status = fetch_status(&op).await?;
+            if op.json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print_status(&status);
+            }
+            Ok(())
+        }
+        Command::Members(op) => {
+            let status = fetch_status(&op).await?;
+            if op.json {
+                println!("{}", serde_json::to_string_pretty(&status.members)?);
+            } else {
+                print_members(&status);
+            }
+            Ok(())
+        }
+        Command::Kv { command } => kv(command).await,
+    }
+}
+
+fn socket(op: &OperatorArgs) -> PathBuf {
+    let dir = op
+        .data_dir
+        .clone()
+        .or_else(|| std::env::var_os("MUSTER_DATA_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR));
+    operator::socket_path(&dir)
+}
+
+/// One call to the local agent; turns API errors into messages that say what to do.
+async fn call(
+    op: &OperatorArgs,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+) -> Result<serde_json::Value> {
+    let sock = socket(op);
+    let (status, text) = operator::call(&sock, method, path, body).await.with_context(|| {
+        format!(
+            "cannot reach the agent at {} (is `muster agent` running with this --data-dir? are you its user or root?)",
+            sock.display()
+        )
+    })?;
+    if status >= 400 {
+        let err: ApiError = serde_json::from_str(&text).unwrap_or(ApiError {
+            kind: "internal".into(),
+            message: text,
+        });
+        bail!("{} ({})", err.message, err.kind);
+    }
+    Ok(serde_json::from_str(&text)?)
+}
+
+async fn fetch_status(op: &OperatorArgs) -> Result<Status> {
+    Ok(serde_json::from_value(
+        call(op, "GET", "/v1/status", None).await?,
+    )?)
+}
+
+fn print_status(s: &Status) {
+    println!("cluster   {}", s.cluster_id);
+    println!("self      {}", s.self_name);
+    println!("leader    {}", s.leader.as_deref().unwrap_or("(none)"));
+    println!("term      {}", s.term);
+    println!("commit    {}", s.commit_index);
+    println!();
+    print_members(s);
+}
+
+fn print_members(s: &Status) {
+    println!(
+        "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
+        "NAME", "ID", "ADDRESS", "SUFFRAGE", "REACHABLE", "LAST SEEN", "MATCH"
+    );
+    for m in &s.members {
+        let leader = if s.leader.as_deref() == Some(m.name.as_str()) {
+            "*"
+        } else {
+            ""
+        };
+        println!(
+            "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
+            format!("{}{leader}", m.name),
+            m.id,
+            m.address,
+            m.suffrage,
+            m.reachable
+                .map(|r| if r { "yes" } else { "NO" })
+                .unwrap_or("-"),
+            m.last_seen_ms
+                .map(|ms| format!("{ms}ms"))
+                .unwrap_or_else(|| "-".into()),
+            m.match_index
+                .map(|i| i.to_string())
+                .unwrap_or_else(|| "-".into()),
+        );
+    }
+}
+
+fn query(key: &str) -> String {
+    let mut out = String::new();
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+async fn kv(command: KvCommand) -> Result<()> {
+    match command {
+        KvCommand::Get { key, op } => {
+            let v = call(&op, "GET", &format!("/v1/kv?key={}", query(&key)), None).await?;
+            if op.json {
+                println!("{v}");
+            } else {
+                println!("{}", v["value"].as_str().unwrap_or_default());
+            }
+        }
+        KvCommand::Put { key, value, op } => {
+            let body = serde_json::json!({ "value": value }).to_string();
+            let v = call(
+                &op,
+                "PUT",
+                &format!("/v1/kv?key={}", query(&key)),
+                Some(body),
+            )
+            .await?;
+            if op.json {
+                println!("{v}");
+            }
+        }
+        KvCommand::Del { key, op } => {
+            let v = call(&op, "DELETE", &format!("/v1/kv?key={}", query(&key)), None).await?;
+            if op.json {
+                println!("{v}");
+            }
+        }
+        KvCommand::List { prefix, op } => {
+            let v = call(
+                &op,
+                "GET",
+                &format!("/v1/kv/list?prefix={}", query(&prefix)),
+                None,
+            )
+            .await?;
+            if op.json {
+                println!("{v}");
+            } else if let Some(entries) = v.as_array() {
+                for e in entries {
+                    println!(
+                        "{}\t{}",
+                        e["key"].as_str().unwrap_or_default(),
+                        e["value"].as_str().unwrap_or_default()
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn init_logging() {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,openraft=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

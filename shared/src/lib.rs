@@ -1,9 +1,10 @@
 //! Pieces that both Muster binaries speak: the JSON error shape and its stable kinds, the
-//! bootstrap record kept under a discovery token, token and hash helpers, duration parsing, and
-//! the one way we open and flush a fjall database.
+//! bootstrap record kept under a discovery token, token and hash helpers, duration parsing,
+//! the cluster CA and mutual-TLS configs, and the one way we open and flush a fjall database.
 
 pub mod bootstrap;
 pub mod duration;
 pub mod error;
 pub mod storage;
+pub mod tls;
 pub mod token;

@@ -1,6 +1,11 @@
 //! Everything that touches openraft lives under this module, so an openraft upgrade changes
 //! only these files. The rest of the agent uses [`types`] and the facade re-exported here.
 
+mod log_store;
+pub mod network;
+pub mod node;
+mod state_machine;
+pub mod store;
 pub mod types;
 
 use std::io::Cursor;

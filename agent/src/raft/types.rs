@@ -46,13 +46,26 @@ pub struct NodeRecord {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     /// Written once, by the initiator, as the first command of a new cluster.
-    InitCluster { cluster_id: String, ca: CaMaterial },
+    InitCluster {
+        cluster_id: String,
+        ca: CaMaterial,
+    },
     /// Records (or updates the address of) a member.
-    UpsertNode { id: NodeId, node: NodeRecord },
+    UpsertNode {
+        id: NodeId,
+        node: NodeRecord,
+    },
     /// Forgets a member.
-    RemoveNode { id: NodeId },
-    KvPut { key: String, value: String },
-    KvDel { key: String },
+    RemoveNode {
+        id: NodeId,
+    },
+    KvPut {
+        key: String,
+        value: String,
+    },
+    KvDel {
+        key: String,
+    },
 }
 
 /// The answer to an applied [`Request`] (and the `R` for blank and membership entries).
@@ -90,7 +103,11 @@ impl ClusterState {
                 Response::default()
             }
             Request::UpsertNode { id, node } => {
-                if let Some((other, _)) = self.nodes.iter().find(|(i, n)| **i != *id && n.name == node.name) {
+                if let Some((other, _)) = self
+                    .nodes
+                    .iter()
+                    .find(|(i, n)| **i != *id && n.name == node.name)
+                {
                     return Response {
                         refused: Some(format!("name {} is taken by node {other:x}", node.name)),
                         ..Default::default()
@@ -138,9 +155,31 @@ mod tests {
             key_fingerprint: "f".into(),
             joined_ms: 0,
         };
-        assert_eq!(s.apply(&Request::UpsertNode { id: 1, node: node("a") }).refused, None);
-        assert!(s.apply(&Request::UpsertNode { id: 2, node: node("a") }).refused.is_some());
-        assert_eq!(s.apply(&Request::UpsertNode { id: 1, node: node("a") }).refused, None, "same node may update");
+        assert_eq!(
+            s.apply(&Request::UpsertNode {
+                id: 1,
+                node: node("a")
+            })
+            .refused,
+            None
+        );
+        assert!(
+            s.apply(&Request::UpsertNode {
+                id: 2,
+                node: node("a")
+            })
+            .refused
+            .is_some()
+        );
+        assert_eq!(
+            s.apply(&Request::UpsertNode {
+                id: 1,
+                node: node("a")
+            })
+            .refused,
+            None,
+            "same node may update"
+        );
         let put = s.apply(&Request::KvPut {
             key: "k".into(),
             value: "v1".into(),

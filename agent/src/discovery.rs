@@ -1,0 +1,388 @@
+//! Client for a discovery URL: the etcd-style registration plus Muster's hidden bootstrap keys
+//! (see docs/discovery.md, "Muster's bootstrap record").
+
+use std::time::Duration;
+
+use muster_shared::bootstrap::{BootstrapRecord, NODES_DIR, RECORD_KEY, RegistrantMeta};
+use serde::Deserialize;
+
+/// etcd's discovery client gives every plain request 5 s; so do we.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Watches are held by the service (30 s by default); give them a little longer.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// Network trouble or a 5xx: worth retrying.
+    #[error("discovery service unreachable: {0}")]
+    Unavailable(String),
+    /// The token is unknown or expired.
+    #[error(
+        "discovery URL {0} is unknown or expired: mint a new one with `curl <service>/new?size=N`"
+    )]
+    UnknownToken(String),
+    /// The key exists already (etcd errorCode 105).
+    #[error("{0} already exists")]
+    Exists(String),
+    /// A compare-and-swap or initiator check failed (etcd errorCode 101).
+    #[error("compare failed: {0}")]
+    CompareFailed(String),
+    /// Any other refusal, with the service's own words.
+    #[error("discovery service refused: {0}")]
+    Refused(String),
+    #[error("discovery service answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+impl DiscoveryError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, DiscoveryError::Unavailable(_))
+    }
+}
+
+/// One member registration, in the token's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub id: String,
+    pub name: String,
+    /// The first peer URL's `host:port`.
+    pub addr: String,
+    pub created_index: u64,
+}
+
+/// The token's size and registrations.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    pub size: usize,
+    pub members: Vec<Registration>,
+    pub index: u64,
+}
+
+impl Listing {
+    /// The first `size` registrations: the members of the cluster this token forms.
+    pub fn cohort(&self) -> &[Registration] {
+        &self.members[..self.members.len().min(self.size)]
+    }
+}
+
+#[derive(Deserialize)]
+struct V2Response {
+    node: V2Node,
+}
+
+#[derive(Deserialize)]
+struct V2Node {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    nodes: Vec<V2Node>,
+    #[serde(rename = "createdIndex", default)]
+    created_index: u64,
+    #[serde(rename = "modifiedIndex", default)]
+    modified_index: u64,
+}
+
+#[derive(Deserialize)]
+struct V2Error {
+    #[serde(rename = "errorCode")]
+    error_code: u32,
+    message: String,
+    #[serde(default)]
+    cause: String,
+}
+
+pub struct DiscoveryClient {
+    http: reqwest::Client,
+    url: String,
+}
+
+impl DiscoveryClient {
+    pub fn new(url: &str) -> Result<Self, DiscoveryError> {
+        // Discovery over HTTPS uses the system's trust store, like etcd's client.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .connect_timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
+        Ok(Self {
+            http,
+            url: url.trim_end_matches('/').to_string(),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, String), DiscoveryError> {
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .text()
+            .await
+            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+        if status >= 500 {
+            return Err(DiscoveryError::Unavailable(format!("HTTP {status}")));
+        }
+        if !(200..300).contains(&status) {
+            return Err(match serde_json::from_str::<V2Error>(&body) {
+                Ok(e)
+                    if e.error_code == 100
+                        && status == 404
+                        && e.cause.trim_start_matches('/').len() == 32 =>
+                {
+                    DiscoveryError::UnknownToken(self.url.clone())
+                }
+                Ok(e) if e.error_code == 105 => DiscoveryError::Exists(e.cause),
+                Ok(e) if e.error_code == 101 => DiscoveryError::CompareFailed(e.cause),
+                Ok(e) if e.error_code == 100 => {
+                    DiscoveryError::Refused(format!("not found: {}", e.cause))
+                }
+                Ok(e) => DiscoveryError::Refused(format!(
+                    "{}: {} ({})",
+                    e.error_code, e.message, e.cause
+                )),
+                Err(_) => DiscoveryError::Protocol(format!(
+                    "HTTP {status}: {}",
+                    body.chars().take(200).collect::<String>()
+                )),
+            });
+        }
+        Ok((status, body))
+    }
+
+    async fn get_node(&self, path: &str) -> Result<Option<V2Node>, DiscoveryError> {
+        let req = self
+            .http
+            .get(format!("{}{path}", self.url))
+            .timeout(REQUEST_TIMEOUT);
+        match self.send(req).await {
+            Ok((_, body)) => Ok(Some(parse_node(&body)?)),
+            Err(DiscoveryError::Refused(why)) if why.starts_with("not found") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn put(&self, path_and_query: &str, value: &str) -> Result<V2Node, DiscoveryError> {
+        let body = format!("value={}", urlencode(value));
+        let req = self
+            .http
+            .put(format!("{}{path_and_query}", self.url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .timeout(REQUEST_TIMEOUT);
+        let (_, body) = self.send(req).await?;
+        parse_node(&body)
+    }
+
+    /// Size and registrations, in index order.
+    pub async fn listing(&self) -> Result<Listing, DiscoveryError> {
+        let size_node = self
+            .get_node("/_config/size")
+            .await?
+            .ok_or_else(|| DiscoveryError::UnknownToken(self.url.clone()))?;
+        let size = size_node
+            .value
+            .as_deref()
+            .and_then(|v| v.parse::<usize>().ok())
+            .ok_or_else(|| DiscoveryError::Protocol("size key is not a number".into()))?;
+        let req = self.http.get(self.url.clone()).timeout(REQUEST_TIMEOUT);
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+        let index = resp
+            .headers()
+            .get("x-etcd-index")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let status = resp.status().as_u16();
+        let body = resp
+            .text()
+            .await
+            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+        if status != 200 {
+            return Err(DiscoveryError::Unavailable(format!(
+                "directory read answered HTTP {status}"
+            )));
+        }
+        let dir = parse_node(&body)?;
+        let mut members: Vec<Registration> = dir
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let id = n.key.rsplit('/').next()?.to_string();
+                let value = n.value.as_deref()?;
+                let (name, url) = value.split(',').next()?.split_once('=')?;
+                let addr = url.split("://").nth(1)?.trim_end_matches('/').to_string();
+                Some(Registration {
+                    id,
+                    name: name.to_string(),
+                    addr,
+                    created_index: n.created_index,
+                })
+            })
+            .collect();
+        members.sort_by_key(|m| m.created_index);
+        Ok(Listing {
+            size,
+            members,
+            index,
+        })
+    }
+
+    /// Registers `id` as etcd does (`name=https://addr`). Returns its index. An identical retry
+    /// before the token is full succeeds; anything else already there is [`DiscoveryError::Exists`].
+    pub async fn register(&self, id: &str, name: &str, addr: &str) -> Result<u64, DiscoveryError> {
+        let node = self
+            .put(
+                &format!("/{id}?prevExist=false"),
+                &format!("{name}=https://{addr}"),
+            )
+            .await?;
+        Ok(node.created_index)
+    }
+
+    pub async fn put_meta(&self, id: &str, meta: &RegistrantMeta) -> Result<(), DiscoveryError> {
+        let json =
+            serde_json::to_string(meta).map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
+        self.put(&format!("/{NODES_DIR}/{id}?prevExist=false"), &json)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn meta(&self, id: &str) -> Result<Option<RegistrantMeta>, DiscoveryError> {
+        match self.get_node(&format!("/{NODES_DIR}/{id}")).await? {
+            Some(node) => {
+                let value = node.value.unwrap_or_default();
+                RegistrantMeta::parse(&value)
+                    .map(Some)
+                    .map_err(|e| DiscoveryError::Protocol(e.to_string()))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The bootstrap record and its modified index, if published.
+    pub async fn record(&self) -> Result<Option<(BootstrapRecord, u64)>, DiscoveryError> {
+        match self.get_node(&format!("/{RECORD_KEY}")).await? {
+            Some(node) => {
+                let record = BootstrapRecord::parse(node.value.as_deref().unwrap_or_default())
+                    .map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
+                Ok(Some((record, node.modified_index)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Publishes the record; fails with `Exists` or `CompareFailed` if someone else won.
+    pub async fn create_record(&self, record: &BootstrapRecord) -> Result<u64, DiscoveryError> {
+        let json =
+            serde_json::to_string(record).map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
+        Ok(self
+            .put(&format!("/{RECORD_KEY}?prevExist=false"), &json)
+            .await?
+            .modified_index)
+    }
+
+    /// Replaces the record by compare-and-swap on `prev_index`.
+    pub async fn update_record(
+        &self,
+        record: &BootstrapRecord,
+        prev_index: u64,
+    ) -> Result<u64, DiscoveryError> {
+        let json =
+            serde_json::to_string(record).map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
+        Ok(self
+            .put(&format!("/{RECORD_KEY}?prevIndex={prev_index}"), &json)
+            .await?
+            .modified_index)
+    }
+
+    /// Waits for a change under the token (any key, hidden ones included when `key` names them)
+    /// with index ≥ `from`. `Ok(None)` means the service's hold timeout ended the wait.
+    pub async fn wait(
+        &self,
+        key: &str,
+        recursive: bool,
+        from: u64,
+    ) -> Result<Option<u64>, DiscoveryError> {
+        let path = if key.is_empty() {
+            String::new()
+        } else {
+            format!("/{key}")
+        };
+        let req = self
+            .http
+            .get(format!(
+                "{}{path}?recursive={recursive}&wait=true&waitIndex={from}",
+                self.url
+            ))
+            .timeout(WATCH_TIMEOUT);
+        let (_, body) = self.send(req).await?;
+        if body.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(parse_node(&body)?.modified_index))
+    }
+}
+
+fn parse_node(body: &str) -> Result<V2Node, DiscoveryError> {
+    serde_json::from_str::<V2Response>(body)
+        .map(|r| r.node)
+        .map_err(|e| {
+            DiscoveryError::Protocol(format!(
+                "{e}: {}",
+                body.chars().take(200).collect::<String>()
+            ))
+        })
+}
+
+fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urlencode_escapes_reserved_bytes() {
+        assert_eq!(
+            urlencode("n1=https://10.0.0.1:7000"),
+            "n1%3Dhttps%3A%2F%2F10.0.0.1%3A7000"
+        );
+        assert_eq!(urlencode(r#"{"a":1}"#), "%7B%22a%22%3A1%7D");
+    }
+
+    #[test]
+    fn cohort_is_the_first_size_registrations() {
+        let reg = |i: u64| Registration {
+            id: format!("{i:x}"),
+            name: format!("n{i}"),
+            addr: "h:1".into(),
+            created_index: i,
+        };
+        let listing = Listing {
+            size: 3,
+            members: (2..7).map(reg).collect(),
+            index: 6,
+        };
+        let ids: Vec<&str> = listing.cohort().iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, vec!["2", "3", "4"]);
+    }
+}

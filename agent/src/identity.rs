@@ -1,0 +1,197 @@
+//! Who this node is: a random 64-bit node id chosen when the data dir is first used (never
+//! reused: a wiped machine comes back as a new node) and an Ed25519 node key generated here
+//! whose private half never leaves the data dir.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use muster_shared::tls::NodeKey;
+use serde::{Deserialize, Serialize};
+
+use crate::raft::types::NodeId;
+
+const IDENTITY_FILE: &str = "identity.json";
+const KEY_FILE: &str = "node.key";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct IdentityFile {
+    version: u32,
+    /// Hex, because JSON numbers above 2^53 do not survive every tool.
+    node_id: String,
+    name: String,
+}
+
+pub struct Identity {
+    pub node_id: NodeId,
+    pub name: String,
+    pub key: NodeKey,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("cannot use data dir {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is damaged ({why}); this data dir cannot be trusted — move it aside and join the cluster again as a new node"
+    )]
+    Damaged { path: String, why: String },
+    #[error(
+        "data dir {dir} belongs to node {existing:?}, not {requested:?}: start with --name {existing}, \
+         or give this machine an empty --data-dir to join as a new node"
+    )]
+    NameMismatch {
+        dir: String,
+        existing: String,
+        requested: String,
+    },
+}
+
+impl Identity {
+    /// Loads the identity in `dir`, or creates one if the dir holds none.
+    pub fn load_or_create(dir: &Path, name: &str) -> Result<Self, IdentityError> {
+        let io = |path: &Path| {
+            let path = path.display().to_string();
+            move |source| IdentityError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        restrict_dir(dir).map_err(io(dir))?;
+        let id_path = dir.join(IDENTITY_FILE);
+        let key_path = dir.join(KEY_FILE);
+        if id_path.exists() {
+            let damaged = |why: String| IdentityError::Damaged {
+                path: id_path.display().to_string(),
+                why,
+            };
+            let text = std::fs::read_to_string(&id_path).map_err(io(&id_path))?;
+            let file: IdentityFile =
+                serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
+            let node_id =
+                u64::from_str_radix(&file.node_id, 16).map_err(|e| damaged(e.to_string()))?;
+            if file.name != name {
+                return Err(IdentityError::NameMismatch {
+                    dir: dir.display().to_string(),
+                    existing: file.name,
+                    requested: name.to_string(),
+                });
+            }
+            let pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
+            let key = NodeKey::from_pem(&pem).map_err(|e| IdentityError::Damaged {
+                path: key_path.display().to_string(),
+                why: e.to_string(),
+            })?;
+            return Ok(Self {
+                node_id,
+                name: file.name,
+                key,
+            });
+        }
+        let key = NodeKey::generate().map_err(|e| IdentityError::Damaged {
+            path: key_path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        // Zero is openraft's "no node" in some messages; never hand it out.
+        let node_id = loop {
+            let id: u64 = rand::random();
+            if id != 0 {
+                break id;
+            }
+        };
+        write_private(&key_path, key.to_pem().as_bytes()).map_err(io(&key_path))?;
+        let file = IdentityFile {
+            version: 1,
+            node_id: format!("{node_id:x}"),
+            name: name.to_string(),
+        };
+        let json = serde_json::to_vec_pretty(&file).map_err(|e| IdentityError::Damaged {
+            path: id_path.display().to_string(),
+            why: e.to_string(),
+        })?;
+        // The identity file is written last: its presence means the key is in place.
+        write_private(&id_path, &json).map_err(io(&id_path))?;
+        Ok(Self {
+            node_id,
+            name: name.to_string(),
+            key,
+        })
+    }
+
+    /// The etcd-style member id this node registers under: its node id in hex.
+    pub fn member_id(&self) -> String {
+        format!("{:x}", self.node_id)
+    }
+}
+
+/// Writes a file readable by its owner only, durably (fsync of file and directory).
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp: PathBuf = path.with_extension("tmp");
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(parent) = path.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn restrict_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_is_created_once_and_reloaded() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let a = Identity::load_or_create(dir.path(), "n1").expect("create");
+        let b = Identity::load_or_create(dir.path(), "n1").expect("load");
+        assert_eq!(a.node_id, b.node_id);
+        assert_eq!(a.key.fingerprint(), b.key.fingerprint());
+        assert_eq!(a.member_id(), format!("{:x}", a.node_id));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(KEY_FILE))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the node key is private");
+    }
+
+    #[test]
+    fn another_name_or_a_damaged_file_is_refused_with_a_next_step() {
+        let dir = tempfile::tempdir().expect("tmp");
+        Identity::load_or_create(dir.path(), "n1").expect("create");
+        let e = Identity::load_or_create(dir.path(), "n2")
+            .err()
+            .expect("mismatch");
+        assert!(e.to_string().contains("--name n1"), "{e}");
+        std::fs::write(dir.path().join(IDENTITY_FILE), "{").expect("damage");
+        let e = Identity::load_or_create(dir.path(), "n1")
+            .err()
+            .expect("damaged");
+        assert!(e.to_string().contains("move it aside"), "{e}");
+    }
+
+    #[test]
+    fn fresh_dirs_get_different_ids() {
+        let a = tempfile::tempdir().expect("tmp");
+        let b = tempfile::tempdir().expect("tmp");
+        let x = Identity::load_or_create(a.path(), "n").expect("a");
+        let y = Identity::load_or_create(b.path(), "n").expect("b");
+        assert_ne!(x.node_id, y.node_id);
+        assert_ne!(x.key.fingerprint(), y.key.fingerprint());
+    }
+}

@@ -1,0 +1,181 @@
+//! Raft RPCs over HTTPS with mutual TLS.
+//!
+//! Each peer gets one keep-alive client whose TLS server name is the peer's identity name
+//! (`node-<id>.<cluster>.muster`), resolved to the peer's advertised address. Only the
+//! certificate the cluster CA issued to that node id carries that name, so a message for node X
+//! can never be delivered to another node that happens to sit at X's old address.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use muster_shared::tls::node_dns_name;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::TypeConfig;
+use super::types::{Node, NodeId};
+
+/// Paths of the raft RPC endpoints on a node's TLS listener.
+pub const APPEND_PATH: &str = "/raft/append";
+pub const VOTE_PATH: &str = "/raft/vote";
+pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+
+/// When each peer last answered an RPC: feeds `reachable` and `last_seen_ms` in status.
+#[derive(Clone, Default)]
+pub struct PeerLiveness(Arc<Mutex<HashMap<NodeId, Instant>>>);
+
+impl PeerLiveness {
+    fn saw(&self, id: NodeId) {
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(id, Instant::now());
+        }
+    }
+
+    /// Milliseconds since `id` last answered, if it ever did.
+    pub fn last_seen_ms(&self, id: NodeId) -> Option<u64> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&id).map(|t| t.elapsed().as_millis() as u64))
+    }
+}
+
+/// Builds per-peer clients.
+pub struct Network {
+    tls: Arc<rustls::ClientConfig>,
+    cluster_id: String,
+    liveness: PeerLiveness,
+}
+
+impl Network {
+    pub fn new(tls: Arc<rustls::ClientConfig>, cluster_id: String, liveness: PeerLiveness) -> Self {
+        Self {
+            tls,
+            cluster_id,
+            liveness,
+        }
+    }
+}
+
+/// A client for one peer.
+pub struct PeerClient {
+    target: NodeId,
+    base: String,
+    http: Option<reqwest::Client>,
+    liveness: PeerLiveness,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
+        let name = node_dns_name(target, &self.cluster_id);
+        let port = node.addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("7000");
+        let resolved: Option<SocketAddr> = tokio::net::lookup_host(node.addr.as_str())
+            .await
+            .ok()
+            .and_then(|mut addrs| addrs.next());
+        let http = resolved.and_then(|addr| {
+            reqwest::Client::builder()
+                .tls_backend_preconfigured((*self.tls).clone())
+                .resolve(&name, addr)
+                .http1_only()
+                .no_proxy()
+                .tcp_nodelay(true)
+                .pool_max_idle_per_host(2)
+                .build()
+                .map_err(|e| tracing::warn!(target_node = %format!("{target:x}"), error = %e, "cannot build peer client"))
+                .ok()
+        });
+        if http.is_none() {
+            tracing::warn!(target_node = %format!("{target:x}"), addr = %node.addr, "cannot resolve peer address");
+        }
+        PeerClient {
+            target,
+            base: format!("https://{name}:{port}"),
+            http,
+            liveness: self.liveness.clone(),
+        }
+    }
+}
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let Some(http) = &self.http else {
+            let e = std::io::Error::other("peer address does not resolve");
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        };
+        let timeout = option.hard_ttl().max(Duration::from_millis(50));
+        let sent = http
+            .post(format!("{}{path}", self.base))
+            .json(req)
+            .timeout(timeout)
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            // Connection refused, TLS failure and the like: back off before trying again.
+            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+        };
+        if !resp.status().is_success() {
+            let e = std::io::Error::other(format!("peer answered HTTP {}", resp.status()));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        }
+        let result: Result<Resp, RaftError<NodeId, E>> = resp
+            .json()
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.liveness.saw(self.target);
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        self.call(APPEND_PATH, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(SNAPSHOT_PATH, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        self.call(VOTE_PATH, &rpc, &option).await
+    }
+}

@@ -1,0 +1,331 @@
+//! The agent's handle on its raft group. This facade is the only place that calls openraft's
+//! `Raft` API; callers see Muster types ([`RaftView`], [`Request`], [`ClusterState`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::TypeConfig;
+use super::network::{APPEND_PATH, Network, PeerLiveness, SNAPSHOT_PATH, VOTE_PATH};
+use super::store::{self, StateMachineStore, StoreError};
+use super::types::{ClusterState, Node, NodeId, Request, Response};
+
+/// Every write and membership change gets at most this long: an isolated leader in openraft 0.9
+/// accepts writes that never commit, so an unbounded wait would hang the caller forever.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Raft timing from the agent's flags.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub heartbeat: Duration,
+    /// The shortest election timeout; the longest is twice this.
+    pub election_timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RaftNodeError {
+    #[error("this node is not the leader")]
+    NotLeader { leader: Option<(NodeId, Node)> },
+    #[error("no leader is known right now (an election may be in progress, or quorum is lost)")]
+    NoLeader,
+    #[error("{0} did not finish within {WRITE_TIMEOUT:?}: quorum may be lost")]
+    Timeout(&'static str),
+    #[error("raft has stopped: {0}")]
+    Fatal(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What the agent needs to know about the raft group right now.
+#[derive(Debug, Clone)]
+pub struct RaftView {
+    pub id: NodeId,
+    pub is_leader: bool,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub last_applied: Option<u64>,
+    pub voters: BTreeSet<NodeId>,
+    pub nodes: BTreeMap<NodeId, Node>,
+    /// Log index of the membership config in effect (it may not be committed yet).
+    pub membership_index: Option<u64>,
+    /// Leader only: highest log index replicated to each node.
+    pub matched: BTreeMap<NodeId, Option<u64>>,
+}
+
+impl RaftView {
+    /// True once the membership config in effect has been applied (so a new change may start).
+    pub fn membership_settled(&self) -> bool {
+        match (self.membership_index, self.last_applied) {
+            (None, _) => true,
+            (Some(m), Some(a)) => a >= m,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+pub struct RaftNode {
+    id: NodeId,
+    raft: Raft<TypeConfig>,
+    state_machine: StateMachineStore,
+    liveness: PeerLiveness,
+    /// Concurrent membership changes can leave a joint config behind; one at a time.
+    membership_lock: tokio::sync::Mutex<()>,
+}
+
+impl RaftNode {
+    /// Opens the raft store in `dir` and starts the raft core. Nothing is initialized here.
+    pub async fn start(
+        id: NodeId,
+        dir: &Path,
+        tls: Arc<rustls::ClientConfig>,
+        cluster_id: String,
+        timing: Timing,
+    ) -> Result<Self, RaftNodeError> {
+        let dir = dir.to_path_buf();
+        let (log_store, state_machine) = tokio::task::spawn_blocking(move || store::open(&dir))
+            .await
+            .map_err(|e| RaftNodeError::Other(e.to_string()))??;
+        let config = Config {
+            cluster_name: "muster".into(),
+            heartbeat_interval: timing.heartbeat.as_millis() as u64,
+            election_timeout_min: timing.election_timeout.as_millis() as u64,
+            election_timeout_max: timing.election_timeout.as_millis() as u64 * 2,
+            // One snapshot chunk over HTTPS on a slow link can take far longer than the 200 ms
+            // default; a timeout there makes the sender start over forever.
+            install_snapshot_timeout: 10_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| RaftNodeError::Other(format!("raft timing: {e}")))?;
+        let liveness = PeerLiveness::default();
+        let network = Network::new(tls, cluster_id, liveness.clone());
+        let raft = Raft::new(
+            id,
+            Arc::new(config),
+            network,
+            log_store,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| RaftNodeError::Fatal(e.to_string()))?;
+        Ok(Self {
+            id,
+            raft,
+            state_machine,
+            liveness,
+            membership_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    pub fn liveness(&self) -> &PeerLiveness {
+        &self.liveness
+    }
+
+    pub async fn is_initialized(&self) -> Result<bool, RaftNodeError> {
+        self.raft
+            .is_initialized()
+            .await
+            .map_err(|e| RaftNodeError::Fatal(e.to_string()))
+    }
+
+    /// Makes this node a one-member cluster and waits until that membership is applied, so that
+    /// membership changes can follow at once.
+    pub async fn initialize(&self, me: Node) -> Result<(), RaftNodeError> {
+        let members = BTreeMap::from([(self.id, me)]);
+        match self.raft.initialize(members).await {
+            Ok(()) => {}
+            // Already initialized (a restart): fine.
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+            Err(e) => return Err(RaftNodeError::Other(e.to_string())),
+        }
+        self.raft
+            .wait(Some(WRITE_TIMEOUT))
+            .metrics(
+                |m| {
+                    m.state == ServerState::Leader
+                        && m.last_applied >= *m.membership_config.log_id()
+                },
+                "initial membership applied",
+            )
+            .await
+            .map_err(|_| RaftNodeError::Timeout("initializing raft"))?;
+        Ok(())
+    }
+
+    /// Replicates `request` and returns the state machine's answer. Only the leader can write.
+    pub async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
+        let result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request))
+            .await
+            .map_err(|_| RaftNodeError::Timeout("the write"))?;
+        let response = result.map_err(client_write_error)?.data;
+        if let Some(why) = &response.refused {
+            return Err(RaftNodeError::Refused(why.clone()));
+        }
+        Ok(response)
+    }
+
+    /// Runs `f` on state that includes every write committed before this call (leader only).
+    pub async fn read_linearizable<R>(
+        &self,
+        f: impl FnOnce(&ClusterState) -> R,
+    ) -> Result<R, RaftNodeError> {
+        let checked = tokio::time::timeout(WRITE_TIMEOUT, self.raft.ensure_linearizable())
+            .await
+            .map_err(|_| RaftNodeError::Timeout("the linearizable read"))?;
+        if let Err(e) = checked {
+            return Err(match e.forward_to_leader::<Node>() {
+                Some(fwd) => RaftNodeError::NotLeader {
+                    leader: fwd.leader_id.zip(fwd.leader_node.clone()),
+                },
+                None => RaftNodeError::Other(e.to_string()),
+            });
+        }
+        Ok(self.state_machine.read(f)?)
+    }
+
+    /// Runs `f` on this node's applied state (may lag the leader).
+    pub fn read_local<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> Result<R, RaftNodeError> {
+        Ok(self.state_machine.read(f)?)
+    }
+
+    /// Adds a nonvoter. Returns as soon as the change is committed; catching up happens after.
+    pub async fn add_learner(&self, id: NodeId, node: Node) -> Result<(), RaftNodeError> {
+        let _one_at_a_time = self.membership_lock.lock().await;
+        let result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.add_learner(id, node, false))
+            .await
+            .map_err(|_| RaftNodeError::Timeout("adding a nonvoter"))?;
+        result.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// Makes existing nonvoters voters, in one membership change.
+    pub async fn promote(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
+        self.change(ChangeMembers::AddVoterIds(ids), true, "promoting")
+            .await
+    }
+
+    /// Makes voters nonvoters (they stay in the cluster and keep replicating).
+    pub async fn demote(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
+        self.change(ChangeMembers::RemoveVoters(ids), true, "demoting")
+            .await
+    }
+
+    async fn change(
+        &self,
+        change: ChangeMembers<NodeId, Node>,
+        retain: bool,
+        what: &'static str,
+    ) -> Result<(), RaftNodeError> {
+        let _one_at_a_time = self.membership_lock.lock().await;
+        let result =
+            tokio::time::timeout(WRITE_TIMEOUT, self.raft.change_membership(change, retain))
+                .await
+                .map_err(|_| RaftNodeError::Timeout(what))?;
+        result.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// A copy of the current raft metrics in Muster's terms.
+    pub fn view(&self) -> RaftView {
+        // Clone at once: holding the metrics borrow blocks their publication.
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        RaftView {
+            id: self.id,
+            is_leader: m.state == ServerState::Leader,
+            leader: m.current_leader,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+            voters: membership.voter_ids().collect(),
+            nodes: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
+            membership_index: m.membership_config.log_id().map(|l| l.index),
+            matched: m
+                .replication
+                .map(|r| {
+                    r.into_iter()
+                        .map(|(id, log)| (id, log.map(|l| l.index)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Waits until some node is leader (any), up to `timeout`.
+    pub async fn wait_for_leader(&self, timeout: Duration) -> Option<NodeId> {
+        self.raft
+            .wait(Some(timeout))
+            .metrics(|m| m.current_leader.is_some(), "a leader")
+            .await
+            .ok()
+            .and_then(|m| m.current_leader)
+    }
+
+    /// Waits until this node has applied at least `index`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "applied")
+            .await
+            .is_ok()
+    }
+
+    /// Serves one raft RPC received by the TLS listener: JSON in, JSON out.
+    pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+        match path {
+            APPEND_PATH => rpc(body, |req| self.raft.append_entries(req)).await,
+            VOTE_PATH => rpc(body, |req| self.raft.vote(req)).await,
+            SNAPSHOT_PATH => rpc(body, |req| self.raft.install_snapshot(req)).await,
+            other => Err(format!("no raft endpoint {other}")),
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+async fn rpc<Req, Resp, E, F, Fut>(body: &[u8], call: F) -> Result<Vec<u8>, String>
+where
+    Req: DeserializeOwned,
+    Resp: Serialize,
+    E: Serialize,
+    F: FnOnce(Req) -> Fut,
+    Fut: std::future::Future<Output = Result<Resp, E>>,
+{
+    let req: Req = serde_json::from_slice(body).map_err(|e| format!("bad raft request: {e}"))?;
+    let result = call(req).await;
+    serde_json::to_vec(&result).map_err(|e| e.to_string())
+}
+
+fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> RaftNodeError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(fwd)) => {
+            match fwd.leader_id.zip(fwd.leader_node) {
+                Some(leader) => RaftNodeError::NotLeader {
+                    leader: Some(leader),
+                },
+                None => RaftNodeError::NoLeader,
+            }
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            RaftNodeError::Refused(e.to_string())
+        }
+        RaftError::Fatal(f) => RaftNodeError::Fatal(f.to_string()),
+    }
+}

@@ -1,0 +1,217 @@
+//! The node's HTTPS listener (mutual TLS). Raft RPCs and leader forwarding require a client
+//! certificate issued by this cluster's CA; the join endpoint is open to nodes that have none
+//! yet (they pin the CA instead, and prove their registered key with a CSR).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use muster_shared::tls::{PeerIdentity, peer_identity};
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+use crate::api::types::{ApiError, kind};
+use crate::raft::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
+use crate::service::{Agent, ForwardedOp, JoinRequest, OpError};
+
+pub const FORWARD_PATH: &str = "/raft/client";
+pub const JOIN_PATH: &str = "/v1/join";
+
+/// Snapshot chunks are the largest raft messages (3 MiB by default).
+const RAFT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The verified identity of the connection's client certificate, if it sent one.
+#[derive(Debug, Clone)]
+struct Peer(Option<PeerIdentity>);
+
+pub fn error_response(e: &OpError) -> Response {
+    let body = serde_json::to_string(&ApiError {
+        kind: e.kind.to_string(),
+        message: e.message.clone(),
+    })
+    .unwrap_or_default();
+    (
+        StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
+}
+
+fn json_response(value: &impl serde::Serialize) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_string(value).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+fn router(agent: Arc<Agent>) -> Router {
+    let raft_routes = Router::new()
+        .route(APPEND_PATH, post(raft_rpc))
+        .route(VOTE_PATH, post(raft_rpc))
+        .route(SNAPSHOT_PATH, post(raft_rpc))
+        .route(FORWARD_PATH, post(forwarded))
+        .layer(DefaultBodyLimit::max(RAFT_BODY_LIMIT));
+    Router::new()
+        .merge(raft_routes)
+        .route(JOIN_PATH, post(join))
+        .route(
+            "/v1/health",
+            get(|| async { json_response(&serde_json::json!({"status": "ok"})) }),
+        )
+        .with_state(agent)
+}
+
+/// Refuses callers without a certificate from this cluster, and counts them. The error is the
+/// refusal to send back.
+fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError> {
+    let peer = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
+    match peer {
+        Some(id) if id.cluster_id == agent.cluster_id => Ok(id),
+        other => {
+            agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+            let why = match other {
+                Some(id) => format!(
+                    "certificate belongs to cluster {}, not this one",
+                    id.cluster_id
+                ),
+                None => "a client certificate issued by this cluster's CA is required".into(),
+            };
+            tracing::warn!(%why, "refused a raft request");
+            Err(OpError::new(kind::UNAUTHORIZED, 401, why))
+        }
+    }
+}
+
+async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    if let Err(refused) = require_member(&agent, &req) {
+        return error_response(&refused);
+    }
+    let path = req.uri().path().to_string();
+    let body = match axum::body::to_bytes(req.into_body(), RAFT_BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+    };
+    match agent.raft.handle_rpc(&path, &body).await {
+        Ok(out) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            Bytes::from(out),
+        )
+            .into_response(),
+        Err(e) => error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e)),
+    }
+}
+
+async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    if let Err(refused) = require_member(&agent, &req) {
+        return error_response(&refused);
+    }
+    let body = match axum::body::to_bytes(req.into_body(), 1024 * 1024).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+    };
+    let op: ForwardedOp = match serde_json::from_slice(&body) {
+        Ok(op) => op,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+    };
+    if !agent.raft.view().is_leader {
+        return error_response(&OpError::new(
+            kind::NO_LEADER,
+            503,
+            "this node is no longer the leader; retry",
+        ));
+    }
+    match agent.execute(op).await {
+        Ok(v) => json_response(&v),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    let body = match axum::body::to_bytes(req.into_body(), 64 * 1024).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 413, e.to_string())),
+    };
+    let join: JoinRequest = match serde_json::from_slice(&body) {
+        Ok(j) => j,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+    };
+    match agent.admit(join).await {
+        Ok(resp) => json_response(&resp),
+        Err(e) => {
+            tracing::warn!(error = %e, "join refused");
+            error_response(&e)
+        }
+    }
+}
+
+/// Serves the peer API until `stop` resolves.
+pub async fn serve(
+    agent: Arc<Agent>,
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let app = router(agent.clone());
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        let cluster_id = agent.cluster_id.clone();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            // The verifier accepted the chain (or there was none); read who it is.
+            let identity = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| peer_identity(leaf.as_ref()).ok());
+            if let Some(id) = &identity
+                && id.cluster_id != cluster_id
+            {
+                tracing::warn!(%remote, peer_cluster = %id.cluster_id, "peer from another cluster");
+            }
+            let peer = Peer(identity);
+            let service = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(peer.clone());
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                },
+            );
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(30));
+            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+        });
+    }
+}
