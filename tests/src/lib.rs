@@ -561,3 +561,197 @@ pub fn urlencode(s: &str) -> String {
 pub async fn register(url: &str, id: &str, value: &str) -> Result<Reply> {
     put_form(&format!("{url}/{id}?prevExist=false"), &[("value", value)]).await
 }
+
+// ---------------------------------------------------------------------------------------------
+// muster agents
+
+/// One `muster agent` process on a loopback port with its own data dir.
+pub struct AgentProc {
+    child: Option<Child>,
+    pub name: String,
+    /// `127.0.0.1:PORT`: listen and advertise address.
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    args: Vec<String>,
+}
+
+impl AgentProc {
+    /// Starts `muster agent --name NAME` under `root` with `extra` flags (e.g. `--discovery URL`).
+    pub fn start(root: &Path, name: &str, extra: &[&str]) -> Result<Self> {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let data_dir = root.join(name);
+        let mut args: Vec<String> = vec![
+            "agent".into(),
+            "--name".into(),
+            name.into(),
+            "--advertise".into(),
+            addr.clone(),
+            "--listen".into(),
+            addr.clone(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--config".into(),
+            "/dev/null".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut a = Self {
+            child: None,
+            name: name.into(),
+            addr,
+            data_dir,
+            log_path: root.join(format!("{name}.log")),
+            args,
+        };
+        a.spawn()?;
+        Ok(a)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let bin = bin_path("muster");
+        if !bin.exists() {
+            bail!(
+                "{} not found: run `cargo build -p muster-agent` (or set MUSTER_BIN_DIR)",
+                bin.display()
+            );
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)?;
+        let log_err = log.try_clone()?;
+        let child = Command::new(&bin)
+            .args(&self.args)
+            .env("RUST_LOG", "info,openraft=error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Starts the same agent again, dropping `--discovery` (a restart needs only the data dir).
+    pub fn restart_without_discovery(&mut self) -> Result<()> {
+        if let Some(i) = self.args.iter().position(|a| a == "--discovery") {
+            self.args.drain(i..i + 2);
+        }
+        self.spawn()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub async fn kill9(&mut self) -> Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
+    }
+
+    pub async fn terminate(&mut self) -> Result<Option<i32>> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
+        if let Some(pid) = child.id() {
+            signal(pid, "TERM")?;
+        }
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .context("agent did not exit within 20s of SIGTERM")??;
+        Ok(status.code())
+    }
+
+    /// Waits for the process to exit by itself; returns its exit code.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<Option<i32>> {
+        let child = self.child.as_mut().ok_or_else(|| anyhow!("not running"))?;
+        let status = tokio::time::timeout(timeout, child.wait())
+            .await
+            .with_context(|| {
+                format!(
+                    "{} did not exit; log:\n{}",
+                    self.name,
+                    tail(&self.log(), 30)
+                )
+            })??;
+        self.child = None;
+        Ok(status.code())
+    }
+
+    /// Runs `muster ARGS --data-dir <this agent's dir>`; returns (exit code, stdout, stderr).
+    pub async fn cli(&self, args: &[&str]) -> Result<(i32, String, String)> {
+        let out = Command::new(bin_path("muster"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .output()
+            .await?;
+        Ok((
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
+
+    /// `muster status --json` of this agent, if it answers.
+    pub async fn status(&self) -> Option<serde_json::Value> {
+        let (code, out, _) = self.cli(&["status", "--json"]).await.ok()?;
+        if code != 0 {
+            return None;
+        }
+        serde_json::from_str(&out).ok()
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// Voters wanted for `members` members (DESIGN §2).
+pub fn voter_target(members: usize) -> usize {
+    match members {
+        0 => 0,
+        n if n >= 7 => 7,
+        n if n % 2 == 1 => n,
+        n => n - 1,
+    }
+}
+
+/// Waits until every agent reports the same cluster with `n` members, the voter count of the
+/// policy table and a leader. Returns the cluster id.
+pub async fn wait_formed(agents: &[&AgentProc], n: usize, timeout: Duration) -> Result<String> {
+    let want_voters = voter_target(n);
+    let result = wait_for(
+        &format!("{} agents to form a cluster of {n}", agents.len()),
+        timeout,
+        || async {
+            let mut ids = Vec::new();
+            for a in agents {
+                let s = a.status().await?;
+                let members = s["members"].as_array()?;
+                let voters = members.iter().filter(|m| m["suffrage"] == "voter").count();
+                if members.len() != n || voters != want_voters || s["leader"].is_null() {
+                    return None;
+                }
+                ids.push(s["cluster_id"].as_str()?.to_string());
+            }
+            ids.dedup();
+            (ids.len() == 1).then(|| ids.remove(0))
+        },
+    )
+    .await;
+    result.with_context(|| {
+        agents
+            .iter()
+            .map(|a| format!("--- {}\n{}", a.name, tail(&a.log(), 20)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })
+}

@@ -1,0 +1,331 @@
+//! Real `muster agent` processes forming clusters through a real `muster-discovery` on
+//! loopback: formation, refusal of a second cluster, failover, static-membership restarts,
+//! mutual-TLS enforcement, and the split-brain check.
+
+use std::path::Path;
+use std::time::Duration;
+
+use muster_tests::{AgentProc, Discovery, get, tail, wait_for, wait_formed};
+
+const FORM: Duration = Duration::from_secs(60);
+
+fn start(root: &Path, name: &str, url: &str) -> AgentProc {
+    AgentProc::start(root, name, &["--discovery", url]).expect("start agent")
+}
+
+fn start_all(root: &Path, prefix: &str, n: usize, url: &str) -> Vec<AgentProc> {
+    (1..=n)
+        .map(|i| start(root, &format!("{prefix}{i}"), url))
+        .collect()
+}
+
+fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
+    agents.iter().collect()
+}
+
+async fn record_state(url: &str) -> Option<String> {
+    let r = get(&format!("{url}/_muster/record")).await.ok()?;
+    let value: serde_json::Value =
+        serde_json::from_str(r.json()["node"]["value"].as_str()?).ok()?;
+    value["state"].as_str().map(str::to_string)
+}
+
+#[tokio::test]
+async fn size_1_forms_and_takes_writes() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(1).await.expect("token");
+    let a = start(tmp.path(), "solo", &url);
+    wait_formed(&[&a], 1, FORM).await.expect("formed");
+    let (code, _, err) = a.cli(&["kv", "put", "k", "v1"]).await.expect("put");
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = a.cli(&["kv", "get", "k"]).await.expect("get");
+    assert_eq!(out.trim(), "v1");
+    assert_eq!(record_state(&url).await.as_deref(), Some("formed"));
+}
+
+#[tokio::test]
+async fn size_3_started_at_once_forms_one_cluster_and_refuses_a_4th() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("token");
+    let agents = start_all(tmp.path(), "n", 3, &url);
+    let cluster = wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    wait_for("record formed", FORM, || async {
+        (record_state(&url).await.as_deref() == Some("formed")).then_some(())
+    })
+    .await
+    .expect("record");
+
+    // A 4th machine with the same user-data never forms a second cluster.
+    let mut extra = start(tmp.path(), "n4", &url);
+    let code = extra.wait_exit(FORM).await.expect("exits");
+    assert_eq!(code, Some(2), "{}", extra.log());
+    let log = extra.log();
+    assert!(log.contains("never forms a second cluster"), "{log}");
+    assert!(
+        log.contains("muster token create") && log.contains("--token"),
+        "{log}"
+    );
+    for name in ["n1", "n2", "n3"] {
+        assert!(log.contains(name), "the refusal lists the members: {log}");
+    }
+    let s = agents[0].status().await.expect("status");
+    assert_eq!(s["cluster_id"], cluster.as_str());
+    assert_eq!(
+        s["members"].as_array().map(|m| m.len()),
+        Some(3),
+        "cluster unchanged"
+    );
+    // It never registered (checked before registering, like etcd).
+    let dir = get(&url).await.expect("dir");
+    assert_eq!(
+        dir.json()["node"]["nodes"].as_array().map(|n| n.len()),
+        Some(3)
+    );
+}
+
+#[tokio::test]
+async fn size_3_staggered_forms_and_prints_progress() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("token");
+    let a1 = start(tmp.path(), "s1", &url);
+    wait_for("s1 to initiate", FORM, || async {
+        a1.log().contains("initiates the cluster").then_some(())
+    })
+    .await
+    .expect("initiator");
+    let a2 = start(tmp.path(), "s2", &url);
+    wait_for("s2 to wait", FORM, || async {
+        a2.log().contains("waiting for peers 2/3").then_some(())
+    })
+    .await
+    .expect("progress");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let a3 = start(tmp.path(), "s3", &url);
+    wait_formed(&[&a1, &a2, &a3], 3, FORM)
+        .await
+        .expect("formed");
+}
+
+#[tokio::test]
+async fn size_5_at_once_forms_and_a_6th_is_refused() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(5).await.expect("token");
+    let agents = start_all(tmp.path(), "f", 5, &url);
+    let cluster = wait_formed(&refs(&agents), 5, FORM).await.expect("formed");
+    let mut sixth = start(tmp.path(), "f6", &url);
+    assert_eq!(
+        sixth.wait_exit(FORM).await.expect("exit"),
+        Some(2),
+        "{}",
+        sixth.log()
+    );
+    let s = agents[4].status().await.expect("status");
+    assert_eq!(s["cluster_id"], cluster.as_str());
+    assert_eq!(s["members"].as_array().map(|m| m.len()), Some(5));
+}
+
+#[tokio::test]
+async fn killing_the_leader_elects_another_and_writes_continue() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("token");
+    let mut agents = start_all(tmp.path(), "k", 3, &url);
+    wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    let (code, _, err) = agents[1]
+        .cli(&["kv", "put", "before", "1"])
+        .await
+        .expect("put");
+    assert_eq!(code, 0, "{err}");
+    let leader = agents[0].status().await.expect("status")["leader"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let li = agents
+        .iter()
+        .position(|a| a.name == leader)
+        .expect("leader is one of ours");
+    agents[li].kill9().await.expect("kill");
+    let survivor = &agents[(li + 1) % 3];
+    let new_leader = wait_for("a new leader", FORM, || async {
+        let s = survivor.status().await?;
+        let l = s["leader"].as_str()?.to_string();
+        (l != leader).then_some(l)
+    })
+    .await
+    .expect("failover");
+    assert_ne!(new_leader, leader);
+    let (code, _, err) = survivor
+        .cli(&["kv", "put", "after", "2"])
+        .await
+        .expect("put");
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = survivor.cli(&["kv", "get", "before"]).await.expect("get");
+    assert_eq!(out.trim(), "1", "writes before the failover survive");
+}
+
+#[tokio::test]
+async fn full_restart_without_the_discovery_service_keeps_the_cluster() {
+    let mut d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("token");
+    let mut agents = start_all(tmp.path(), "r", 3, &url);
+    let cluster = wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    wait_for("record formed", FORM, || async {
+        (record_state(&url).await.as_deref() == Some("formed")).then_some(())
+    })
+    .await
+    .expect("record");
+    let (code, _, err) = agents[2]
+        .cli(&["kv", "put", "kept", "yes"])
+        .await
+        .expect("put");
+    assert_eq!(code, 0, "{err}");
+    for a in agents.iter_mut() {
+        assert_eq!(a.terminate().await.expect("stop"), Some(0), "{}", a.log());
+    }
+    // The discovery service is gone for good.
+    d.terminate().await.expect("stop discovery");
+    drop(d);
+    for a in agents.iter_mut() {
+        a.restart_without_discovery().expect("restart");
+    }
+    let again = wait_formed(&refs(&agents), 3, FORM)
+        .await
+        .expect("re-formed");
+    assert_eq!(again, cluster, "the same cluster comes back");
+    let (_, out, err) = agents[0].cli(&["kv", "get", "kept"]).await.expect("get");
+    assert_eq!(out.trim(), "yes", "{err}");
+    for a in &agents {
+        assert!(
+            a.log().matches("restarting on static membership").count() >= 1,
+            "{}",
+            tail(&a.log(), 10)
+        );
+    }
+}
+
+#[tokio::test]
+async fn raft_endpoints_refuse_clients_without_a_cluster_certificate() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(1).await.expect("token");
+    let a = start(tmp.path(), "m1", &url);
+    wait_formed(&[&a], 1, FORM).await.expect("formed");
+    let ca_pem = std::fs::read_to_string(a.data_dir.join("tls/ca.pem")).expect("ca");
+    let pin = muster_shared::tls::spki_pin(&ca_pem).expect("pin");
+
+    // No client certificate: the TLS handshake works (joiners have none), the raft route refuses.
+    let tls = muster_shared::tls::pinned_client_config(&pin).expect("pinned");
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured((*tls).clone())
+        .build()
+        .expect("client");
+    for path in [
+        "/raft/vote",
+        "/raft/append",
+        "/raft/snapshot",
+        "/raft/client",
+    ] {
+        let resp = http
+            .post(format!("https://{}{path}", a.addr))
+            .body("{}")
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(resp.status(), 401, "{path}");
+        let body: serde_json::Value = resp.json().await.expect("json");
+        assert_eq!(body["kind"], "unauthorized", "{path}");
+    }
+
+    // A certificate from another cluster's CA: refused at the handshake.
+    let other =
+        muster_shared::tls::ClusterCa::generate("0123456789abcdef0123456789abcdef").expect("ca");
+    let key = muster_shared::tls::NodeKey::generate().expect("key");
+    let csr = key.csr_pem("intruder", "127.0.0.1").expect("csr");
+    let cert = other
+        .sign_node(
+            &csr,
+            42,
+            "0123456789abcdef0123456789abcdef",
+            &key.fingerprint(),
+            "127.0.0.1",
+            Duration::from_secs(3600),
+        )
+        .expect("cert");
+    let tls = muster_shared::tls::client_config(&ca_pem, &cert, &key.to_pem()).expect("client tls");
+    let http = reqwest::Client::builder()
+        .tls_backend_preconfigured((*tls).clone())
+        .build()
+        .expect("client");
+    let refused = http
+        .post(format!("https://{}/raft/vote", a.addr))
+        .body("{}")
+        .send()
+        .await;
+    match refused {
+        Err(_) => {}
+        Ok(resp) => assert_eq!(
+            resp.status(),
+            401,
+            "a foreign certificate must not reach raft"
+        ),
+    }
+    // The node is still healthy.
+    assert!(a.status().await.is_some());
+}
+
+#[tokio::test]
+async fn twenty_formations_never_yield_two_cluster_ids() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    for round in 0..20 {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let url = d.new_token(3).await.expect("token");
+        let agents = start_all(tmp.path(), &format!("z{round}-"), 3, &url);
+        let cluster = wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+        let record = get(&format!("{url}/_muster/record")).await.expect("record");
+        let value: serde_json::Value =
+            serde_json::from_str(record.json()["node"]["value"].as_str().unwrap_or("{}"))
+                .expect("record json");
+        assert_eq!(
+            value["cluster_id"],
+            cluster.as_str(),
+            "round {round}: record and members agree"
+        );
+        for a in &agents {
+            let on_disk =
+                std::fs::read_to_string(a.data_dir.join("cluster.json")).expect("cluster.json");
+            assert!(
+                on_disk.contains(&cluster),
+                "round {round}: {} belongs to {on_disk}",
+                a.name
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn discovery_restart_during_formation_still_yields_one_cluster() {
+    let mut d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("token");
+    let a1 = start(tmp.path(), "d1", &url);
+    let a2 = start(tmp.path(), "d2", &url);
+    wait_for("two registrations", FORM, || async {
+        let dir = get(&url).await.ok()?;
+        (dir.json()["node"]["nodes"].as_array()?.len() == 2).then_some(())
+    })
+    .await
+    .expect("registered");
+    d.kill9().await.expect("kill discovery");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    d.restart().await.expect("restart discovery");
+    let a3 = start(tmp.path(), "d3", &url);
+    wait_formed(&[&a1, &a2, &a3], 3, FORM)
+        .await
+        .expect("formed");
+}
