@@ -9,3 +9,5 @@ pub mod operator;
 pub mod raft;
 pub mod server;
 pub mod service;
+pub mod cli_output;
+pub mod demo;

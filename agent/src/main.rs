@@ -35,6 +35,15 @@ enum Command {
     Status(OperatorArgs),
     /// List the members (the member table of `status`).
     Members(OperatorArgs),
+    /// Start a discovery service and N agents on loopback and watch them form a cluster.
+    Demo {
+        /// How many agents.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Stop everything once the cluster has formed (instead of waiting for Ctrl-C).
+        #[arg(long)]
+        exit: bool,
+    },
     /// The replicated key-value space.
     Kv {
         #[command(subcommand)]
@@ -84,6 +93,9 @@ enum KvCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Every TLS config in Muster names the ring provider explicitly; this default covers HTTP
+    // clients built without one (reqwest is compiled without a bundled provider).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -121,7 +133,7 @@ async fn run(cli: Cli) -> Result<()> {
             if op.json {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
-                print_status(&status);
+                muster_agent::cli_output::print_status(&status);
             }
             Ok(())
         }
@@ -130,11 +142,12 @@ async fn run(cli: Cli) -> Result<()> {
             if op.json {
                 println!("{}", serde_json::to_string_pretty(&status.members)?);
             } else {
-                print_members(&status);
+                muster_agent::cli_output::print_members(&status);
             }
             Ok(())
         }
         Command::Kv { command } => kv(command).await,
+        Command::Demo { nodes, exit } => muster_agent::demo::run(nodes, exit).await,
     }
 }
 
@@ -175,46 +188,6 @@ async fn fetch_status(op: &OperatorArgs) -> Result<Status> {
     Ok(serde_json::from_value(
         call(op, "GET", "/v1/status", None).await?,
     )?)
-}
-
-fn print_status(s: &Status) {
-    println!("cluster   {}", s.cluster_id);
-    println!("self      {}", s.self_name);
-    println!("leader    {}", s.leader.as_deref().unwrap_or("(none)"));
-    println!("term      {}", s.term);
-    println!("commit    {}", s.commit_index);
-    println!();
-    print_members(s);
-}
-
-fn print_members(s: &Status) {
-    println!(
-        "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
-        "NAME", "ID", "ADDRESS", "SUFFRAGE", "REACHABLE", "LAST SEEN", "MATCH"
-    );
-    for m in &s.members {
-        let leader = if s.leader.as_deref() == Some(m.name.as_str()) {
-            "*"
-        } else {
-            ""
-        };
-        println!(
-            "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
-            format!("{}{leader}", m.name),
-            m.id,
-            m.address,
-            m.suffrage,
-            m.reachable
-                .map(|r| if r { "yes" } else { "NO" })
-                .unwrap_or("-"),
-            m.last_seen_ms
-                .map(|ms| format!("{ms}ms"))
-                .unwrap_or_else(|| "-".into()),
-            m.match_index
-                .map(|i| i.to_string())
-                .unwrap_or_else(|| "-".into()),
-        );
-    }
 }
 
 fn query(key: &str) -> String {

@@ -18,6 +18,8 @@ use crate::raft::types::{Node, NodeId, NodeRecord, Request};
 pub const PROMOTE_AFTER: Duration = Duration::from_secs(3);
 /// A nonvoter counts as caught up when it is at most this many entries behind the leader.
 const CAUGHT_UP_LAG: u64 = 5;
+/// How long an operator call waits for a leader before answering `no_leader`.
+const ELECTION_GRACE: Duration = Duration::from_secs(5);
 /// Node certificates are valid this long.
 pub const CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -145,8 +147,21 @@ impl Agent {
         }
     }
 
-    /// Runs `op` on the leader: here if this node leads, else forwarded over mutual TLS.
+    /// Runs `op` on the leader: here if this node leads, else forwarded over mutual TLS. While
+    /// an election is in progress it waits (up to [`ELECTION_GRACE`]) instead of failing.
     pub async fn on_leader(&self, op: ForwardedOp) -> Result<serde_json::Value, OpError> {
+        let deadline = Instant::now() + ELECTION_GRACE;
+        loop {
+            match self.on_leader_once(op.clone()).await {
+                Err(e) if e.kind == crate::api::types::kind::NO_LEADER && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn on_leader_once(&self, op: ForwardedOp) -> Result<serde_json::Value, OpError> {
         let view = self.raft.view();
         if view.is_leader {
             return self.execute(op).await;
@@ -631,7 +646,9 @@ pub fn now_ms() -> u64 {
 
 /// Keeps the agent reconciling while it runs.
 pub async fn reconcile_loop(agent: Arc<Agent>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    // Frequent ticks keep formation fast; a tick outside formation reads only local state.
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if let Err(e) = agent.reconcile().await {

@@ -329,3 +329,21 @@ async fn discovery_restart_during_formation_still_yields_one_cluster() {
         .await
         .expect("formed");
 }
+
+#[tokio::test]
+async fn demo_forms_a_cluster_and_exits() {
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(muster_tests::bin_path("muster"))
+            .args(["demo", "--nodes", "3", "--exit"])
+            .output(),
+    )
+    .await
+    .expect("demo finishes")
+    .expect("run demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("formed in"), "{stdout}");
+    assert_eq!(stdout.matches(" voter ").count(), 3, "{stdout}");
+    assert_eq!(stdout.matches("stopped node").count(), 3, "{stdout}");
+}

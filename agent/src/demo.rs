@@ -1,0 +1,168 @@
+//! `muster demo`: a discovery service and N agents on loopback in a temp dir, so anyone can
+//! watch a cluster form in seconds without any setup.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tokio::process::{Child, Command};
+
+use crate::api::types::Status;
+use crate::discovery::DiscoveryClient;
+
+const FORM_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Child2 {
+    name: String,
+    child: Child,
+}
+
+/// Runs the demo. With `exit`, stops everything once the cluster has formed.
+pub async fn run(nodes: usize, exit: bool) -> Result<()> {
+    if !(1..=9).contains(&nodes) {
+        bail!("--nodes must be 1..=9");
+    }
+    let tmp = tempfile::Builder::new().prefix("muster-demo-").tempdir()?;
+    let root: PathBuf = tmp.path().to_path_buf();
+    println!("demo directory: {}", root.display());
+
+    // The discovery service runs inside this process.
+    let port = free_port()?;
+    let listen = format!("127.0.0.1:{port}");
+    let config = muster_discovery::config::ServeConfig {
+        listen: listen.parse()?,
+        data_dir: root.join("discovery"),
+        public_url: Some(format!("http://{listen}")),
+        max_size: 9,
+        token_ttl: Duration::from_secs(3600),
+        hold: Duration::from_secs(30),
+        tls_cert: None,
+        tls_key: None,
+        new_rate: 0,
+        new_burst: 1,
+        max_watches: 1000,
+        log_format: "text".into(),
+    };
+    let discovery_task = tokio::spawn(muster_discovery::server::serve(config));
+    let base = format!("http://{listen}");
+    let url = mint(&base, nodes).await?;
+    println!("discovery URL:  {url}");
+    println!("starting {nodes} agents with identical settings …\n");
+
+    let exe = std::env::current_exe().context("locating the muster binary")?;
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for i in 1..=nodes {
+        let name = format!("node{i}");
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        let log = std::fs::File::create(root.join(format!("{name}.log")))?;
+        let child = Command::new(&exe)
+            .args(["agent", "--name", &name, "--advertise", &addr, "--listen", &addr, "--discovery", &url])
+            .arg("--data-dir")
+            .arg(root.join(&name))
+            .args(["--config", "/dev/null"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting an agent")?;
+        println!("  {name} listening on {addr}");
+        children.push(Child2 { name, child });
+    }
+    println!();
+
+    let discovery = DiscoveryClient::new(&url)?;
+    let first = root.join("node1");
+    let mut last_line = String::new();
+    let status = loop {
+        if started.elapsed() > FORM_TIMEOUT {
+            bail!("the cluster did not form within {FORM_TIMEOUT:?}; logs are in {}", root.display());
+        }
+        let registered = discovery.listing().await.map(|l| l.members.len()).unwrap_or(0);
+        let status = fetch_status(&first).await;
+        let (members, voters, leader) = match &status {
+            Some(s) => (
+                s.members.len(),
+                s.members.iter().filter(|m| m.suffrage == "voter").count(),
+                s.leader.clone().unwrap_or_else(|| "-".into()),
+            ),
+            None => (0, 0, "-".into()),
+        };
+        let line = format!(
+            "{:>5.1}s  registered {registered}/{nodes}   members {members}   voters {voters}   leader {leader}",
+            started.elapsed().as_secs_f64()
+        );
+        if line[7..] != last_line.get(7..).unwrap_or_default().to_string() {
+            println!("{line}");
+            last_line = line;
+        }
+        if let Some(s) = status
+            && members == nodes
+            && voters == voter_target(nodes)
+            && s.leader.is_some()
+        {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!("\ncluster {} formed in {:.2}s\n", status.cluster_id, started.elapsed().as_secs_f64());
+    crate::cli_output::print_status(&status);
+    if exit {
+        stop(children).await;
+        discovery_task.abort();
+        return Ok(());
+    }
+    println!("\ntry:  muster status --data-dir {}", first.display());
+    println!("      muster kv put greeting hello --data-dir {}", first.display());
+    println!("press Ctrl-C to stop the demo");
+    let _ = tokio::signal::ctrl_c().await;
+    stop(children).await;
+    discovery_task.abort();
+    Ok(())
+}
+
+async fn stop(children: Vec<Child2>) {
+    for mut c in children {
+        if let Some(pid) = c.child.id() {
+            let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+        }
+        if tokio::time::timeout(Duration::from_secs(10), c.child.wait()).await.is_err() {
+            let _ = c.child.kill().await;
+        }
+        println!("stopped {}", c.name);
+    }
+}
+
+async fn mint(base: &str, size: usize) -> Result<String> {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match http.get(format!("{base}/new?size={size}")).send().await {
+            Ok(r) if r.status().is_success() => return Ok(r.text().await?),
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            Ok(r) => bail!("minting a discovery URL failed: HTTP {}", r.status()),
+            Err(e) => bail!("the in-process discovery service did not start: {e}"),
+        }
+    }
+}
+
+async fn fetch_status(data_dir: &std::path::Path) -> Option<Status> {
+    let (code, body) = crate::operator::call(&crate::operator::socket_path(data_dir), "GET", "/v1/status", None)
+        .await
+        .ok()?;
+    if code != 200 {
+        return None;
+    }
+    serde_json::from_str(&body).ok()
+}
+
+fn voter_target(n: usize) -> usize {
+    crate::service::voter_target(n)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
