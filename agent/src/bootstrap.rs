@@ -84,6 +84,13 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     tracing::info!(name = %identity.name, id = %identity.member_id(), "node identity");
     let running = if let Some(cluster) = read_cluster_file(&config.data_dir)? {
         tracing::info!(cluster_id = %cluster.cluster_id, "restarting on static membership; discovery is not contacted");
+        if config.discovery.is_some() {
+            println!(
+                "data dir {} belongs to cluster {}: --discovery is ignored (membership is static after formation)",
+                config.data_dir.display(),
+                cluster.cluster_id
+            );
+        }
         restart(&config, &identity, cluster).await?
     } else if config.token.is_some() {
         bail!(

@@ -18,16 +18,26 @@ pub fn print_members(s: &Status) {
         "NAME", "ID", "ADDRESS", "SUFFRAGE", "REACHABLE", "LAST SEEN", "MATCH"
     );
     for m in &s.members {
-        let leader = if s.leader.as_deref() == Some(m.name.as_str()) { "*" } else { "" };
+        let leader = if s.leader.as_deref() == Some(m.name.as_str()) {
+            "*"
+        } else {
+            ""
+        };
         println!(
             "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
             format!("{}{leader}", m.name),
             m.id,
             m.address,
             m.suffrage,
-            m.reachable.map(|r| if r { "yes" } else { "NO" }).unwrap_or("-"),
-            m.last_seen_ms.map(|ms| format!("{ms}ms")).unwrap_or_else(|| "-".into()),
-            m.match_index.map(|i| i.to_string()).unwrap_or_else(|| "-".into()),
+            m.reachable
+                .map(|r| if r { "yes" } else { "NO" })
+                .unwrap_or("-"),
+            m.last_seen_ms
+                .map(|ms| format!("{ms}ms"))
+                .unwrap_or_else(|| "-".into()),
+            m.match_index
+                .map(|i| i.to_string())
+                .unwrap_or_else(|| "-".into()),
         );
     }
 }

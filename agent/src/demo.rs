@@ -58,7 +58,17 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         let addr = format!("127.0.0.1:{}", free_port()?);
         let log = std::fs::File::create(root.join(format!("{name}.log")))?;
         let child = Command::new(&exe)
-            .args(["agent", "--name", &name, "--advertise", &addr, "--listen", &addr, "--discovery", &url])
+            .args([
+                "agent",
+                "--name",
+                &name,
+                "--advertise",
+                &addr,
+                "--listen",
+                &addr,
+                "--discovery",
+                &url,
+            ])
             .arg("--data-dir")
             .arg(root.join(&name))
             .args(["--config", "/dev/null"])
@@ -79,9 +89,16 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
     let mut last_line = String::new();
     let status = loop {
         if started.elapsed() > FORM_TIMEOUT {
-            bail!("the cluster did not form within {FORM_TIMEOUT:?}; logs are in {}", root.display());
+            bail!(
+                "the cluster did not form within {FORM_TIMEOUT:?}; logs are in {}",
+                root.display()
+            );
         }
-        let registered = discovery.listing().await.map(|l| l.members.len()).unwrap_or(0);
+        let registered = discovery
+            .listing()
+            .await
+            .map(|l| l.members.len())
+            .unwrap_or(0);
         let status = fetch_status(&first).await;
         let (members, voters, leader) = match &status {
             Some(s) => (
@@ -108,7 +125,11 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    println!("\ncluster {} formed in {:.2}s\n", status.cluster_id, started.elapsed().as_secs_f64());
+    println!(
+        "\ncluster {} formed in {:.2}s\n",
+        status.cluster_id,
+        started.elapsed().as_secs_f64()
+    );
     crate::cli_output::print_status(&status);
     if exit {
         stop(children).await;
@@ -116,7 +137,10 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         return Ok(());
     }
     println!("\ntry:  muster status --data-dir {}", first.display());
-    println!("      muster kv put greeting hello --data-dir {}", first.display());
+    println!(
+        "      muster kv put greeting hello --data-dir {}",
+        first.display()
+    );
     println!("press Ctrl-C to stop the demo");
     let _ = tokio::signal::ctrl_c().await;
     stop(children).await;
@@ -127,9 +151,15 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
 async fn stop(children: Vec<Child2>) {
     for mut c in children {
         if let Some(pid) = c.child.id() {
-            let _ = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
         }
-        if tokio::time::timeout(Duration::from_secs(10), c.child.wait()).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), c.child.wait())
+            .await
+            .is_err()
+        {
             let _ = c.child.kill().await;
         }
         println!("stopped {}", c.name);
@@ -150,9 +180,14 @@ async fn mint(base: &str, size: usize) -> Result<String> {
 }
 
 async fn fetch_status(data_dir: &std::path::Path) -> Option<Status> {
-    let (code, body) = crate::operator::call(&crate::operator::socket_path(data_dir), "GET", "/v1/status", None)
-        .await
-        .ok()?;
+    let (code, body) = crate::operator::call(
+        &crate::operator::socket_path(data_dir),
+        "GET",
+        "/v1/status",
+        None,
+    )
+    .await
+    .ok()?;
     if code != 200 {
         return None;
     }
@@ -164,5 +199,7 @@ fn voter_target(n: usize) -> usize {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }

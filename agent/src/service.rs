@@ -153,7 +153,10 @@ impl Agent {
         let deadline = Instant::now() + ELECTION_GRACE;
         loop {
             match self.on_leader_once(op.clone()).await {
-                Err(e) if e.kind == crate::api::types::kind::NO_LEADER && Instant::now() < deadline => {
+                Err(e)
+                    if e.kind == crate::api::types::kind::NO_LEADER
+                        && Instant::now() < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 other => return other,
@@ -329,6 +332,7 @@ impl Agent {
             term: view.term,
             commit_index: view.last_applied.unwrap_or(0),
             members,
+            refused_rpcs: self.refused_rpcs.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

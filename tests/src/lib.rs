@@ -633,6 +633,11 @@ impl AgentProc {
         Ok(())
     }
 
+    /// Starts the same agent again with the same flags.
+    pub fn restart(&mut self) -> Result<()> {
+        self.spawn()
+    }
+
     /// Starts the same agent again, dropping `--discovery` (a restart needs only the data dir).
     pub fn restart_without_discovery(&mut self) -> Result<()> {
         if let Some(i) = self.args.iter().position(|a| a == "--discovery") {

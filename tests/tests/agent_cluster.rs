@@ -275,8 +275,9 @@ async fn raft_endpoints_refuse_clients_without_a_cluster_certificate() {
             "a foreign certificate must not reach raft"
         ),
     }
-    // The node is still healthy.
-    assert!(a.status().await.is_some());
+    // The node is still healthy, and it counted the refusals.
+    let s = a.status().await.expect("status");
+    assert!(s["refused_rpcs"].as_u64().unwrap_or(0) >= 4, "{s}");
 }
 
 #[tokio::test]
@@ -342,8 +343,55 @@ async fn demo_forms_a_cluster_and_exits() {
     .expect("demo finishes")
     .expect("run demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("formed in"), "{stdout}");
     assert_eq!(stdout.matches(" voter ").count(), 3, "{stdout}");
     assert_eq!(stdout.matches("stopped node").count(), 3, "{stdout}");
+}
+
+#[tokio::test]
+async fn a_wiped_member_restarted_with_the_same_user_data_is_refused() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("token");
+    let mut agents = start_all(tmp.path(), "w", 3, &url);
+    let cluster = wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    // The machine is re-provisioned: same name, same flags, empty disk.
+    agents[2].kill9().await.expect("kill");
+    std::fs::remove_dir_all(&agents[2].data_dir).expect("wipe");
+    let mut again = start(tmp.path(), "w3", &url);
+    assert_eq!(
+        again.wait_exit(FORM).await.expect("exit"),
+        Some(2),
+        "{}",
+        again.log()
+    );
+    let log = again.log();
+    assert!(
+        log.contains("never forms a second cluster") && log.contains("muster token create"),
+        "{log}"
+    );
+    let s = agents[0].status().await.expect("status");
+    assert_eq!(s["cluster_id"], cluster.as_str());
+    // A restart with the data dir intact and the same user-data ignores the URL entirely.
+    agents[1].kill9().await.expect("kill");
+    agents[1].restart().expect("restart");
+    wait_for("w2 back", FORM, || async {
+        agents[1].status().await.map(|_| ())
+    })
+    .await
+    .expect("w2");
+    assert!(
+        agents[1].log().contains("--discovery is ignored"),
+        "{}",
+        tail(&agents[1].log(), 10)
+    );
+    assert_eq!(
+        agents[1].status().await.expect("status")["cluster_id"],
+        cluster.as_str()
+    );
 }

@@ -15,6 +15,10 @@ pub struct Status {
     pub term: u64,
     pub commit_index: u64,
     pub members: Vec<Member>,
+    /// Raft/forwarding requests this node refused because the caller had no certificate from
+    /// this cluster's CA (since the agent started).
+    #[serde(default)]
+    pub refused_rpcs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
