@@ -112,7 +112,8 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
             "{:>5.1}s  registered {registered}/{nodes}   members {members}   voters {voters}   leader {leader}",
             started.elapsed().as_secs_f64()
         );
-        if line[7..] != last_line.get(7..).unwrap_or_default().to_string() {
+        // Print only when something other than the clock changed.
+        if line.get(7..) != last_line.get(7..) {
             println!("{line}");
             last_line = line;
         }
