@@ -64,6 +64,10 @@ async fn size_3_started_at_once_forms_one_cluster_and_refuses_a_4th() {
     let log = extra.log();
     assert!(log.contains("never forms a second cluster"), "{log}");
     assert!(
+        log.contains("already formed a cluster"),
+        "a stale (formed) URL says so: {log}"
+    );
+    assert!(
         log.contains("muster token create") && log.contains("--token"),
         "{log}"
     );
