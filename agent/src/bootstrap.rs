@@ -42,6 +42,9 @@ pub struct NeverFormSecondCluster(pub String);
 struct ClusterFile {
     version: u32,
     cluster_id: String,
+    /// The address this node joined with; peers know it by this address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    advertise: Option<String>,
     /// Present on the initiator until its cohort has joined: lets a restart resume formation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     formation: Option<Formation>,
@@ -201,6 +204,16 @@ async fn restart(
     identity: &Identity,
     cluster: ClusterFile,
 ) -> Result<Running> {
+    if let Some(recorded) = &cluster.advertise
+        && recorded != &config.advertise
+    {
+        bail!(
+            "--advertise {} differs from {recorded}, the address this node joined with; membership is \
+             static, so peers still dial {recorded}. Start with --advertise {recorded}, or give this \
+             machine an empty --data-dir to join as a new node",
+            config.advertise
+        );
+    }
     let running = start_node(
         config,
         identity,
@@ -208,14 +221,29 @@ async fn restart(
         cluster.formation.clone(),
     )
     .await?;
-    // An initiator that crashed before its raft group existed finishes creating it. Once raft
-    // is initialized the reconciler completes the formation (if this node still leads), and
-    // nothing here talks to the discovery service.
+    // An initiator restarted mid-formation finishes what it had not done yet: create the raft
+    // group if it crashed before that, and make sure the record is published. Publishing runs
+    // in the background with retries, so a discovery outage delays formation but never stops
+    // this node. Once formation is over nothing here talks to the discovery service.
     if let Some(formation) = &cluster.formation
         && formation.initiator
-        && !running.agent.raft.is_initialized().await?
     {
-        initiate(config, identity, &running, &cluster.cluster_id, formation).await?;
+        if !running.agent.raft.is_initialized().await? {
+            init_raft_group(config, identity, &running, &cluster.cluster_id, formation).await?;
+        }
+        let plan = record_plan(config, identity, &cluster.cluster_id, formation)?;
+        let agent = running.agent.clone();
+        tokio::spawn(async move {
+            loop {
+                match publish_record(&plan, &agent).await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot publish the bootstrap record yet; retrying in 5s");
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                }
+            }
+        });
     }
     Ok(running)
 }
@@ -369,18 +397,21 @@ async fn become_initiator(
         &ClusterFile {
             version: 1,
             cluster_id: cluster_id.clone(),
+            advertise: Some(config.advertise.clone()),
             formation: Some(formation.clone()),
         },
     )?;
     println!("this node initiates the cluster (first registrant); cluster id {cluster_id}");
     let running = start_node(config, identity, &cluster_id, Some(formation.clone())).await?;
-    initiate(config, identity, &running, &cluster_id, &formation).await?;
+    init_raft_group(config, identity, &running, &cluster_id, &formation).await?;
+    let plan = record_plan(config, identity, &cluster_id, &formation)?;
+    publish_record(&plan, &running.agent).await?;
     Ok(running)
 }
 
-/// Initializes raft, records the cluster in it and publishes the bootstrap record. Every step
-/// is idempotent, so an initiator restarted half-way runs it again.
-async fn initiate(
+/// Creates the raft group and records the cluster in it. Idempotent: a restarted initiator may
+/// run it again.
+async fn init_raft_group(
     config: &AgentConfig,
     identity: &Identity,
     running: &Running,
@@ -400,7 +431,7 @@ async fn initiate(
     if raft.read_local(|s| s.cluster_id.is_none())? {
         raft.write(Request::InitCluster {
             cluster_id: cluster_id.to_string(),
-            ca: ca.clone(),
+            ca,
         })
         .await?;
     }
@@ -414,21 +445,51 @@ async fn initiate(
         },
     })
     .await?;
-    let discovery = DiscoveryClient::new(&formation.discovery_url)?;
-    let pin = tls::spki_pin(&ca.cert_pem)?;
-    let record = BootstrapRecord {
-        cluster_id: cluster_id.to_string(),
-        ca_pin: pin.clone(),
-        initiator: identity.member_id(),
-        state: if formation.size == 1 {
-            RecordState::Formed
-        } else {
-            RecordState::Open
+    Ok(())
+}
+
+/// What the initiator publishes, and where.
+struct RecordPlan {
+    record: BootstrapRecord,
+    discovery_url: String,
+    data_dir: PathBuf,
+    size: usize,
+}
+
+fn record_plan(
+    config: &AgentConfig,
+    identity: &Identity,
+    cluster_id: &str,
+    formation: &Formation,
+) -> Result<RecordPlan> {
+    let ca = formation
+        .ca
+        .as_ref()
+        .ok_or_else(|| anyhow!("formation state lacks the CA"))?;
+    Ok(RecordPlan {
+        record: BootstrapRecord {
+            cluster_id: cluster_id.to_string(),
+            ca_pin: tls::spki_pin(&ca.cert_pem)?,
+            initiator: identity.member_id(),
+            state: if formation.size == 1 {
+                RecordState::Formed
+            } else {
+                RecordState::Open
+            },
+            peers: vec![config.advertise.clone()],
         },
-        peers: vec![config.advertise.clone()],
-    };
+        discovery_url: formation.discovery_url.clone(),
+        data_dir: config.data_dir.clone(),
+        size: formation.size,
+    })
+}
+
+/// Publishes the bootstrap record by compare-and-set (or finds our own from before a restart).
+async fn publish_record(plan: &RecordPlan, agent: &Agent) -> Result<()> {
+    let discovery = DiscoveryClient::new(&plan.discovery_url)?;
+    let record = &plan.record;
     match retry("publishing the bootstrap record", || {
-        discovery.create_record(&record)
+        discovery.create_record(record)
     })
     .await
     {
@@ -447,16 +508,17 @@ async fn initiate(
         }
         Err(e) => return Err(e.into()),
     }
-    if formation.size == 1 {
-        clear_formation(&config.data_dir)?;
-        if let Ok(mut f) = running.agent.formation.lock() {
+    if plan.size == 1 {
+        clear_formation(&plan.data_dir)?;
+        if let Ok(mut f) = agent.formation.lock() {
             *f = None;
         }
         println!("cluster formed: 1 member");
     } else {
         println!(
-            "cluster {cluster_id} created; waiting for the other {} registrants to join",
-            formation.size - 1
+            "cluster {} created; waiting for the other {} registrants to join",
+            record.cluster_id,
+            plan.size - 1
         );
     }
     Ok(())
@@ -506,6 +568,7 @@ async fn join_initiator(
         &ClusterFile {
             version: 1,
             cluster_id: response.cluster_id.clone(),
+            advertise: Some(config.advertise.clone()),
             formation: None,
         },
     )?;

@@ -1,21 +1,50 @@
-//! Tables printed by the operator commands.
+//! What the operator commands print.
+
+use std::io::Write;
 
 use crate::api::types::Status;
 
+/// Writes one line to stdout. A closed pipe (`muster status | head -1`) ends the program quietly
+/// instead of panicking the way `println!` does.
+pub fn out(line: std::fmt::Arguments<'_>) {
+    if let Err(e) = writeln!(std::io::stdout().lock(), "{line}")
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
+    }
+}
+
+/// `println!` for operator output; see [`out`].
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::cli_output::out(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli_output::out(format_args!($($arg)*))
+    };
+}
+
 pub fn print_status(s: &Status) {
-    println!("cluster   {}", s.cluster_id);
-    println!("self      {}", s.self_name);
-    println!("leader    {}", s.leader.as_deref().unwrap_or("(none)"));
-    println!("term      {}", s.term);
-    println!("commit    {}", s.commit_index);
-    println!();
+    crate::outln!("cluster   {}", s.cluster_id);
+    crate::outln!("self      {}", s.self_name);
+    crate::outln!("leader    {}", s.leader.as_deref().unwrap_or("(none)"));
+    crate::outln!("term      {}", s.term);
+    crate::outln!("commit    {}", s.commit_index);
+    crate::outln!();
     print_members(s);
 }
 
 pub fn print_members(s: &Status) {
-    println!(
+    crate::outln!(
         "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
-        "NAME", "ID", "ADDRESS", "SUFFRAGE", "REACHABLE", "LAST SEEN", "MATCH"
+        "NAME",
+        "ID",
+        "ADDRESS",
+        "SUFFRAGE",
+        "REACHABLE",
+        "LAST SEEN",
+        "MATCH"
     );
     for m in &s.members {
         let leader = if s.leader.as_deref() == Some(m.name.as_str()) {
@@ -23,7 +52,7 @@ pub fn print_members(s: &Status) {
         } else {
             ""
         };
-        println!(
+        crate::outln!(
             "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
             format!("{}{leader}", m.name),
             m.id,

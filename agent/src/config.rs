@@ -95,11 +95,8 @@ pub struct AgentConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot read {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error("{path}: {message}")]
     File { path: String, message: String },
     #[error("{setting}: {message}")]
@@ -258,9 +255,9 @@ fn duration_setting(
 }
 
 fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
         path: path.display().to_string(),
-        source,
+        cause,
     })?;
     toml::from_str(&text).map_err(|e| ConfigError::File {
         path: path.display().to_string(),
@@ -271,9 +268,9 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
 /// Parses a systemd EnvironmentFile: `KEY=VALUE` lines, `#`/`;` comments, optional `export `,
 /// values optionally in single or double quotes.
 pub fn read_env_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
         path: path.display().to_string(),
-        source,
+        cause,
     })?;
     parse_env_file(&text).map_err(|message| ConfigError::File {
         path: path.display().to_string(),

@@ -25,7 +25,7 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
     }
     let tmp = tempfile::Builder::new().prefix("muster-demo-").tempdir()?;
     let root: PathBuf = tmp.path().to_path_buf();
-    println!("demo directory: {}", root.display());
+    crate::outln!("demo directory: {}", root.display());
 
     // The discovery service runs inside this process.
     let port = free_port()?;
@@ -47,8 +47,8 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
     let discovery_task = tokio::spawn(muster_discovery::server::serve(config));
     let base = format!("http://{listen}");
     let url = mint(&base, nodes).await?;
-    println!("discovery URL:  {url}");
-    println!("starting {nodes} agents with identical settings …\n");
+    crate::outln!("discovery URL:  {url}");
+    crate::outln!("starting {nodes} agents with identical settings …\n");
 
     let exe = std::env::current_exe().context("locating the muster binary")?;
     let started = Instant::now();
@@ -79,10 +79,10 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
             .kill_on_drop(true)
             .spawn()
             .context("starting an agent")?;
-        println!("  {name} listening on {addr}");
+        crate::outln!("  {name} listening on {addr}");
         children.push(Child2 { name, child });
     }
-    println!();
+    crate::outln!();
 
     let discovery = DiscoveryClient::new(&url)?;
     let first = root.join("node1");
@@ -114,7 +114,7 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         );
         // Print only when something other than the clock changed.
         if line.get(7..) != last_line.get(7..) {
-            println!("{line}");
+            crate::outln!("{line}");
             last_line = line;
         }
         if let Some(s) = status
@@ -126,7 +126,7 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    println!(
+    crate::outln!(
         "\ncluster {} formed in {:.2}s\n",
         status.cluster_id,
         started.elapsed().as_secs_f64()
@@ -137,12 +137,12 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         discovery_task.abort();
         return Ok(());
     }
-    println!("\ntry:  muster status --data-dir {}", first.display());
-    println!(
+    crate::outln!("\ntry:  muster status --data-dir {}", first.display());
+    crate::outln!(
         "      muster kv put greeting hello --data-dir {}",
         first.display()
     );
-    println!("press Ctrl-C to stop the demo");
+    crate::outln!("press Ctrl-C to stop the demo");
     let _ = tokio::signal::ctrl_c().await;
     stop(children).await;
     discovery_task.abort();
@@ -163,7 +163,7 @@ async fn stop(children: Vec<Child2>) {
         {
             let _ = c.child.kill().await;
         }
-        println!("stopped {}", c.name);
+        crate::outln!("stopped {}", c.name);
     }
 }
 

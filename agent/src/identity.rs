@@ -29,11 +29,8 @@ pub struct Identity {
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
-    #[error("cannot use data dir {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot use data dir {path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error(
         "{path} is damaged ({why}); this data dir cannot be trusted — move it aside and join the cluster again as a new node"
     )]
@@ -54,7 +51,7 @@ impl Identity {
     pub fn load_or_create(dir: &Path, name: &str) -> Result<Self, IdentityError> {
         let io = |path: &Path| {
             let path = path.display().to_string();
-            move |source| IdentityError::Io { path, source }
+            move |cause| IdentityError::Io { path, cause }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         restrict_dir(dir).map_err(io(dir))?;

@@ -91,8 +91,22 @@ enum KvCommand {
     },
 }
 
+/// Exit code for command-line mistakes (BSD's EX_USAGE). Exit code 2 is reserved for "this node
+/// would form a second cluster", which supervisors must not retry.
+const EXIT_USAGE: u8 = 64;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     // Every TLS config in Muster names the ring provider explicitly; this default covers HTTP
     // clients built without one (reqwest is compiled without a bundled provider).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -131,7 +145,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Status(op) => {
             let status = fetch_status(&op).await?;
             if op.json {
-                println!("{}", serde_json::to_string_pretty(&status)?);
+                muster_agent::outln!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 muster_agent::cli_output::print_status(&status);
             }
@@ -140,7 +154,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Members(op) => {
             let status = fetch_status(&op).await?;
             if op.json {
-                println!("{}", serde_json::to_string_pretty(&status.members)?);
+                muster_agent::outln!("{}", serde_json::to_string_pretty(&status.members)?);
             } else {
                 muster_agent::cli_output::print_members(&status);
             }
@@ -207,9 +221,9 @@ async fn kv(command: KvCommand) -> Result<()> {
         KvCommand::Get { key, op } => {
             let v = call(&op, "GET", &format!("/v1/kv?key={}", query(&key)), None).await?;
             if op.json {
-                println!("{v}");
+                muster_agent::outln!("{v}");
             } else {
-                println!("{}", v["value"].as_str().unwrap_or_default());
+                muster_agent::outln!("{}", v["value"].as_str().unwrap_or_default());
             }
         }
         KvCommand::Put { key, value, op } => {
@@ -222,13 +236,13 @@ async fn kv(command: KvCommand) -> Result<()> {
             )
             .await?;
             if op.json {
-                println!("{v}");
+                muster_agent::outln!("{v}");
             }
         }
         KvCommand::Del { key, op } => {
             let v = call(&op, "DELETE", &format!("/v1/kv?key={}", query(&key)), None).await?;
             if op.json {
-                println!("{v}");
+                muster_agent::outln!("{v}");
             }
         }
         KvCommand::List { prefix, op } => {
@@ -240,10 +254,10 @@ async fn kv(command: KvCommand) -> Result<()> {
             )
             .await?;
             if op.json {
-                println!("{v}");
+                muster_agent::outln!("{v}");
             } else if let Some(entries) = v.as_array() {
                 for e in entries {
-                    println!(
+                    muster_agent::outln!(
                         "{}\t{}",
                         e["key"].as_str().unwrap_or_default(),
                         e["value"].as_str().unwrap_or_default()

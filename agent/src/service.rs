@@ -20,8 +20,9 @@ pub const PROMOTE_AFTER: Duration = Duration::from_secs(3);
 const CAUGHT_UP_LAG: u64 = 5;
 /// How long an operator call waits for a leader before answering `no_leader`.
 const ELECTION_GRACE: Duration = Duration::from_secs(5);
-/// Node certificates are valid this long.
-pub const CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Node certificates are valid this long: as long as the CA, because certificate rotation does
+/// not exist yet and an expired certificate would silently cut a node off its cluster.
+pub const CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// Voters wanted for `members` members: an odd number, at most 7 (DESIGN §2).
 pub fn voter_target(members: usize) -> usize {
@@ -116,7 +117,9 @@ impl From<RaftNodeError> for OpError {
             RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader => {
                 OpError::new(kind::NO_LEADER, 503, e.to_string())
             }
-            RaftNodeError::Timeout(_) => OpError::new(kind::QUORUM_LOST, 503, e.to_string()),
+            RaftNodeError::Timeout(_) | RaftNodeError::QuorumLost(_) => {
+                OpError::new(kind::QUORUM_LOST, 503, e.to_string())
+            }
             RaftNodeError::Refused(_) => OpError::new(kind::INVALID_ARGUMENT, 409, e.to_string()),
             _ => OpError::new(kind::INTERNAL, 500, e.to_string()),
         }
@@ -524,20 +527,28 @@ impl Agent {
                 return Ok(());
             }
             let all_present = cohort.iter().all(|id| view.nodes.contains_key(id));
-            let pending: BTreeSet<NodeId> = cohort.difference(&view.voters).copied().collect();
-            if all_present && !pending.is_empty() && pending.iter().all(caught_up) {
-                tracing::info!(
-                    count = pending.len(),
-                    "promoting the formation cohort to voters"
-                );
-                self.raft.promote(pending).await?;
+            if !all_present {
+                // While the cohort is still joining, leave suffrage alone.
                 return Ok(());
             }
-            if all_present && pending.is_empty() {
+            // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
+            // lexicographically-first nonvoters, all in one membership change.
+            let records = self.raft.read_local(|s| s.nodes.clone())?;
+            let name = |id: &NodeId| records.get(id).map(|r| r.name.clone()).unwrap_or_default();
+            let wanted = voter_target(cohort.len()).saturating_sub(view.voters.len());
+            let mut nonvoters: Vec<NodeId> = cohort.difference(&view.voters).copied().collect();
+            nonvoters.sort_by_key(&name);
+            let promote: BTreeSet<NodeId> = nonvoters.into_iter().take(wanted).collect();
+            if promote.is_empty() {
                 self.finish_formation(formation).await;
-            }
-            // While the cohort is still joining, leave suffrage alone.
-            if !pending.is_empty() {
+            } else {
+                if promote.iter().all(caught_up) {
+                    tracing::info!(
+                        count = promote.len(),
+                        "promoting the formation cohort to voters"
+                    );
+                    self.raft.promote(promote).await?;
+                }
                 return Ok(());
             }
         }

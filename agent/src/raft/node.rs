@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
 use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -34,8 +34,12 @@ pub enum RaftNodeError {
     NotLeader { leader: Option<(NodeId, Node)> },
     #[error("no leader is known right now (an election may be in progress, or quorum is lost)")]
     NoLeader,
-    #[error("{0} did not finish within {WRITE_TIMEOUT:?}: quorum may be lost")]
+    #[error(
+        "{0} did not finish within {WRITE_TIMEOUT:?}: quorum may be lost, and the outcome is unknown until it is back"
+    )]
     Timeout(&'static str),
+    #[error("this node cannot reach a quorum of voters: {0}")]
+    QuorumLost(String),
     #[error("raft has stopped: {0}")]
     Fatal(String),
     #[error(transparent)]
@@ -194,6 +198,13 @@ impl RaftNode {
                 Some(fwd) => RaftNodeError::NotLeader {
                     leader: fwd.leader_id.zip(fwd.leader_node.clone()),
                 },
+                None if matches!(
+                    e,
+                    RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))
+                ) =>
+                {
+                    RaftNodeError::QuorumLost(e.to_string())
+                }
                 None => RaftNodeError::Other(e.to_string()),
             });
         }
