@@ -83,9 +83,26 @@ fn write_tls(dir: &Path, ca_pem: &str, cert_pem: &str) -> Result<()> {
 
 /// Runs the agent until SIGTERM/SIGINT.
 pub async fn run(config: AgentConfig) -> Result<()> {
+    let cluster = read_cluster_file(&config.data_dir)?;
+    if cluster.is_none() && config.discovery.is_none() && config.token.is_none() {
+        bail!(
+            "nothing to start from. Use one of:\n  \
+             muster agent --discovery URL …        (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
+             muster agent --join HOST:PORT --token T …  (join an existing cluster)\n  \
+             an existing --data-dir                 (restart a member)"
+        );
+    }
+    let _lock = lock_data_dir(&config.data_dir)?;
+    if cluster.is_none() && config.data_dir.join("raft").exists() {
+        bail!(
+            "{} holds raft state but no cluster.json: the data dir is damaged. Move it aside \
+             (keep it for recovery) and start this machine with an empty --data-dir",
+            config.data_dir.display()
+        );
+    }
     let identity = Identity::load_or_create(&config.data_dir, &config.name)?;
     tracing::info!(name = %identity.name, id = %identity.member_id(), "node identity");
-    let running = if let Some(cluster) = read_cluster_file(&config.data_dir)? {
+    let running = if let Some(cluster) = cluster {
         tracing::info!(cluster_id = %cluster.cluster_id, "restarting on static membership; discovery is not contacted");
         if config.discovery.is_some() {
             println!(
@@ -103,17 +120,31 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     } else if let Some(url) = config.discovery.clone() {
         through_discovery(&config, &identity, &url).await?
     } else {
-        bail!(
-            "nothing to start from. Use one of:\n  \
-             muster agent --discovery URL …        (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
-             muster agent --join HOST:PORT --token T …  (join an existing cluster)\n  \
-             an existing --data-dir                 (restart a member)"
-        );
+        bail!("unreachable: checked above");
     };
     wait_for_signal().await;
     tracing::info!("stopping");
     running.stop().await;
     Ok(())
+}
+
+/// Holds `<data-dir>/lock` exclusively for the life of the process, so two agents can never
+/// write one data dir (fjall's own lock comes later, after files such as cluster.json).
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating data dir {}", dir.display()))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))
+        .with_context(|| format!("opening {}/lock", dir.display()))?;
+    if file.try_lock().is_err() {
+        bail!(
+            "another muster agent is using {}; stop it first (or give this one its own --data-dir)",
+            dir.display()
+        );
+    }
+    Ok(file)
 }
 
 /// Handles of a started node.
@@ -228,17 +259,38 @@ async fn restart(
     if let Some(formation) = &cluster.formation
         && formation.initiator
     {
-        if !running.agent.raft.is_initialized().await? {
-            init_raft_group(config, identity, &running, &cluster.cluster_id, formation).await?;
-        }
         let plan = record_plan(config, identity, &cluster.cluster_id, formation)?;
         let agent = running.agent.clone();
+        let (config, formation) = (config.clone(), formation.clone());
+        let (name, fingerprint, node_id) = (
+            identity.name.clone(),
+            identity.key.fingerprint(),
+            identity.node_id,
+        );
         tokio::spawn(async move {
             loop {
-                match publish_record(&plan, &agent).await {
+                let step = async {
+                    init_raft_group(
+                        &config,
+                        &name,
+                        node_id,
+                        &fingerprint,
+                        &agent,
+                        &plan.record.cluster_id,
+                        &formation,
+                    )
+                    .await?;
+                    publish_record(&plan, &agent).await
+                };
+                match step.await {
                     Ok(()) => return,
+                    Err(e) if e.downcast_ref::<NeverFormSecondCluster>().is_some() => {
+                        // Someone else's record: this node's one-member cluster must not live on.
+                        eprintln!("muster: {e}");
+                        std::process::exit(2);
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot publish the bootstrap record yet; retrying in 5s");
+                        tracing::warn!(error = %e, "cannot finish initiating yet; retrying in 5s");
                         tokio::time::sleep(Duration::from_secs(5)).await;
                     }
                 }
@@ -293,7 +345,8 @@ async fn through_discovery(
         }
         Err(e) => return Err(e.into()),
     }
-    tracing::info!(url = %discovery.url(), member = %me, "registered");
+    // The discovery URL is a credential: log only the service, not the token.
+    tracing::info!(service = %discovery.url().rsplit_once('/').map(|(s, _)| s).unwrap_or(""), member = %me, "registered");
     let mut last_progress = 0;
     loop {
         let listing = retry("reading the discovery URL", || discovery.listing()).await?;
@@ -351,7 +404,9 @@ async fn refuse_if_not_ours(
         "discovery URL {} {} without this node; members: {}.\n\
          A node never forms a second cluster. To add this machine to that cluster:\n  \
          on a member:    muster token create --ttl 1h\n  \
-         on this node:   muster agent --name {} --advertise {} --data-dir {} --join {first} --token <TOKEN>",
+         on this node:   muster agent --name {} --advertise {} --data-dir {} --join {first} --token <TOKEN>\n\
+         (join tokens arrive in a later version of muster; until then, leave this machine out or \
+         form a new cluster with a new discovery URL)",
         discovery.url(),
         if formed { "already formed a cluster" } else { "is full" },
         members.join(", "),
@@ -403,7 +458,16 @@ async fn become_initiator(
     )?;
     println!("this node initiates the cluster (first registrant); cluster id {cluster_id}");
     let running = start_node(config, identity, &cluster_id, Some(formation.clone())).await?;
-    init_raft_group(config, identity, &running, &cluster_id, &formation).await?;
+    init_raft_group(
+        config,
+        &identity.name,
+        identity.node_id,
+        &identity.key.fingerprint(),
+        &running.agent,
+        &cluster_id,
+        &formation,
+    )
+    .await?;
     let plan = record_plan(config, identity, &cluster_id, &formation)?;
     publish_record(&plan, &running.agent).await?;
     Ok(running)
@@ -413,38 +477,46 @@ async fn become_initiator(
 /// run it again.
 async fn init_raft_group(
     config: &AgentConfig,
-    identity: &Identity,
-    running: &Running,
+    name: &str,
+    node_id: u64,
+    fingerprint: &str,
+    agent: &Agent,
     cluster_id: &str,
     formation: &Formation,
 ) -> Result<()> {
-    let raft = &running.agent.raft;
+    let raft = &agent.raft;
     raft.initialize(Node {
-        name: identity.name.clone(),
+        name: name.to_string(),
         addr: config.advertise.clone(),
     })
     .await?;
-    let ca = formation
-        .ca
-        .clone()
-        .ok_or_else(|| anyhow!("formation state lacks the CA"))?;
-    if raft.read_local(|s| s.cluster_id.is_none())? {
+    // Decided by the replicated state, not by whether raft exists: a crash right after
+    // `initialize` must still get the CA and this node into the state machine.
+    let (has_cluster, has_self) =
+        raft.read_local(|s| (s.cluster_id.is_some(), s.nodes.contains_key(&node_id)))?;
+    if !has_cluster {
+        let ca = formation
+            .ca
+            .clone()
+            .ok_or_else(|| anyhow!("formation state lacks the CA"))?;
         raft.write(Request::InitCluster {
             cluster_id: cluster_id.to_string(),
             ca,
         })
         .await?;
     }
-    raft.write(Request::UpsertNode {
-        id: identity.node_id,
-        node: NodeRecord {
-            name: identity.name.clone(),
-            addr: config.advertise.clone(),
-            key_fingerprint: identity.key.fingerprint(),
-            joined_ms: now_ms(),
-        },
-    })
-    .await?;
+    if !has_self {
+        raft.write(Request::UpsertNode {
+            id: node_id,
+            node: NodeRecord {
+                name: name.to_string(),
+                addr: config.advertise.clone(),
+                key_fingerprint: fingerprint.to_string(),
+                joined_ms: now_ms(),
+            },
+        })
+        .await?;
+    }
     Ok(())
 }
 
@@ -500,10 +572,12 @@ async fn publish_record(plan: &RecordPlan, agent: &Agent) -> Result<()> {
             if existing.as_ref().map(|r| (&r.cluster_id, &r.ca_pin))
                 != Some((&record.cluster_id, &record.ca_pin))
             {
-                bail!(
+                return Err(NeverFormSecondCluster(
                     "the discovery URL already holds a bootstrap record that this node did not write; \
-                     someone else used the URL. Mint a new URL and wipe this data dir."
-                );
+                     someone else used the URL. Mint a new URL and start this machine with an empty --data-dir."
+                        .into(),
+                )
+                .into());
             }
         }
         Err(e) => return Err(e.into()),
@@ -589,6 +663,7 @@ async fn post_join(addr: &str, ca_pin: &str, request: &JoinRequest) -> Result<Jo
         .build()?;
     let deadline = Instant::now() + JOIN_DEADLINE;
     let mut delay = Duration::from_millis(200);
+    let mut last_error = String::from("no answer yet");
     loop {
         let attempt = http
             .post(format!("https://{addr}{}", crate::server::JOIN_PATH))
@@ -613,11 +688,15 @@ async fn post_join(addr: &str, ca_pin: &str, request: &JoinRequest) -> Result<Jo
                     "ca_pin_mismatch: the node at {addr} does not present the CA pinned in the discovery record; refusing to join it"
                 );
             }
-            Err(e) => tracing::debug!(error = %e, "initiator not reachable yet"),
+            Err(e) => {
+                tracing::debug!(error = %e, "initiator not reachable yet");
+                last_error = e.to_string();
+            }
         }
         if Instant::now() >= deadline {
             bail!(
-                "could not reach the initiator at {addr} within {JOIN_DEADLINE:?}; is it running and is {addr} reachable from here?"
+                "could not join through the initiator at {addr} within {JOIN_DEADLINE:?} (last: {last_error}); \
+                 is it running and is {addr} reachable from here?"
             );
         }
         tokio::time::sleep(delay).await;

@@ -53,8 +53,21 @@ impl Identity {
             let path = path.display().to_string();
             move |cause| IdentityError::Io { path, cause }
         };
+        // Fresh: no identity yet and nothing in the dir but the agent's lock file.
+        let fresh = !dir.join(IDENTITY_FILE).exists()
+            && std::fs::read_dir(dir)
+                .map(|entries| entries.flatten().all(|e| e.file_name() == "lock"))
+                .unwrap_or(true);
         std::fs::create_dir_all(dir).map_err(io(dir))?;
-        restrict_dir(dir).map_err(io(dir))?;
+        // Only a directory the agent owns alone is narrowed to 0700; an operator's existing
+        // directory (say a shared mount point) keeps its mode.
+        if fresh {
+            restrict_dir(dir).map_err(io(dir))?;
+            if let Some(parent) = dir.parent() {
+                // The new directory entry must survive power loss with the identity in it.
+                let _ = std::fs::File::open(parent).and_then(|f| f.sync_all());
+            }
+        }
         let id_path = dir.join(IDENTITY_FILE);
         let key_path = dir.join(KEY_FILE);
         if id_path.exists() {

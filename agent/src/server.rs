@@ -19,6 +19,7 @@ use tower::ServiceExt;
 
 use crate::api::types::{ApiError, kind};
 use crate::raft::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
+use crate::raft::types::Request as Command;
 use crate::service::{Agent, ForwardedOp, JoinRequest, OpError};
 
 pub const FORWARD_PATH: &str = "/raft/client";
@@ -76,7 +77,23 @@ fn router(agent: Arc<Agent>) -> Router {
 fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError> {
     let peer = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
     match peer {
-        Some(id) if id.cluster_id == agent.cluster_id => Ok(id),
+        // A member, or anyone from this cluster while this node knows no membership yet (a
+        // fresh joiner receives its first AppendEntries from a leader it has never heard of).
+        Some(id)
+            if id.cluster_id == agent.cluster_id
+                && (agent.raft.view().nodes.is_empty()
+                    || agent.raft.view().nodes.contains_key(&id.node_id)) =>
+        {
+            Ok(id)
+        }
+        Some(id) if id.cluster_id == agent.cluster_id => {
+            agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+            Err(OpError::new(
+                kind::UNAUTHORIZED,
+                403,
+                format!("node {:x} is not a member of this cluster", id.node_id),
+            ))
+        }
         other => {
             agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
             let why = match other {
@@ -123,6 +140,17 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         Ok(op) => op,
         Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
     };
+    // Members forward operator writes only; cluster bookkeeping (nodes, the CA) is written by
+    // the leader's own code paths, never on a peer's say-so.
+    if let ForwardedOp::Write { request } = &op
+        && !matches!(request, Command::KvPut { .. } | Command::KvDel { .. })
+    {
+        return error_response(&OpError::new(
+            kind::UNAUTHORIZED,
+            403,
+            "only key-value writes can be forwarded",
+        ));
+    }
     if !agent.raft.view().is_leader {
         return error_response(&OpError::new(
             kind::NO_LEADER,
@@ -179,10 +207,13 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let app = app.clone();
         let cluster_id = agent.cluster_id.clone();
+        let agent_for_count = agent.clone();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
+                    // Most often a client certificate from another CA: refused and counted.
+                    agent_for_count.refused_rpcs.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(%remote, error = %e, "TLS handshake failed");
                     return;
                 }

@@ -218,10 +218,17 @@ impl Agent {
             .send()
             .await
             .map_err(|e| {
+                // Only a request that never reached the leader may be retried; after that a
+                // write may have been applied, and sending it again would apply it twice.
+                let kind = if e.is_connect() {
+                    crate::api::types::kind::NO_LEADER
+                } else {
+                    crate::api::types::kind::QUORUM_LOST
+                };
                 OpError::new(
-                    crate::api::types::kind::NO_LEADER,
+                    kind,
                     503,
-                    format!("leader {} unreachable: {e}", leader.1.name),
+                    format!("leader {} did not answer ({e}); the outcome is unknown, read before retrying", leader.1.name),
                 )
             })?;
         let status = resp.status().as_u16();
@@ -491,6 +498,12 @@ impl Agent {
         if !view.is_leader || !view.membership_settled() {
             return Ok(());
         }
+        if view.voter_sets.len() > 1 {
+            let target = view.voter_sets.last().cloned().unwrap_or_default();
+            tracing::warn!(voters = ?target, "finishing a joint configuration left by an interrupted change");
+            self.raft.finish_joint(target).await?;
+            return Ok(());
+        }
         let now = Instant::now();
         {
             let mut seen = self
@@ -512,44 +525,13 @@ impl Agent {
         };
         let formation = self.formation.lock().ok().and_then(|f| f.clone());
         if let Some(formation) = &formation {
-            let discovery = DiscoveryClient::new(&formation.discovery_url)
-                .map_err(|e| OpError::new("internal", 500, e.to_string()))?;
-            let listing = discovery
-                .listing()
-                .await
-                .map_err(|e| OpError::new("internal", 503, e.to_string()))?;
-            let cohort: BTreeSet<NodeId> = listing
-                .cohort()
-                .iter()
-                .filter_map(|r| u64::from_str_radix(&r.id, 16).ok())
-                .collect();
-            if cohort.len() < formation.size {
-                return Ok(());
-            }
-            let all_present = cohort.iter().all(|id| view.nodes.contains_key(id));
-            if !all_present {
-                // While the cohort is still joining, leave suffrage alone.
-                return Ok(());
-            }
-            // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
-            // lexicographically-first nonvoters, all in one membership change.
-            let records = self.raft.read_local(|s| s.nodes.clone())?;
-            let name = |id: &NodeId| records.get(id).map(|r| r.name.clone()).unwrap_or_default();
-            let wanted = voter_target(cohort.len()).saturating_sub(view.voters.len());
-            let mut nonvoters: Vec<NodeId> = cohort.difference(&view.voters).copied().collect();
-            nonvoters.sort_by_key(&name);
-            let promote: BTreeSet<NodeId> = nonvoters.into_iter().take(wanted).collect();
-            if promote.is_empty() {
-                self.finish_formation(formation).await;
-            } else {
-                if promote.iter().all(caught_up) {
-                    tracing::info!(
-                        count = promote.len(),
-                        "promoting the formation cohort to voters"
-                    );
-                    self.raft.promote(promote).await?;
-                }
-                return Ok(());
+            match self.formation_step(formation, &view, &caught_up).await {
+                // Still forming: leave suffrage to the formation.
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                // The discovery service is unreachable: the general policy below still runs,
+                // so a cluster never depends on discovery for its voters.
+                Err(e) => tracing::debug!(error = %e, "formation step skipped"),
             }
         }
         let names = self.raft.read_local(|s| s.nodes.clone())?;
@@ -599,30 +581,53 @@ impl Agent {
         Ok(())
     }
 
-    /// Marks the discovery record formed, after which the token admits nobody else.
-    async fn finish_formation(&self, formation: &Formation) {
-        let Ok(discovery) = DiscoveryClient::new(&formation.discovery_url) else {
-            return;
-        };
-        match discovery.record().await {
-            Ok(Some((record, index))) if record.state == RecordState::Open => {
-                let formed = BootstrapRecord {
-                    state: RecordState::Formed,
-                    ..record
-                };
-                match discovery.update_record(&formed, index).await {
-                    Ok(_) => {
-                        tracing::info!("cluster formed: every first registrant is a voter");
-                        self.forget_formation();
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot mark the discovery record formed; will retry")
-                    }
-                }
-            }
-            Ok(_) => self.forget_formation(),
-            Err(e) => tracing::warn!(error = %e, "cannot read the discovery record; will retry"),
+    /// One formation step. Returns true while the cohort is still being formed (the general
+    /// reconciler must then wait), false once formation is over.
+    async fn formation_step(
+        &self,
+        formation: &Formation,
+        view: &crate::raft::node::RaftView,
+        caught_up: &impl Fn(&NodeId) -> bool,
+    ) -> Result<bool, OpError> {
+        let discovery = DiscoveryClient::new(&formation.discovery_url)
+            .map_err(|e| OpError::new("internal", 500, e.to_string()))?;
+        let listing = discovery
+            .listing()
+            .await
+            .map_err(|e| OpError::new("internal", 503, e.to_string()))?;
+        let cohort: BTreeSet<NodeId> = listing
+            .cohort()
+            .iter()
+            .filter_map(|r| u64::from_str_radix(&r.id, 16).ok())
+            .collect();
+        if cohort.len() < formation.size || !cohort.iter().all(|id| view.nodes.contains_key(id)) {
+            // Registrations or joins are still missing.
+            return Ok(true);
         }
+        // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
+        // lexicographically-first nonvoters, all in one membership change.
+        let records = self.raft.read_local(|s| s.nodes.clone())?;
+        let name = |id: &NodeId| records.get(id).map(|r| r.name.clone()).unwrap_or_default();
+        let wanted = voter_target(cohort.len()).saturating_sub(view.voters.len());
+        let mut nonvoters: Vec<NodeId> = cohort.difference(&view.voters).copied().collect();
+        nonvoters.sort_by_key(&name);
+        let promote: BTreeSet<NodeId> = nonvoters.into_iter().take(wanted).collect();
+        if promote.is_empty() {
+            // Done. Forget the formation here and now; marking the record formed is best effort
+            // in the background, so an unreachable discovery service never holds the cluster.
+            self.forget_formation();
+            let formation = formation.clone();
+            tokio::spawn(async move { mark_formed(&formation).await });
+            return Ok(false);
+        }
+        if promote.iter().all(caught_up) {
+            tracing::info!(
+                count = promote.len(),
+                "promoting the formation cohort to voters"
+            );
+            self.raft.promote(promote).await?;
+        }
+        Ok(true)
     }
 
     fn forget_formation(&self) {
@@ -634,6 +639,33 @@ impl Agent {
             *f = None;
         }
     }
+}
+
+/// Moves the discovery record from open to formed (a few tries; the cluster does not need it).
+async fn mark_formed(formation: &Formation) {
+    let Ok(discovery) = DiscoveryClient::new(&formation.discovery_url) else {
+        return;
+    };
+    for attempt in 0..5u32 {
+        match discovery.record().await {
+            Ok(Some((record, index))) if record.state == RecordState::Open => {
+                let formed = BootstrapRecord {
+                    state: RecordState::Formed,
+                    ..record
+                };
+                if discovery.update_record(&formed, index).await.is_ok() {
+                    tracing::info!("cluster formed: the discovery record now says formed");
+                    return;
+                }
+            }
+            Ok(_) => return,
+            Err(e) => tracing::debug!(error = %e, "cannot read the discovery record"),
+        }
+        tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
+    }
+    tracing::warn!(
+        "could not mark the discovery record formed; the URL still refuses newcomers once full"
+    );
 }
 
 fn static_kind(kind: &str) -> &'static str {

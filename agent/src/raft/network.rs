@@ -14,7 +14,7 @@ use muster_shared::tls::node_dns_name;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -177,5 +177,17 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         self.call(VOTE_PATH, &rpc, &option).await
+    }
+
+    /// After an unreachable peer, retry soon and then back off: a node that was just admitted
+    /// starts listening a moment after the leader first tries it, and openraft's fixed 500 ms
+    /// default would add that much to every formation.
+    fn backoff(&self) -> Backoff {
+        Backoff::new(
+            [25u64, 50, 100, 200, 400]
+                .into_iter()
+                .chain(std::iter::repeat(500))
+                .map(Duration::from_millis),
+        )
     }
 }

@@ -63,6 +63,10 @@ pub struct RaftView {
     pub nodes: BTreeMap<NodeId, Node>,
     /// Log index of the membership config in effect (it may not be committed yet).
     pub membership_index: Option<u64>,
+    /// Voter sets of the config in effect: one set normally, two in a joint config.
+    pub voter_sets: Vec<BTreeSet<NodeId>>,
+    /// False after a fatal raft error: the node must be restarted.
+    pub running: bool,
     /// Leader only: highest log index replicated to each node.
     pub matched: BTreeMap<NodeId, Option<u64>>,
 }
@@ -134,10 +138,6 @@ impl RaftNode {
         })
     }
 
-    pub fn id(&self) -> NodeId {
-        self.id
-    }
-
     pub fn liveness(&self) -> &PeerLiveness {
         &self.liveness
     }
@@ -155,8 +155,9 @@ impl RaftNode {
         let members = BTreeMap::from([(self.id, me)]);
         match self.raft.initialize(members).await {
             Ok(()) => {}
-            // Already initialized (a restart): fine.
-            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+            // Already initialized (a restart): there is nothing to wait for, and this node may
+            // not even lead any more.
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => return Ok(()),
             Err(e) => return Err(RaftNodeError::Other(e.to_string())),
         }
         self.raft
@@ -244,11 +245,26 @@ impl RaftNode {
         what: &'static str,
     ) -> Result<(), RaftNodeError> {
         let _one_at_a_time = self.membership_lock.lock().await;
-        let result =
-            tokio::time::timeout(WRITE_TIMEOUT, self.raft.change_membership(change, retain))
-                .await
-                .map_err(|_| RaftNodeError::Timeout(what))?;
+        // A membership change is two log entries (joint, then uniform). Run it in its own task so
+        // a caller's timeout can never cancel it between the two and leave a joint config behind.
+        let raft = self.raft.clone();
+        let task = tokio::spawn(async move { raft.change_membership(change, retain).await });
+        let result = tokio::time::timeout(WRITE_TIMEOUT, task)
+            .await
+            .map_err(|_| RaftNodeError::Timeout(what))?
+            .map_err(|e| RaftNodeError::Other(e.to_string()))?;
         result.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// Completes a joint configuration left by a change that was interrupted (say, by a leader
+    /// crash between its two steps): openraft 0.9 does not finish one on its own.
+    pub async fn finish_joint(&self, voters: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
+        self.change(
+            ChangeMembers::ReplaceAllVoters(voters),
+            true,
+            "finishing a joint configuration",
+        )
+        .await
     }
 
     /// A copy of the current raft metrics in Muster's terms.
@@ -266,6 +282,8 @@ impl RaftNode {
             voters: membership.voter_ids().collect(),
             nodes: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
             membership_index: m.membership_config.log_id().map(|l| l.index),
+            voter_sets: membership.get_joint_config().clone(),
+            running: m.running_state.is_ok(),
             matched: m
                 .replication
                 .map(|r| {
@@ -277,23 +295,17 @@ impl RaftNode {
         }
     }
 
-    /// Waits until some node is leader (any), up to `timeout`.
-    pub async fn wait_for_leader(&self, timeout: Duration) -> Option<NodeId> {
-        self.raft
-            .wait(Some(timeout))
-            .metrics(|m| m.current_leader.is_some(), "a leader")
-            .await
-            .ok()
-            .and_then(|m| m.current_leader)
-    }
-
-    /// Waits until this node has applied at least `index`.
-    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
-        self.raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "applied")
-            .await
-            .is_ok()
+    /// Resolves when raft stops with a fatal error (a failed fsync, say); returns its message.
+    pub async fn fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(e) = &metrics.borrow_and_update().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "raft stopped".into();
+            }
+        }
     }
 
     /// Serves one raft RPC received by the TLS listener: JSON in, JSON out.

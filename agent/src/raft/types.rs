@@ -24,10 +24,20 @@ impl std::fmt::Display for Node {
 }
 
 /// The cluster CA, replicated so that any leader can sign node certificates.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CaMaterial {
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+/// Never prints the private key (this type ends up in `Debug` output of commands and state).
+impl std::fmt::Debug for CaMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaMaterial")
+            .field("cert_pem", &format_args!("<{} bytes>", self.cert_pem.len()))
+            .field("key_pem", &format_args!("<redacted>"))
+            .finish()
+    }
 }
 
 /// A member as the cluster records it.

@@ -8,20 +8,32 @@
 //! `--rounds`; each figure is the median round, so a noisy minute on a shared machine does not
 //! decide the comparison. The clients speak HTTP/1.1 directly on a `TcpStream` (see
 //! [`Conn`]): on a 2-core machine a general-purpose HTTP client costs the load generator as much
-//! CPU as the server under test spends, and that would measure the client, not the servers. Results go to stdout (a table, or one JSON object with `--json`);
-//! progress goes to stderr.
+//! CPU as the server under test spends, and that would measure the client, not the servers.
+//!
+//! `muster-bench cluster`: forms real `muster agent` clusters of 3 and 5 nodes, and the same
+//! clusters of real etcd 3.4 members, all bootstrapping through one `muster-discovery`; measures
+//! formation time, failover time after `kill -9` of the leader, and idle RSS per node. See
+//! [`cluster`].
+//!
+//! Results go to stdout (a table, or one JSON object with `--json`); progress goes to stderr.
 
 use std::future::Future;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use muster_shared::duration::{format_duration, parse_duration};
 use muster_shared::token::{new_discovery_token, random_hex};
-use muster_tests::{Discovery, Etcd, bin_path, etcd_binary, tail, token_of, wait_for};
+use muster_tests::{
+    AgentProc, Discovery, Etcd, bin_path, etcd_binary, http_client, signal, tail, token_of,
+    voter_target, wait_for,
+};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -51,6 +63,8 @@ struct Cli {
 enum Command {
     /// Compare muster-discovery with etcd 3.4 (--enable-v2) as a discovery backend.
     Discovery(DiscoveryArgs),
+    /// Compare muster agent clusters with etcd 3.4 clusters: formation, failover, idle RSS.
+    Cluster(ClusterArgs),
 }
 
 #[derive(Args)]
@@ -72,6 +86,19 @@ struct DiscoveryArgs {
     skip_etcd: bool,
 }
 
+#[derive(Args)]
+struct ClusterArgs {
+    /// Form each cluster size, and fail over, this many times per system; figures are medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Measure muster alone (no etcd needed; the RSS goal, relative to etcd, is not judged).
+    #[arg(long)]
+    skip_etcd: bool,
+}
+
 fn duration_arg(s: &str) -> Result<Duration, String> {
     match parse_duration(s) {
         Ok(d) if d.is_zero() => Err("duration must be greater than zero".into()),
@@ -88,6 +115,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Discovery(args) => discovery(args).await,
+        Command::Cluster(args) => cluster(args).await,
     }
 }
 
@@ -813,16 +841,21 @@ fn print_row(workload: &str, system: &str, s: &Stats) {
 
 // ---------------------------------------------------------------------------------------------
 
+/// The etcd binary unless `skip`. Called first thing, so a missing etcd fails at once instead
+/// of after minutes spent on muster.
+fn find_etcd(skip: bool) -> Result<Option<PathBuf>> {
+    if skip {
+        return Ok(None);
+    }
+    let bin = etcd_binary("muster-bench").context(
+        "etcd is not on PATH: install etcd 3.4 (apt-get install etcd-server) \
+         or pass --skip-etcd to measure muster alone",
+    )?;
+    Ok(Some(bin))
+}
+
 async fn discovery(args: DiscoveryArgs) -> Result<()> {
-    // Look for etcd before spending minutes on muster: a missing etcd should fail at once.
-    let etcd_bin = if args.skip_etcd {
-        None
-    } else {
-        Some(etcd_binary("muster-bench").context(
-            "etcd is not on PATH: install etcd 3.4 (apt-get install etcd-server) \
-             or pass --skip-etcd to measure muster-discovery alone",
-        )?)
-    };
+    let etcd_bin = find_etcd(args.skip_etcd)?;
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
     // Both servers stay up for the whole run (an idle one costs next to nothing) and the
     // workloads alternate between them, so a slow minute on a shared machine hurts both alike.
@@ -899,6 +932,892 @@ async fn run_rounds(systems: &[System], args: &DiscoveryArgs) -> Result<Vec<Vec<
     Ok(results)
 }
 
+// =============================================================================================
+// muster-bench cluster
+//
+// Each measurement starts a fresh cluster in its own temp dir on a freshly minted discovery URL,
+// so no round inherits state (data dirs, registrations, warm caches) from the one before. The
+// systems alternate step by step, as in the discovery benchmark, so a slow minute on a shared
+// machine hurts both alike.
+
+/// The issue's goals: a 3-node muster cluster forms within this (median)...
+const FORM_3_GOAL_S: f64 = 1.0;
+/// ...a 5-node one within this...
+const FORM_5_GOAL_S: f64 = 1.5;
+/// ...a new leader takes over within this after `kill -9` of the old one (median)...
+const FAILOVER_GOAL_S: f64 = 1.0;
+/// ...and an idle agent uses at most this fraction of an idle etcd member's RSS.
+const RSS_GOAL_RATIO: f64 = 0.5;
+/// The issue asks for the failover median over at least this many kills.
+const MIN_FAILOVER_SAMPLES: usize = 5;
+/// Pause between rounds of queries while waiting for a cluster. Short next to the ~1 s being
+/// measured, long enough that the queries (one `muster status` process per agent) do not crowd
+/// the agents off a 2-core machine.
+const POLL_PAUSE: Duration = Duration::from_millis(25);
+/// A formation or failover slower than this is a failure, not a data point.
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a formed cluster sits idle before its RSS is read, so formation's transient
+/// allocations (TLS handshakes, join requests) have settled.
+const IDLE: Duration = Duration::from_secs(3);
+/// Pause between formation and the kill, so the kill hits a steady cluster rather than one
+/// still finishing its formation (the record's final write, promotions settling).
+const SETTLE: Duration = Duration::from_secs(1);
+/// Per-request ceiling for etcd's status endpoint: a member that hangs must not stall a poll.
+const ETCD_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One of the two systems whose clusters are compared.
+#[derive(Clone)]
+enum ClusterSystem {
+    Muster,
+    Etcd { bin: PathBuf },
+}
+
+impl ClusterSystem {
+    fn label(&self) -> &'static str {
+        match self {
+            ClusterSystem::Muster => "muster",
+            ClusterSystem::Etcd { .. } => "etcd 3.4",
+        }
+    }
+
+    /// Member names are `<prefix><n>`; distinct prefixes keep the two systems' logs apart.
+    fn prefix(&self) -> &'static str {
+        match self {
+            ClusterSystem::Muster => "m",
+            ClusterSystem::Etcd { .. } => "e",
+        }
+    }
+}
+
+/// What every measurement needs: the shared discovery service, where to put cluster dirs, and
+/// one HTTP client for etcd's status endpoint (building one per request would add to the poll).
+struct ClusterBench {
+    discovery: Discovery,
+    root: PathBuf,
+    http: reqwest::Client,
+}
+
+/// One started member of either system.
+enum Member {
+    Muster(AgentProc),
+    Etcd(Etcd),
+}
+
+/// What a member says about leadership, in its system's own ids (agent names for muster,
+/// member ids for etcd): its own id and the leader's, if it knows one.
+struct LeaderView {
+    me: String,
+    leader: Option<String>,
+}
+
+impl Member {
+    fn start(system: &ClusterSystem, root: &Path, name: &str, url: &str) -> Result<Self> {
+        Ok(match system {
+            ClusterSystem::Muster => {
+                Member::Muster(AgentProc::start(root, name, &["--discovery", url])?)
+            }
+            ClusterSystem::Etcd { bin } => {
+                Member::Etcd(Etcd::start_discovery(bin, root, name, url)?)
+            }
+        })
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Member::Muster(a) => &a.name,
+            Member::Etcd(e) => &e.name,
+        }
+    }
+
+    fn log(&self) -> String {
+        match self {
+            Member::Muster(a) => a.log(),
+            Member::Etcd(e) => e.log(),
+        }
+    }
+
+    /// The OS process id, for `kill -9` and RSS.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Member::Muster(a) => agent_pid(&a.data_dir),
+            Member::Etcd(e) => e.pid(),
+        }
+    }
+
+    /// `Some(key)` once this member sees the whole cluster of `names`; every member of one
+    /// cluster yields the same key. muster: all members listed, the policy's voter count, a
+    /// leader, keyed by cluster id. etcd: every name listed as a started member.
+    async fn sees_full_shape(&self, names: &[String]) -> Option<String> {
+        match self {
+            Member::Muster(a) => {
+                let s = a.status().await?;
+                let members = s["members"].as_array()?;
+                let voters = members.iter().filter(|m| m["suffrage"] == "voter").count();
+                let full = members.len() == names.len()
+                    && voters == voter_target(names.len())
+                    && !s["leader"].is_null();
+                full.then(|| s["cluster_id"].as_str().map(str::to_string))?
+            }
+            Member::Etcd(e) => {
+                let seen = e.member_names().await?;
+                (seen == names).then(|| seen.join(","))
+            }
+        }
+    }
+
+    async fn leader_view(&self, http: &reqwest::Client) -> Option<LeaderView> {
+        match self {
+            Member::Muster(a) => {
+                let s = a.status().await?;
+                Some(LeaderView {
+                    me: a.name.clone(),
+                    leader: s["leader"].as_str().map(str::to_string),
+                })
+            }
+            Member::Etcd(e) => {
+                let json: serde_json::Value = http
+                    .post(format!("{}/v3/maintenance/status", e.client_url))
+                    .body("{}")
+                    .timeout(ETCD_STATUS_TIMEOUT)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                Some(LeaderView {
+                    me: etcd_id(&json["header"]["member_id"])?,
+                    // etcd reports leader 0 while it knows none (mid-election).
+                    leader: etcd_id(&json["leader"]).filter(|id| id != "0"),
+                })
+            }
+        }
+    }
+
+    async fn stop(&mut self) -> Result<()> {
+        match self {
+            Member::Muster(a) => a.kill9().await,
+            Member::Etcd(e) => e.kill_and_wipe().await,
+        }
+    }
+}
+
+/// etcd's JSON gateway writes uint64 ids as strings; accept numbers too.
+fn etcd_id(v: &serde_json::Value) -> Option<String> {
+    v.as_str()
+        .map(str::to_string)
+        .or_else(|| v.as_u64().map(|n| n.to_string()))
+}
+
+/// The pid of the `muster agent` whose `--data-dir` is `dir`. `AgentProc` does not expose its
+/// child's pid, and the data dir is unique per agent; requiring `agent` as the subcommand keeps
+/// a concurrent `muster status --data-dir …` from matching.
+fn agent_pid(dir: &Path) -> Option<u32> {
+    let want = dir.as_os_str().as_bytes();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            let is_agent = args.get(1) == Some(&&b"agent"[..]);
+            let owns_dir = args
+                .windows(2)
+                .any(|w| w[0] == b"--data-dir" && w[1] == want);
+            (is_agent && owns_dir).then_some(pid)
+        })
+}
+
+/// Resident memory of one process, in MiB.
+#[derive(Debug, Clone, Copy)]
+struct Resident {
+    /// `VmRSS`: what the issue's goal is about.
+    rss: f64,
+    /// `RssAnon`: the process's own memory. The rest of `VmRSS` is file-backed (mostly the
+    /// binary's code), shared by every process of the same binary on a host and dependent on
+    /// how much of the file the page cache holds, so it is shown apart.
+    anon: f64,
+}
+
+fn resident_mib(pid: u32) -> Option<Resident> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(Resident {
+        rss: status_kib(&status, "VmRSS:")? / 1024.0,
+        anon: status_kib(&status, "RssAnon:")? / 1024.0,
+    })
+}
+
+/// A `Field:   1234 kB` line of /proc/<pid>/status.
+fn status_kib(status: &str, field: &str) -> Option<f64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Drives futures concurrently on the current task and returns their outputs in order. The
+/// members are borrowed, so `tokio::spawn` (which needs `'static`) does not fit, and this is
+/// too little to pull in the `futures` crate for.
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            // A finished future must not be polled again.
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(v) => *output = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// How long rounds of queries took. A time is taken when the round that confirms the condition
+/// returns, so it can be late by up to one [`POLL_PAUSE`] plus that confirming round. The mean of
+/// all rounds says less: queries block while a member starts or elects (muster's status waits
+/// for a leader, etcd's gateway for its server) and then answer at once.
+#[derive(Default)]
+struct PollStats {
+    rounds: u32,
+    busy: Duration,
+    confirmations: u32,
+    confirming: Duration,
+}
+
+impl PollStats {
+    fn record(&mut self, round: Duration, confirmed: bool) {
+        self.rounds += 1;
+        self.busy += round;
+        if confirmed {
+            self.confirmations += 1;
+            self.confirming += round;
+        }
+    }
+
+    fn mean_ms(&self) -> f64 {
+        mean_ms(self.busy, self.rounds)
+    }
+
+    fn mean_confirming_ms(&self) -> f64 {
+        mean_ms(self.confirming, self.confirmations)
+    }
+}
+
+fn mean_ms(total: Duration, count: u32) -> f64 {
+    if count == 0 {
+        return 0.0;
+    }
+    total.as_secs_f64() * 1000.0 / f64::from(count)
+}
+
+/// Runs `check` (one round of queries) until it yields `Some`, pausing [`POLL_PAUSE`] between
+/// rounds. Returns the value and the time from `started` to the end of the confirming round.
+async fn poll_until<T, F, Fut>(
+    what: &str,
+    started: Instant,
+    stats: &mut PollStats,
+    mut check: F,
+) -> Result<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    loop {
+        let round = Instant::now();
+        let outcome = check().await;
+        stats.record(round.elapsed(), outcome.is_some());
+        if let Some(v) = outcome {
+            return Ok((v, started.elapsed()));
+        }
+        if started.elapsed() >= CLUSTER_TIMEOUT {
+            bail!("timed out after {CLUSTER_TIMEOUT:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL_PAUSE).await;
+    }
+}
+
+/// A cluster started for one measurement, in its own temp dir.
+struct Cluster {
+    members: Vec<Member>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// The last lines of every member's log, for errors.
+    fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("--- {}\n{}", m.name(), tail(&m.log(), 25)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Some once every member sees the full shape of the same cluster.
+    async fn formed(&self, names: &[String]) -> Option<()> {
+        let keys = join_all(
+            self.members
+                .iter()
+                .map(|m| m.sees_full_shape(names))
+                .collect(),
+        )
+        .await;
+        let first = keys.first()?.as_ref()?;
+        keys.iter().all(|k| k.as_ref() == Some(first)).then_some(())
+    }
+
+    /// Stops every member (the harness kills them on drop too; this also reaps them and
+    /// surfaces errors) and removes the cluster's dir.
+    async fn stop(mut self) -> Result<()> {
+        for m in &mut self.members {
+            m.stop()
+                .await
+                .with_context(|| format!("stopping {}", m.name()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Mints a discovery URL for `n`, starts `n` members on it at once and waits until every one
+/// sees the full cluster. The clock starts just before the first process is spawned.
+async fn form(
+    system: &ClusterSystem,
+    bench: &ClusterBench,
+    n: usize,
+    polls: &mut PollStats,
+) -> Result<(Cluster, Duration)> {
+    let size = u32::try_from(n).context("cluster size")?;
+    let url = bench.discovery.new_token(size).await?.trim().to_string();
+    let dir = tempfile::tempdir_in(&bench.root).context("creating a cluster dir")?;
+    let mut names: Vec<String> = (1..=n).map(|i| format!("{}{i}", system.prefix())).collect();
+    // The harness's `member_names` sorts; compare etcd's list against a sorted one.
+    names.sort();
+    let started = Instant::now();
+    let members = names
+        .iter()
+        .map(|name| Member::start(system, dir.path(), name, &url))
+        .collect::<Result<Vec<_>>>()?;
+    let cluster = Cluster { members, _dir: dir };
+    let what = format!("{n} {} members to form", system.label());
+    match poll_until(&what, started, polls, || cluster.formed(&names)).await {
+        Ok(((), elapsed)) => Ok((cluster, elapsed)),
+        Err(e) => {
+            let logs = cluster.logs();
+            // The error matters more than a failure to stop; the harness kills on drop anyway.
+            let _ = cluster.stop().await;
+            Err(e.context(logs))
+        }
+    }
+}
+
+/// One formation measurement: form a cluster of `n`, then tear it down.
+async fn formation_round(
+    system: &ClusterSystem,
+    bench: &ClusterBench,
+    n: usize,
+    polls: &mut PollStats,
+) -> Result<Duration> {
+    let (cluster, elapsed) = form(system, bench, n, polls).await?;
+    cluster.stop().await?;
+    eprintln!(
+        "  {}: {n} nodes formed in {:.3} s",
+        system.label(),
+        elapsed.as_secs_f64()
+    );
+    Ok(elapsed)
+}
+
+/// One failover measurement on a fresh 3-node cluster.
+async fn failover_round(
+    system: &ClusterSystem,
+    bench: &ClusterBench,
+    polls: &mut PollStats,
+) -> Result<Duration> {
+    let (cluster, _) = form(system, bench, 3, polls).await?;
+    let outcome = time_failover(&cluster, &bench.http, polls).await;
+    let logs = cluster.logs();
+    cluster.stop().await?;
+    let elapsed = outcome.context(logs)?;
+    eprintln!(
+        "  {}: new leader {:.3} s after kill -9",
+        system.label(),
+        elapsed.as_secs_f64()
+    );
+    Ok(elapsed)
+}
+
+/// Kills the leader with SIGKILL and times until a survivor names another leader.
+async fn time_failover(
+    cluster: &Cluster,
+    http: &reqwest::Client,
+    polls: &mut PollStats,
+) -> Result<Duration> {
+    tokio::time::sleep(SETTLE).await;
+    let views = join_all(
+        cluster
+            .members
+            .iter()
+            .map(|m| m.leader_view(http))
+            .collect(),
+    )
+    .await;
+    let old = views
+        .iter()
+        .flatten()
+        .find_map(|v| v.leader.clone())
+        .context("no member names a leader")?;
+    let index = views
+        .iter()
+        .position(|v| v.as_ref().is_some_and(|v| v.me == old))
+        .with_context(|| format!("leader {old} is not one of the members"))?;
+    // Found before the clock starts, so the scan of /proc is not timed.
+    let pid = cluster.members[index]
+        .pid()
+        .context("cannot find the leader's pid")?;
+    let survivors: Vec<&Member> = cluster
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != index)
+        .map(|(_, m)| m)
+        .collect();
+    let started = Instant::now();
+    // The same signal the same way for both systems (the harness's kill helpers differ).
+    signal(pid, "KILL")?;
+    let (_, elapsed) = poll_until("a new leader", started, polls, || {
+        new_leader(&survivors, http, &old)
+    })
+    .await?;
+    Ok(elapsed)
+}
+
+/// Some leader other than `old` that any of `members` names.
+async fn new_leader(members: &[&Member], http: &reqwest::Client, old: &str) -> Option<String> {
+    let views = join_all(members.iter().map(|m| m.leader_view(http)).collect()).await;
+    views
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.leader.filter(|l| l != old))
+}
+
+/// RSS of each member of a 3-node cluster that has sat idle for [`IDLE`] after forming.
+async fn idle_rss(
+    system: &ClusterSystem,
+    bench: &ClusterBench,
+    polls: &mut PollStats,
+) -> Result<Vec<Resident>> {
+    let (cluster, _) = form(system, bench, 3, polls).await?;
+    tokio::time::sleep(IDLE).await;
+    let rss = cluster
+        .members
+        .iter()
+        .map(|m| {
+            m.pid()
+                .and_then(resident_mib)
+                .with_context(|| format!("cannot read the RSS of {}", m.name()))
+        })
+        .collect::<Result<Vec<_>>>();
+    cluster.stop().await?;
+    let rss = rss?;
+    eprintln!(
+        "  {}: idle RSS {} MiB",
+        system.label(),
+        rss.iter()
+            .map(|r| format!("{:.1}", r.rss))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
+    Ok(rss)
+}
+
+/// Everything measured on one system.
+#[derive(Default)]
+struct ClusterSamples {
+    formation_3: Vec<Duration>,
+    formation_5: Vec<Duration>,
+    failover: Vec<Duration>,
+    rss: Vec<Resident>,
+    polls: PollStats,
+}
+
+/// Which measurement a step of a round takes.
+#[derive(Clone, Copy)]
+enum Step {
+    Form3,
+    Form5,
+    Failover,
+}
+
+async fn run_step(
+    step: Step,
+    system: &ClusterSystem,
+    bench: &ClusterBench,
+    samples: &mut ClusterSamples,
+) -> Result<()> {
+    let polls = &mut samples.polls;
+    match step {
+        Step::Form3 => samples
+            .formation_3
+            .push(formation_round(system, bench, 3, polls).await?),
+        Step::Form5 => samples
+            .formation_5
+            .push(formation_round(system, bench, 5, polls).await?),
+        Step::Failover => samples
+            .failover
+            .push(failover_round(system, bench, polls).await?),
+    }
+    Ok(())
+}
+
+/// Every round runs each step on each system in turn; the RSS reading, a single snapshot, runs
+/// once per system at the end.
+async fn run_cluster_rounds(
+    systems: &[ClusterSystem],
+    bench: &ClusterBench,
+    rounds: u16,
+) -> Result<Vec<ClusterSamples>> {
+    let mut samples: Vec<ClusterSamples> =
+        systems.iter().map(|_| ClusterSamples::default()).collect();
+    for round in 1..=rounds {
+        eprintln!("round {round} of {rounds}");
+        for step in [Step::Form3, Step::Form5, Step::Failover] {
+            for (system, s) in systems.iter().zip(samples.iter_mut()) {
+                run_step(step, system, bench, s)
+                    .await
+                    .with_context(|| format!("{} round {round}", system.label()))?;
+            }
+        }
+    }
+    eprintln!("idle RSS of 3-node clusters ({}s idle)", IDLE.as_secs());
+    for (system, s) in systems.iter().zip(samples.iter_mut()) {
+        s.rss = idle_rss(system, bench, &mut s.polls).await?;
+    }
+    Ok(samples)
+}
+
+/// Median, min and max of one timed measurement, in seconds.
+#[derive(Debug, Serialize)]
+struct Times {
+    median_s: f64,
+    min_s: f64,
+    max_s: f64,
+    samples: Vec<f64>,
+}
+
+impl Times {
+    fn of(samples: &[Duration]) -> Self {
+        let secs: Vec<f64> = samples.iter().map(Duration::as_secs_f64).collect();
+        let mut sorted = secs.clone();
+        sorted.sort_by(f64::total_cmp);
+        Times {
+            median_s: median_of_sorted(&sorted),
+            min_s: sorted.first().copied().unwrap_or(0.0),
+            max_s: sorted.last().copied().unwrap_or(0.0),
+            samples: secs,
+        }
+    }
+}
+
+/// The middle sample, or the mean of the middle two (0 when there are none).
+fn median_of_sorted(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => sorted[n / 2],
+        _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// Idle RSS of one 3-node cluster, in MiB: `VmRSS`, and its anonymous part (see [`Resident`]).
+#[derive(Debug, Serialize)]
+struct Rss {
+    per_node: Vec<f64>,
+    mean: f64,
+    anon_per_node: Vec<f64>,
+    anon_mean: f64,
+}
+
+impl Rss {
+    fn of(samples: &[Resident]) -> Self {
+        let per_node: Vec<f64> = samples.iter().map(|r| r.rss).collect();
+        let anon_per_node: Vec<f64> = samples.iter().map(|r| r.anon).collect();
+        Rss {
+            mean: mean(&per_node),
+            anon_mean: mean(&anon_per_node),
+            per_node,
+            anon_per_node,
+        }
+    }
+}
+
+fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterResults {
+    formation_3: Times,
+    formation_5: Times,
+    failover: Times,
+    rss_mb: Rss,
+    /// Mean time one round of queries took (one status query per member, concurrently).
+    poll_round_ms: f64,
+    /// Mean time the round that confirmed a formation or failover took: with the pause
+    /// between rounds, how late a time can be.
+    confirming_round_ms: f64,
+}
+
+impl ClusterResults {
+    fn from_samples(s: &ClusterSamples) -> Self {
+        ClusterResults {
+            formation_3: Times::of(&s.formation_3),
+            formation_5: Times::of(&s.formation_5),
+            failover: Times::of(&s.failover),
+            rss_mb: Rss::of(&s.rss),
+            poll_round_ms: s.polls.mean_ms(),
+            confirming_round_ms: s.polls.mean_confirming_ms(),
+        }
+    }
+}
+
+/// One of the issue's goals and whether this run met it.
+#[derive(Debug, Serialize)]
+struct Goal {
+    metric: &'static str,
+    /// `None` when this run cannot judge it (no etcd to compare with, too few samples).
+    goal_met: Option<bool>,
+    /// What was measured against what is wanted, or why it was not judged.
+    detail: String,
+}
+
+impl Goal {
+    fn at_most(metric: &'static str, got_s: f64, want_s: f64) -> Self {
+        Goal {
+            metric,
+            goal_met: Some(got_s <= want_s),
+            detail: format!("median {got_s:.3} s, want <= {want_s} s"),
+        }
+    }
+}
+
+fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<Goal> {
+    let failover = &muster.failover;
+    let failover_goal = if failover.samples.len() < MIN_FAILOVER_SAMPLES {
+        Goal {
+            metric: "failover after kill -9",
+            goal_met: None,
+            detail: format!(
+                "median {:.3} s of only {} kills; the goal is judged on >= {MIN_FAILOVER_SAMPLES} (--rounds {MIN_FAILOVER_SAMPLES})",
+                failover.median_s,
+                failover.samples.len()
+            ),
+        }
+    } else {
+        Goal::at_most("failover after kill -9", failover.median_s, FAILOVER_GOAL_S)
+    };
+    let rss_goal = match etcd {
+        Some(e) if e.rss_mb.mean > 0.0 => {
+            let ratio = muster.rss_mb.mean / e.rss_mb.mean;
+            Goal {
+                metric: "idle RSS per node",
+                goal_met: Some(ratio <= RSS_GOAL_RATIO),
+                detail: format!(
+                    "muster {:.1} MiB = {ratio:.2}x etcd's {:.1} MiB, want <= {RSS_GOAL_RATIO}x; \
+                     anonymous memory alone: {:.2}x",
+                    muster.rss_mb.mean,
+                    e.rss_mb.mean,
+                    muster.rss_mb.anon_mean / e.rss_mb.anon_mean
+                ),
+            }
+        }
+        _ => Goal {
+            metric: "idle RSS per node",
+            goal_met: None,
+            detail: format!(
+                "muster {:.1} MiB; the goal is relative to etcd, which did not run",
+                muster.rss_mb.mean
+            ),
+        },
+    };
+    vec![
+        Goal::at_most(
+            "formation, 3 nodes",
+            muster.formation_3.median_s,
+            FORM_3_GOAL_S,
+        ),
+        Goal::at_most(
+            "formation, 5 nodes",
+            muster.formation_5.median_s,
+            FORM_5_GOAL_S,
+        ),
+        failover_goal,
+        rss_goal,
+    ]
+}
+
+#[derive(Serialize)]
+struct ClusterReport {
+    /// Measurements per system for each timed figure; RSS is one snapshot.
+    rounds: u16,
+    /// Pause between rounds of queries while waiting for formation or a new leader.
+    poll_pause_ms: u64,
+    muster: ClusterResults,
+    etcd: Option<ClusterResults>,
+    goals: Vec<Goal>,
+}
+
+/// A row heading and the figure it shows.
+type TimesRow = (&'static str, fn(&ClusterResults) -> &Times);
+
+fn print_cluster_table(report: &ClusterReport) {
+    println!(
+        "muster-bench cluster: {} rounds; every member bootstraps through the same muster-discovery\n",
+        report.rounds
+    );
+    let mut systems = vec![("muster", &report.muster)];
+    if let Some(e) = &report.etcd {
+        systems.push(("etcd 3.4", e));
+    }
+    println!(
+        "{:<24} {:<9} {:>9} {:>9} {:>9} {:>8}",
+        "seconds", "system", "median", "min", "max", "samples"
+    );
+    let rows: [TimesRow; 3] = [
+        ("formation, 3 nodes", |r| &r.formation_3),
+        ("formation, 5 nodes", |r| &r.formation_5),
+        ("failover after kill -9", |r| &r.failover),
+    ];
+    for (title, pick) in rows {
+        for (i, (label, results)) in systems.iter().enumerate() {
+            let t = pick(results);
+            println!(
+                "{:<24} {:<9} {:>9.3} {:>9.3} {:>9.3} {:>8}",
+                if i == 0 { title } else { "" },
+                label,
+                t.median_s,
+                t.min_s,
+                t.max_s,
+                t.samples.len()
+            );
+        }
+    }
+    println!(
+        "\n{:<24} {:<9} {:>9} {:>20} {:>9} {:>20}",
+        "idle RSS, MiB", "system", "mean", "per node", "anon", "anon per node"
+    );
+    let joined = |values: &[f64]| -> String {
+        values
+            .iter()
+            .map(|v| format!("{v:.1}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
+    for (i, (label, results)) in systems.iter().enumerate() {
+        let r = &results.rss_mb;
+        println!(
+            "{:<24} {:<9} {:>9.1} {:>20} {:>9.1} {:>20}",
+            if i == 0 { "3 nodes, idle 3 s" } else { "" },
+            label,
+            r.mean,
+            joined(&r.per_node),
+            r.anon_mean,
+            joined(&r.anon_per_node)
+        );
+    }
+    let rounds: Vec<String> = systems
+        .iter()
+        .map(|(label, r)| {
+            format!(
+                "{label:<9} {:>4.0} ms (all rounds: {:.0} ms)",
+                r.confirming_round_ms, r.poll_round_ms
+            )
+        })
+        .collect();
+    println!(
+        "\nTimes run from spawning the processes (formation) or the SIGKILL (failover) to the end of\n\
+         the round of status queries that confirmed the condition. Rounds are {} ms apart. A query\n\
+         blocks while its member starts or elects and answers once it can, so a long round mostly\n\
+         waited rather than arrived late; still, a time is late by at most the pause plus the\n\
+         confirming round, which took on average\n  {}",
+        report.poll_pause_ms,
+        rounds.join("\n  ")
+    );
+    println!();
+    for g in &report.goals {
+        let verdict = match g.goal_met {
+            Some(true) => "met",
+            Some(false) => "NOT met",
+            None => "not judged",
+        };
+        println!("{}: goal {verdict} ({})", g.metric, g.detail);
+    }
+}
+
+/// Starts the discovery service, runs every measurement, stops everything, then reports.
+async fn cluster(args: ClusterArgs) -> Result<()> {
+    let etcd_bin = find_etcd(args.skip_etcd)?;
+    let agent_bin = bin_path("muster");
+    if !agent_bin.exists() {
+        bail!(
+            "{} not found: run `cargo build --release -p muster-agent` first \
+             (or set MUSTER_BIN_DIR to the directory holding it)",
+            agent_bin.display()
+        );
+    }
+    let tmp = tempfile::tempdir().context("creating a temp dir")?;
+    let discovery = start_muster(tmp.path()).await?;
+    let mut bench = ClusterBench {
+        discovery,
+        root: tmp.path().to_path_buf(),
+        http: http_client(),
+    };
+    let mut systems = vec![ClusterSystem::Muster];
+    if let Some(bin) = etcd_bin {
+        systems.push(ClusterSystem::Etcd { bin });
+    }
+    let outcome = run_cluster_rounds(&systems, &bench, args.rounds).await;
+    let discovery_log = tail(&bench.discovery.log(), 40);
+    bench
+        .discovery
+        .terminate()
+        .await
+        .context("stopping muster-discovery")?;
+    let samples = outcome.with_context(|| format!("muster-discovery log:\n{discovery_log}"))?;
+    let mut results = samples.iter().map(ClusterResults::from_samples);
+    let muster = results.next().context("no results")?;
+    let etcd = results.next();
+    let report = ClusterReport {
+        rounds: args.rounds,
+        poll_pause_ms: u64::try_from(POLL_PAUSE.as_millis()).unwrap_or(u64::MAX),
+        goals: cluster_goals(&muster, etcd.as_ref()),
+        muster,
+        etcd,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_cluster_table(&report);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -910,6 +1829,34 @@ mod tests {
         assert_eq!(percentile_us(&samples, 0.99), 99);
         assert_eq!(percentile_us(&[7], 0.99), 7);
         assert_eq!(percentile_us(&[], 0.5), 0);
+    }
+
+    #[test]
+    fn median_takes_the_middle_or_the_mean_of_two() {
+        assert_eq!(median_of_sorted(&[1.0, 2.0, 9.0]), 2.0);
+        assert_eq!(median_of_sorted(&[1.0, 2.0, 4.0, 9.0]), 3.0);
+        assert_eq!(median_of_sorted(&[]), 0.0);
+    }
+
+    #[test]
+    fn etcd_ids_read_as_strings_or_numbers() {
+        let json = serde_json::json!({"a": "8e9e05c52164694d", "b": 12, "c": null});
+        assert_eq!(etcd_id(&json["a"]).as_deref(), Some("8e9e05c52164694d"));
+        assert_eq!(etcd_id(&json["b"]).as_deref(), Some("12"));
+        assert_eq!(etcd_id(&json["c"]), None);
+    }
+
+    #[tokio::test]
+    async fn join_all_keeps_order() {
+        let slow_first = join_all(vec![
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                1
+            }) as Pin<Box<dyn Future<Output = i32>>>,
+            Box::pin(async { 2 }),
+        ])
+        .await;
+        assert_eq!(slow_first, vec![1, 2]);
     }
 
     #[test]
