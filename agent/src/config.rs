@@ -135,10 +135,13 @@ pub fn resolve(
     // The real environment wins over the env file.
     env.extend(process_env.iter().map(|(k, v)| (k.clone(), v.clone())));
 
+    // An empty value counts as unset: `MUSTER_DISCOVERY=` in a unit file or compose file must
+    // not stop a formed member from restarting.
     let pick = |flag: &Option<String>, var: &str, file: &Option<String>| -> Option<String> {
-        flag.clone()
-            .or_else(|| env.get(var).cloned())
-            .or_else(|| file.clone())
+        let set = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+        set(flag.clone())
+            .or_else(|| set(env.get(var).cloned()))
+            .or_else(|| set(file.clone()))
     };
     let expand_opt =
         |setting: &'static str, v: Option<String>| -> Result<Option<String>, ConfigError> {
@@ -459,6 +462,8 @@ mod tests {
         assert_eq!(c.name, "ip-10-1-2-3");
         let c = resolve(&f, &env(&[("COREOS_EC2_IPV4_LOCAL", "10.9.9.9")])).expect("resolve");
         assert_eq!(c.advertise, "10.9.9.9:7000");
+        let c = resolve(&f, &env(&[("MUSTER_DISCOVERY", "")])).expect("empty is unset");
+        assert_eq!(c.discovery, None);
     }
 
     #[test]

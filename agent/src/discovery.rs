@@ -102,10 +102,24 @@ impl DiscoveryClient {
     pub fn new(url: &str) -> Result<Self, DiscoveryError> {
         // Discovery over HTTPS uses the system's trust store, like etcd's client.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
+        let mut builder = reqwest::Client::builder().connect_timeout(REQUEST_TIMEOUT);
+        if url.starts_with("http://") {
+            // Plain HTTP never needs the system trust store; loading it anyway would make the
+            // agent fail on hosts (or FROM-scratch images) that have none.
+            let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| DiscoveryError::Protocol(e.to_string()))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+            builder = builder.tls_backend_preconfigured(tls);
+        }
+        let http = builder.build().map_err(|e| {
+            DiscoveryError::Protocol(format!(
+                "cannot set up HTTPS for the discovery service ({e}); is a CA bundle installed (ca-certificates)?"
+            ))
+        })?;
         Ok(Self {
             http,
             url: url.trim_end_matches('/').to_string(),

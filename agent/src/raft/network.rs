@@ -50,11 +50,19 @@ impl PeerLiveness {
     }
 }
 
-/// Builds per-peer clients.
+/// A peer's keep-alive client, and the address spelling it was built for.
+struct PeerConn {
+    addr: String,
+    http: reqwest::Client,
+}
+
+/// Builds per-peer clients. Connections are cached per node and survive openraft asking for
+/// a new client (it does so for every vote and every linearizable read).
 pub struct Network {
     tls: Arc<rustls::ClientConfig>,
     cluster_id: String,
     liveness: PeerLiveness,
+    conns: Arc<Mutex<HashMap<NodeId, PeerConn>>>,
 }
 
 impl Network {
@@ -63,6 +71,7 @@ impl Network {
             tls,
             cluster_id,
             liveness,
+            conns: Arc::default(),
         }
     }
 }
@@ -70,46 +79,78 @@ impl Network {
 /// A client for one peer.
 pub struct PeerClient {
     target: NodeId,
-    base: String,
-    http: Option<reqwest::Client>,
+    /// The identity name the peer's certificate must carry.
+    name: String,
+    /// `host:port` as advertised (resolved when connecting, so a new IP is picked up).
+    addr: String,
+    tls: Arc<rustls::ClientConfig>,
+    conns: Arc<Mutex<HashMap<NodeId, PeerConn>>>,
     liveness: PeerLiveness,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
+    /// Cheap and non-blocking: openraft calls this inside its core loop, so no DNS here.
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
-        let name = node_dns_name(target, &self.cluster_id);
-        let port = node.addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("7000");
-        let resolved: Option<SocketAddr> = tokio::net::lookup_host(node.addr.as_str())
-            .await
-            .ok()
-            .and_then(|mut addrs| addrs.next());
-        let http = resolved.and_then(|addr| {
-            reqwest::Client::builder()
-                .tls_backend_preconfigured((*self.tls).clone())
-                .resolve(&name, addr)
-                .http1_only()
-                .no_proxy()
-                .tcp_nodelay(true)
-                .pool_max_idle_per_host(2)
-                .build()
-                .map_err(|e| tracing::warn!(target_node = %format!("{target:x}"), error = %e, "cannot build peer client"))
-                .ok()
-        });
-        if http.is_none() {
-            tracing::warn!(target_node = %format!("{target:x}"), addr = %node.addr, "cannot resolve peer address");
-        }
         PeerClient {
             target,
-            base: format!("https://{name}:{port}"),
-            http,
+            name: node_dns_name(target, &self.cluster_id),
+            addr: node.addr.clone(),
+            tls: self.tls.clone(),
+            conns: self.conns.clone(),
             liveness: self.liveness.clone(),
         }
     }
 }
 
+fn unreachable(why: impl std::fmt::Display) -> Unreachable {
+    Unreachable::new(&std::io::Error::other(why.to_string()))
+}
+
 impl PeerClient {
+    /// The cached client for this peer, or a new one for its current address.
+    async fn client(&self) -> Result<reqwest::Client, Unreachable> {
+        if let Ok(conns) = self.conns.lock()
+            && let Some(conn) = conns.get(&self.target)
+            && conn.addr == self.addr
+        {
+            return Ok(conn.http.clone());
+        }
+        let resolved: SocketAddr = tokio::net::lookup_host(self.addr.as_str())
+            .await
+            .map_err(|e| unreachable(format!("cannot resolve {}: {e}", self.addr)))?
+            .next()
+            .ok_or_else(|| unreachable(format!("{} resolves to no address", self.addr)))?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured((*self.tls).clone())
+            .resolve(&self.name, resolved)
+            .http1_only()
+            .no_proxy()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(2)
+            .build()
+            .map_err(|e| unreachable(format!("cannot build a client: {e}")))?;
+        if let Ok(mut conns) = self.conns.lock() {
+            conns.insert(
+                self.target,
+                PeerConn {
+                    addr: self.addr.clone(),
+                    http: http.clone(),
+                },
+            );
+        }
+        Ok(http)
+    }
+
+    /// Forgets the cached connection: the next attempt resolves the address again (the peer
+    /// may have come back on another IP).
+    fn forget(&self) {
+        if let Ok(mut conns) = self.conns.lock() {
+            conns.remove(&self.target);
+        }
+    }
+
     async fn call<Req, Resp, E>(
         &self,
         path: &str,
@@ -121,13 +162,11 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let Some(http) = &self.http else {
-            let e = std::io::Error::other("peer address does not resolve");
-            return Err(RPCError::Unreachable(Unreachable::new(&e)));
-        };
+        let http = self.client().await.map_err(RPCError::Unreachable)?;
+        let port = self.addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("7000");
         let timeout = option.hard_ttl().max(Duration::from_millis(50));
         let sent = http
-            .post(format!("{}{path}", self.base))
+            .post(format!("https://{}:{port}{path}", self.name))
             .json(req)
             .timeout(timeout)
             .send()
@@ -135,7 +174,10 @@ impl PeerClient {
         let resp = match sent {
             Ok(r) => r,
             // Connection refused, TLS failure and the like: back off before trying again.
-            Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
+            Err(e) if e.is_connect() => {
+                self.forget();
+                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            }
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
         if !resp.status().is_success() {

@@ -1,0 +1,443 @@
+//! compose/: the FROM-scratch image, one discovery service and three agents that share one
+//! configuration form a single cluster through a discovery URL minted on the published port.
+//!
+//! Runs the steps of compose/README.md under a unique compose project name and a random host
+//! port, and always runs `down -v` for that project (drop guard), pass or fail.
+//!
+//! Without Docker this prints a loud SKIPPED notice and passes; `MUSTER_REQUIRE_DOCKER=1` makes
+//! that a failure. The image is built by compose/build.sh with the debug profile (incremental,
+//! much faster than release on small machines); `MUSTER_COMPOSE_PROFILE=release` tests the
+//! release build operators get.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use muster_tests::{free_port, get, tail, wait_for};
+use serde_json::Value;
+use tokio::process::Command;
+
+const AGENTS: [&str; 3] = ["agent1", "agent2", "agent3"];
+const FORMATION_DEADLINE: Duration = Duration::from_secs(180);
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// `docker compose` (v2 plugin) or `docker-compose` (v1), whichever works here.
+fn compose_cli() -> Option<Vec<String>> {
+    let works = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works("docker", &["compose", "version"]) {
+        Some(vec!["docker".into(), "compose".into()])
+    } else if works("docker-compose", &["version"]) {
+        Some(vec!["docker-compose".into()])
+    } else {
+        None
+    }
+}
+
+/// Docker and a compose CLI, or a loud skip (a failure under `MUSTER_REQUIRE_DOCKER=1`).
+fn docker_or_skip(test: &str) -> Option<Vec<String>> {
+    let daemon = std::process::Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let cli = if daemon { compose_cli() } else { None };
+    if cli.is_none() {
+        let why = if daemon {
+            "neither `docker compose` nor `docker-compose` works"
+        } else {
+            "`docker info` fails (no Docker, or no access to its daemon)"
+        };
+        let required = std::env::var("MUSTER_REQUIRE_DOCKER").is_ok_and(|v| v == "1");
+        assert!(!required, "{test}: {why}, but MUSTER_REQUIRE_DOCKER=1");
+        eprintln!(
+            "\n*** {test}: SKIPPED — {why}. Set MUSTER_REQUIRE_DOCKER=1 to make this a failure. ***\n"
+        );
+    }
+    cli
+}
+
+/// One compose project of this test run. Dropping it removes its containers, network, volumes
+/// and image tag — and nothing else.
+struct Project {
+    cli: Vec<String>,
+    name: String,
+    file: PathBuf,
+    image: String,
+    port: u16,
+    discovery_url: Option<String>,
+}
+
+impl Project {
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = self.cli[1..].to_vec();
+        args.extend([
+            "-p".into(),
+            self.name.clone(),
+            "-f".into(),
+            self.file.display().to_string(),
+        ]);
+        args
+    }
+
+    fn envs(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("MUSTER_IMAGE", self.image.clone()),
+            ("MUSTER_DISCOVERY_PORT", self.port.to_string()),
+            (
+                "MUSTER_DISCOVERY_URL",
+                self.discovery_url.clone().unwrap_or_default(),
+            ),
+        ]
+    }
+
+    /// Runs `compose -p NAME -f FILE <args>`; returns stdout, or fails with stderr.
+    async fn run(&self, args: &[&str], timeout: Duration) -> Result<String> {
+        let mut cmd = Command::new(&self.cli[0]);
+        cmd.args(self.args())
+            .args(args)
+            .envs(self.envs())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(timeout, cmd.output())
+            .await
+            .with_context(|| format!("compose {args:?} did not finish within {timeout:?}"))?
+            .with_context(|| format!("running compose {args:?}"))?;
+        if !out.status.success() {
+            bail!(
+                "compose {args:?} failed ({}): {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `muster status --json` inside `service`, parsed.
+    async fn status(&self, service: &str) -> Result<Value> {
+        let out = self
+            .run(
+                &[
+                    "exec",
+                    "-T",
+                    service,
+                    "/muster",
+                    "status",
+                    "--data-dir",
+                    "/data",
+                    "--json",
+                ],
+                Duration::from_secs(30),
+            )
+            .await?;
+        serde_json::from_str(&out).with_context(|| format!("{service}: status is not JSON: {out}"))
+    }
+
+    /// How often Docker restarted `service`'s container (a crash under `restart: on-failure`).
+    async fn restarts(&self, service: &str) -> Result<(u64, String)> {
+        let id = self
+            .run(&["ps", "-q", service], Duration::from_secs(30))
+            .await?
+            .trim()
+            .to_string();
+        if id.is_empty() {
+            bail!("{service} has no container");
+        }
+        let out = Command::new("docker")
+            .args([
+                "inspect",
+                "-f",
+                "{{.RestartCount}} {{.State.Status}}",
+                id.as_str(),
+            ])
+            .output()
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let (count, state) = text
+            .split_once(' ')
+            .with_context(|| format!("docker inspect {id}: {text:?}"))?;
+        Ok((count.parse()?, state.to_string()))
+    }
+
+    fn logs_blocking(&self) -> String {
+        std::process::Command::new(&self.cli[0])
+            .args(self.args())
+            .args(["logs", "--no-color", "--tail", "80"])
+            .envs(self.envs())
+            .stdin(Stdio::null())
+            .output()
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_else(|e| format!("(compose logs failed: {e})"))
+    }
+}
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "\n--- compose logs of project {} ---\n{}\n--- end of logs ---\n",
+                self.name,
+                self.logs_blocking()
+            );
+        }
+        let down = std::process::Command::new(&self.cli[0])
+            .args(self.args())
+            .args(["down", "-v", "--remove-orphans", "-t", "5"])
+            .envs(self.envs())
+            .stdin(Stdio::null())
+            .output();
+        match down {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "compose down -v for project {} failed: {}",
+                self.name,
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("compose down -v for project {}: {e}", self.name),
+        }
+        // Only this run's tag; layers shared with other tags stay.
+        let _ = std::process::Command::new("docker")
+            .args(["rmi", self.image.as_str()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Runs compose/build.sh (output streamed) with this run's image tag.
+async fn build_image(image: &str) -> Result<()> {
+    let script = workspace_root().join("compose/build.sh");
+    let profile = std::env::var("MUSTER_COMPOSE_PROFILE").unwrap_or_else(|_| "dev".into());
+    eprintln!(
+        "compose test: {} (profile {profile}, image {image})",
+        script.display()
+    );
+    let status = Command::new("bash")
+        .arg(&script)
+        .env("MUSTER_PROFILE", &profile)
+        .env("MUSTER_IMAGE", image)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", script.display());
+    }
+    Ok(())
+}
+
+/// `Some(summary)` once `status` shows 3 members, all voters, and a leader among them.
+fn formed(status: &Value) -> Option<String> {
+    let members = status["members"].as_array()?;
+    let leader = status["leader"].as_str()?;
+    let voters = members.iter().filter(|m| m["suffrage"] == "voter").count();
+    let leader_is_member = members.iter().any(|m| m["name"] == leader);
+    (members.len() == 3 && voters == 3 && leader_is_member).then(|| leader.to_string())
+}
+
+fn summary(status: &Value) -> String {
+    let members: Vec<String> = status["members"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| format!("{}={}", m["name"], m["suffrage"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "leader {} term {} members [{}]",
+        status["leader"],
+        status["term"],
+        members.join(", ")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_discovery_and_three_agents_form_one_cluster() {
+    let test = "compose_discovery_and_three_agents_form_one_cluster";
+    let Some(cli) = docker_or_skip(test) else {
+        return;
+    };
+    let started = Instant::now();
+    let pid = std::process::id();
+    let image = format!("muster-test:{pid}");
+    build_image(&image).await.expect("building the image");
+    let built = started.elapsed();
+
+    let mut project = Project {
+        cli,
+        name: format!("muster-test-{pid}"),
+        file: workspace_root().join("compose/docker-compose.yml"),
+        image,
+        port: free_port(),
+        discovery_url: None,
+    };
+
+    // 1. The discovery service alone.
+    project
+        .run(&["up", "-d", "discovery"], Duration::from_secs(120))
+        .await
+        .expect("compose up -d discovery");
+
+    // 2. Mint a size-3 URL on the published loopback port.
+    let new = format!("http://127.0.0.1:{}/new?size=3", project.port);
+    let url = wait_for(
+        "the published discovery port to mint a URL",
+        Duration::from_secs(60),
+        || {
+            let new = new.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                get(&new)
+                    .await
+                    .ok()
+                    .filter(|r| r.status == 200)
+                    .map(|r| r.body)
+            }
+        },
+    )
+    .await
+    .expect("minting a discovery URL");
+    let token = url
+        .strip_prefix("http://discovery:8087/")
+        .unwrap_or_else(|| panic!("URL {url:?} does not use MUSTER_DISCOVERY_PUBLIC_URL"));
+    assert!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "token {token:?} is not 32 hex chars"
+    );
+    eprintln!("compose test: minted {url}");
+    project.discovery_url = Some(url);
+
+    // 3. The agents, all with that URL.
+    project
+        .run(&["up", "-d"], Duration::from_secs(120))
+        .await
+        .expect("compose up -d (agents)");
+
+    // 4. agent1 sees 3 members, 3 voters and a leader.
+    let last = Arc::new(Mutex::new(String::from("no answer yet")));
+    let formation = wait_for(
+        "3 members, 3 voters and a leader in agent1's status",
+        FORMATION_DEADLINE,
+        || {
+            let project = &project;
+            let last = last.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let seen = project.status("agent1").await;
+                let done = seen.as_ref().ok().and_then(formed);
+                if let Ok(mut l) = last.lock() {
+                    *l = match &seen {
+                        Ok(s) => summary(s),
+                        Err(e) => format!("{e:#}"),
+                    };
+                }
+                done
+            }
+        },
+    )
+    .await;
+    let last_seen = last.lock().map(|l| l.clone()).unwrap_or_default();
+    let leader = formation.unwrap_or_else(|e| panic!("{e:#}; agent1 last said: {last_seen}"));
+    let formed_after = started.elapsed() - built;
+    eprintln!("compose test: formed, leader {leader} ({formed_after:?} after the build)");
+
+    // 5. Every agent reports the same cluster, the same leader and the same members, named and
+    //    addressed after its hostname (the shared config's ${HOSTNAME}).
+    let mut cluster_ids = BTreeSet::new();
+    let p = &project;
+    for service in AGENTS {
+        // Followers learn the leader and the final configuration a moment later.
+        let status = wait_for(
+            &format!("{service} to report the formed cluster"),
+            Duration::from_secs(30),
+            || async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                p.status(service).await.ok().filter(|s| formed(s).is_some())
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(status["self"], service, "{service}: wrong node name");
+        assert_eq!(
+            status["leader"],
+            leader,
+            "{service} names another leader: {}",
+            summary(&status)
+        );
+        let cluster_id = status["cluster_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            !cluster_id.is_empty(),
+            "{service}: no cluster_id in {status}"
+        );
+        cluster_ids.insert(cluster_id);
+        let members: BTreeSet<(String, String)> = status["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                    m["address"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let expected: BTreeSet<(String, String)> = AGENTS
+            .iter()
+            .map(|a| (a.to_string(), format!("{a}:7000")))
+            .collect();
+        assert_eq!(members, expected, "{service}: members");
+    }
+    assert_eq!(
+        cluster_ids.len(),
+        1,
+        "the agents report different clusters: {cluster_ids:?}"
+    );
+
+    // 6. Nobody got there by crashing and being restarted by Docker.
+    for service in AGENTS {
+        let (restarts, state) = project.restarts(service).await.expect("docker inspect");
+        assert_eq!(state, "running", "{service} is {state}");
+        assert_eq!(restarts, 0, "{service} was restarted {restarts} times");
+    }
+
+    eprintln!(
+        "compose test: passed in {:?} (build {built:?}); logs of agent1:\n{}",
+        started.elapsed(),
+        tail(
+            &project
+                .run(&["logs", "--no-color", "agent1"], Duration::from_secs(30))
+                .await
+                .unwrap_or_default(),
+            12
+        )
+    );
+    drop(project);
+}
