@@ -355,18 +355,21 @@ async fn through_discovery(
         if cohort.first().is_some_and(|r| r.id == me) {
             return become_initiator(config, identity, &discovery, &listing).await;
         }
+        // Progress first: a registrant that finds the record at once still says where it stands.
+        if cohort.len() != last_progress {
+            last_progress = cohort.len();
+            println!("waiting for peers {}/{} …", cohort.len(), listing.size);
+        }
         if let Some((record, _)) =
             retry("reading the bootstrap record", || discovery.record()).await?
         {
             return join_initiator(config, identity, &discovery, &listing, record).await;
         }
-        if cohort.len() != last_progress {
-            last_progress = cohort.len();
-            println!("waiting for peers {}/{} …", cohort.len(), listing.size);
-        }
         // Wake as soon as the record appears (a watch on the hidden key itself; watches on the
-        // token directory never report hidden keys), and re-read registrations every second.
-        let _ = tokio::time::timeout(
+        // token directory never report hidden keys), and re-read registrations every second;
+        // never faster, even when the watch fails at once (a 503, a service shutting down).
+        let round = Instant::now();
+        let waited = tokio::time::timeout(
             Duration::from_secs(1),
             discovery.wait(
                 muster_shared::bootstrap::RECORD_KEY,
@@ -375,6 +378,9 @@ async fn through_discovery(
             ),
         )
         .await;
+        if !matches!(waited, Ok(Ok(Some(_)))) {
+            tokio::time::sleep(Duration::from_secs(1).saturating_sub(round.elapsed())).await;
+        }
     }
 }
 
