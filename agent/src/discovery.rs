@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use muster_shared::bootstrap::{BootstrapRecord, NODES_DIR, RECORD_KEY, RegistrantMeta};
+use muster_shared::form::urlencode;
 use serde::Deserialize;
 
 /// etcd's discovery client gives every plain request 5 s; so do we.
@@ -358,30 +359,9 @@ fn parse_node(body: &str) -> Result<V2Node, DiscoveryError> {
         })
 }
 
-fn urlencode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urlencode_escapes_reserved_bytes() {
-        assert_eq!(
-            urlencode("n1=https://10.0.0.1:7000"),
-            "n1%3Dhttps%3A%2F%2F10.0.0.1%3A7000"
-        );
-        assert_eq!(urlencode(r#"{"a":1}"#), "%7B%22a%22%3A1%7D");
-    }
 
     #[test]
     fn cohort_is_the_first_size_registrations() {

@@ -8,6 +8,7 @@ use muster_agent::api::types::{ApiError, Status};
 use muster_agent::bootstrap::{self, NeverFormSecondCluster};
 use muster_agent::config::{self, AgentFlags};
 use muster_agent::operator;
+use muster_shared::form::urlencode;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -204,22 +205,10 @@ async fn fetch_status(op: &OperatorArgs) -> Result<Status> {
     )?)
 }
 
-fn query(key: &str) -> String {
-    let mut out = String::new();
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 async fn kv(command: KvCommand) -> Result<()> {
     match command {
         KvCommand::Get { key, op } => {
-            let v = call(&op, "GET", &format!("/v1/kv?key={}", query(&key)), None).await?;
+            let v = call(&op, "GET", &format!("/v1/kv?key={}", urlencode(&key)), None).await?;
             if op.json {
                 muster_agent::outln!("{v}");
             } else {
@@ -231,7 +220,7 @@ async fn kv(command: KvCommand) -> Result<()> {
             let v = call(
                 &op,
                 "PUT",
-                &format!("/v1/kv?key={}", query(&key)),
+                &format!("/v1/kv?key={}", urlencode(&key)),
                 Some(body),
             )
             .await?;
@@ -240,7 +229,13 @@ async fn kv(command: KvCommand) -> Result<()> {
             }
         }
         KvCommand::Del { key, op } => {
-            let v = call(&op, "DELETE", &format!("/v1/kv?key={}", query(&key)), None).await?;
+            let v = call(
+                &op,
+                "DELETE",
+                &format!("/v1/kv?key={}", urlencode(&key)),
+                None,
+            )
+            .await?;
             if op.json {
                 muster_agent::outln!("{v}");
             }
@@ -249,7 +244,7 @@ async fn kv(command: KvCommand) -> Result<()> {
             let v = call(
                 &op,
                 "GET",
-                &format!("/v1/kv/list?prefix={}", query(&prefix)),
+                &format!("/v1/kv/list?prefix={}", urlencode(&prefix)),
                 None,
             )
             .await?;

@@ -24,15 +24,7 @@ const ELECTION_GRACE: Duration = Duration::from_secs(5);
 /// not exist yet and an expired certificate would silently cut a node off its cluster.
 pub const CERT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
-/// Voters wanted for `members` members: an odd number, at most 7 (DESIGN §2).
-pub fn voter_target(members: usize) -> usize {
-    match members {
-        0 => 0,
-        n if n >= 7 => 7,
-        n if n % 2 == 1 => n,
-        n => n - 1,
-    }
-}
+pub use muster_shared::policy::voter_target;
 
 /// A formation in progress on the initiator: the discovery URL whose first `size` registrants
 /// are admitted and made voters together.
@@ -700,29 +692,6 @@ pub async fn reconcile_loop(agent: Arc<Agent>) {
         tick.tick().await;
         if let Err(e) = agent.reconcile().await {
             tracing::debug!(error = %e, "reconcile step failed; will retry");
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn voter_policy_table() {
-        let table = [
-            (1, 1),
-            (2, 1),
-            (3, 3),
-            (4, 3),
-            (5, 5),
-            (6, 5),
-            (7, 7),
-            (8, 7),
-            (30, 7),
-        ];
-        for (members, voters) in table {
-            assert_eq!(voter_target(members), voters, "{members} members");
         }
     }
 }

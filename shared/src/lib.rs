@@ -5,6 +5,8 @@
 pub mod bootstrap;
 pub mod duration;
 pub mod error;
+pub mod form;
+pub mod policy;
 pub mod storage;
 pub mod tls;
 pub mod token;

@@ -544,18 +544,7 @@ pub async fn raw(
     Reply::from(req.send().await?).await
 }
 
-/// Percent-encodes everything but unreserved characters.
-pub fn urlencode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
+pub use muster_shared::form::urlencode;
 
 /// Registers member `id` with `value` under the discovery URL, as etcd does.
 pub async fn register(url: &str, id: &str, value: &str) -> Result<Reply> {
@@ -719,15 +708,7 @@ impl Drop for AgentProc {
     }
 }
 
-/// Voters wanted for `members` members (DESIGN §2).
-pub fn voter_target(members: usize) -> usize {
-    match members {
-        0 => 0,
-        n if n >= 7 => 7,
-        n if n % 2 == 1 => n,
-        n => n - 1,
-    }
-}
+pub use muster_shared::policy::voter_target;
 
 /// Waits until every agent reports the same cluster with `n` members, the voter count of the
 /// policy table and a leader. Returns the cluster id.
