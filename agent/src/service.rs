@@ -9,7 +9,7 @@ use muster_shared::bootstrap::{BootstrapRecord, RecordState};
 use muster_shared::tls::ClusterCa;
 use serde::{Deserialize, Serialize};
 
-use crate::api::types::{Member, Status};
+use crate::api::types::{KvEntry, Member, Status};
 use crate::discovery::DiscoveryClient;
 use crate::raft::node::{RaftNode, RaftNodeError};
 use crate::raft::types::{Node, NodeId, NodeRecord, Request};
@@ -252,7 +252,7 @@ impl Agent {
                     .read_linearizable(|s| s.kv.get(&key).cloned())
                     .await?;
                 match value {
-                    Some(v) => Ok(serde_json::json!({ "key": key, "value": v })),
+                    Some(value) => Ok(json(&KvEntry { key, value })),
                     None => Err(OpError::new(
                         crate::api::types::kind::NOT_FOUND,
                         404,
@@ -266,11 +266,14 @@ impl Agent {
                     .read_linearizable(|s| {
                         s.kv.range(prefix.clone()..)
                             .take_while(|(k, _)| k.starts_with(&prefix))
-                            .map(|(k, v)| serde_json::json!({ "key": k, "value": v }))
+                            .map(|(k, v)| KvEntry {
+                                key: k.clone(),
+                                value: v.clone(),
+                            })
                             .collect::<Vec<_>>()
                     })
                     .await?;
-                Ok(serde_json::Value::Array(entries))
+                Ok(json(&entries))
             }
             ForwardedOp::Status => {
                 Ok(serde_json::to_value(self.local_status()?).unwrap_or_default())
@@ -674,6 +677,11 @@ fn static_kind(kind: &str) -> &'static str {
     .into_iter()
     .find(|k| *k == kind)
     .unwrap_or(INTERNAL)
+}
+
+/// Operator answers travel as JSON values (they may be forwarded); typed shapes go in here.
+fn json(value: &impl Serialize) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or_default()
 }
 
 pub fn now_ms() -> u64 {

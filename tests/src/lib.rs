@@ -164,17 +164,9 @@ impl Discovery {
 
     /// SIGTERM and wait (bounded) for a clean exit; returns the exit code.
     pub async fn terminate(&mut self) -> Result<Option<i32>> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(None);
-        };
-        if let Some(pid) = child.id() {
-            signal(pid, "TERM")?;
-        }
-        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-            .await
-            .context("service did not exit within 20s of SIGTERM")??;
+        let code = terminate_child(&mut self.child, "muster-discovery").await;
         self._stdout = None;
-        Ok(status.code())
+        code
     }
 
     /// Starts again on the same address and data dir (after kill9 or terminate).
@@ -219,6 +211,20 @@ impl Drop for Discovery {
             let _ = child.start_kill();
         }
     }
+}
+
+/// SIGTERM to a process we started, then a bounded wait; its exit code (`None` if not running).
+async fn terminate_child(child: &mut Option<Child>, what: &str) -> Result<Option<i32>> {
+    let Some(mut child) = child.take() else {
+        return Ok(None);
+    };
+    if let Some(pid) = child.id() {
+        signal(pid, "TERM")?;
+    }
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .with_context(|| format!("{what} did not exit within 20s of SIGTERM"))??;
+    Ok(status.code())
 }
 
 /// Sends a signal by name to a process we started.
@@ -647,16 +653,7 @@ impl AgentProc {
     }
 
     pub async fn terminate(&mut self) -> Result<Option<i32>> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(None);
-        };
-        if let Some(pid) = child.id() {
-            signal(pid, "TERM")?;
-        }
-        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
-            .await
-            .context("agent did not exit within 20s of SIGTERM")??;
-        Ok(status.code())
+        terminate_child(&mut self.child, &self.name).await
     }
 
     /// Waits for the process to exit by itself; returns its exit code.

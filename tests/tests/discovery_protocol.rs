@@ -14,6 +14,22 @@ const V3: &str = "n3=http://10.0.0.3:2380";
 
 const ETCD_GET: &str = "?quorum=false&recursive=false&sorted=false";
 
+/// Waits until the service reports `n` watches held open.
+async fn wait_held_watches(d: &Discovery, n: u32) {
+    let metrics = format!("{}/metrics", d.base);
+    let needle = format!("muster_discovery_held_watches {n}");
+    muster_tests::wait_for("held watches", Duration::from_secs(5), || async {
+        get(&metrics)
+            .await
+            .ok()?
+            .body
+            .contains(&needle)
+            .then_some(())
+    })
+    .await
+    .expect("held");
+}
+
 async fn service() -> Discovery {
     Discovery::start(&["--hold", "2s"])
         .await
@@ -439,17 +455,7 @@ async fn held_watches_are_counted_and_end_cleanly_on_sigterm() {
     let url = d.new_token(3).await.expect("token");
     let watch_url = format!("{url}?recursive=true&wait=true&waitIndex=2");
     let watcher = tokio::spawn(async move { get(&watch_url).await });
-    let metrics = format!("{}/metrics", d.base);
-    muster_tests::wait_for("watch to be held", Duration::from_secs(5), || async {
-        get(&metrics)
-            .await
-            .ok()?
-            .body
-            .contains("muster_discovery_held_watches 1")
-            .then_some(())
-    })
-    .await
-    .expect("held");
+    wait_held_watches(&d, 1).await;
     let started = Instant::now();
     let code = d.terminate().await.expect("terminate");
     assert_eq!(code, Some(0), "log:\n{}", d.log());
@@ -717,17 +723,7 @@ async fn watch_limit_never_refuses_a_watch_that_history_answers() {
     register(&url, ID1, V1).await.expect("1");
     let held_url = format!("{url}?recursive=true&wait=true&waitIndex=3");
     let held = tokio::spawn(async move { get(&held_url).await });
-    let metrics = format!("{}/metrics", d.base);
-    muster_tests::wait_for("one held watch", Duration::from_secs(5), || async {
-        get(&metrics)
-            .await
-            .ok()?
-            .body
-            .contains("muster_discovery_held_watches 1")
-            .then_some(())
-    })
-    .await
-    .expect("held");
+    wait_held_watches(&d, 1).await;
     // etcd's self-watch right after its PUT: answered from history despite the limit.
     let own = get(&format!(
         "{url}/{ID1}?recursive=false&wait=true&waitIndex=2"
