@@ -1,10 +1,14 @@
 //! Startup: decide how this node comes up, then run it.
 //!
 //! 1. The data dir belongs to a cluster (`cluster.json`) → restart on static membership; the
-//!    discovery service is never contacted again.
-//! 2. `--token` → join an existing cluster (arrives with join tokens; refused clearly for now).
-//! 3. `--discovery` → register; the first registrant initiates, the other first-N join it.
-//! 4. Nothing → an error naming the three ways to start.
+//!    discovery service is never contacted again. A node that was removed refuses to start.
+//! 2. `--token` with `--join` → join an existing cluster through those members.
+//! 3. `--discovery` → register; the first registrant initiates, the other first-N join it. A
+//!    node that finds the URL formed without it joins with `--token` if it has one (one launch
+//!    template for the 1st and the 30th machine), else stops with exit code 2.
+//! 4. Nothing → an error naming the ways to start.
+//!
+//! `muster restore` ([`restore`]) is a fifth way: a one-node cluster from a backup.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,17 +17,17 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use muster_shared::bootstrap::{BootstrapRecord, RecordState, RegistrantMeta};
 use muster_shared::tls::{self, ClusterCa};
-use muster_shared::token::random_hex;
+use muster_shared::token::{SecretToken, TokenKind, random_hex};
 use serde::{Deserialize, Serialize};
 
+use crate::admission::{JoinRequest, JoinResponse};
 use crate::config::AgentConfig;
 use crate::discovery::{DiscoveryClient, DiscoveryError, Listing};
 use crate::identity::{Identity, write_private};
 use crate::raft::node::{RaftNode, Timing};
-use crate::raft::types::{CaMaterial, Node, NodeRecord, Request};
-use crate::service::{
-    Agent, CERT_VALIDITY, Formation, JoinRequest, JoinResponse, now_ms, reconcile_loop,
-};
+use crate::raft::types::{CaMaterial, Node, NodeRecord, OperatorTokenRecord, Request};
+use crate::reconcile::reconcile_loop;
+use crate::service::{Agent, AgentInit, CERT_VALIDITY, Formation, now_ms};
 
 const CLUSTER_FILE: &str = "cluster.json";
 const CA_FILE: &str = "tls/ca.pem";
@@ -31,15 +35,16 @@ const CERT_FILE: &str = "tls/node.pem";
 /// How long a registrant keeps trying to reach the initiator's join endpoint.
 const JOIN_DEADLINE: Duration = Duration::from_secs(300);
 
-/// A refusal that must not be retried by a supervisor: the node would form a second cluster.
-/// `main` exits with code 2 on it.
+/// A refusal that starting again with the same settings cannot fix: the node would form a
+/// second cluster, was removed, or its join token was refused. `main` exits with code 2 on it,
+/// which the systemd recipes keep from restarting (`RestartPreventExitStatus=2`).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct NeverFormSecondCluster(pub String);
+pub struct PermanentRefusal(pub String);
 
 /// What the data dir records about the cluster this node belongs to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct ClusterFile {
+pub(crate) struct ClusterFile {
     version: u32,
     cluster_id: String,
     /// The address this node joined with; peers know it by this address.
@@ -48,6 +53,21 @@ struct ClusterFile {
     /// Present on the initiator until its cohort has joined: lets a restart resume formation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     formation: Option<Formation>,
+    /// Set when this node learnt that it was removed: it never starts again on this data dir.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    removed_ms: Option<u64>,
+}
+
+impl ClusterFile {
+    pub(crate) fn new(cluster_id: &str, advertise: &str, formation: Option<Formation>) -> Self {
+        Self {
+            version: 1,
+            cluster_id: cluster_id.to_string(),
+            advertise: Some(advertise.to_string()),
+            formation,
+            removed_ms: None,
+        }
+    }
 }
 
 fn path(dir: &Path, file: &str) -> PathBuf {
@@ -69,34 +89,48 @@ fn read_cluster_file(dir: &Path) -> Result<Option<ClusterFile>> {
     Ok(Some(file))
 }
 
-fn write_cluster_file(dir: &Path, file: &ClusterFile) -> Result<()> {
+pub(crate) fn write_cluster_file(dir: &Path, file: &ClusterFile) -> Result<()> {
     let json = serde_json::to_vec_pretty(file)?;
     write_private(&path(dir, CLUSTER_FILE), &json).context("writing cluster.json")
 }
 
-fn write_tls(dir: &Path, ca_pem: &str, cert_pem: &str) -> Result<()> {
+pub(crate) fn write_tls(dir: &Path, ca_pem: &str, cert_pem: &str) -> Result<()> {
     std::fs::create_dir_all(dir.join("tls")).context("creating tls dir")?;
     write_private(&path(dir, CA_FILE), ca_pem.as_bytes())?;
     write_private(&path(dir, CERT_FILE), cert_pem.as_bytes())?;
     Ok(())
 }
 
-/// Runs the agent until SIGTERM/SIGINT.
+/// Runs the agent until SIGTERM/SIGINT (or until it is removed from its cluster).
 pub async fn run(config: AgentConfig) -> Result<()> {
     let cluster = read_cluster_file(&config.data_dir)?;
     if cluster.is_none() && config.discovery.is_none() && config.token.is_none() {
         bail!(
             "nothing to start from. Use one of:\n  \
-             muster agent --discovery URL …        (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
-             muster agent --join HOST:PORT --token T …  (join an existing cluster)\n  \
-             an existing --data-dir                 (restart a member)"
+             muster agent --discovery URL …              (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
+             muster agent --join HOST:PORT --token T …  (join an existing cluster; token from `muster token create`)\n  \
+             an existing --data-dir                       (restart a member)\n  \
+             muster restore FILE …                        (a new cluster from a backup)"
+        );
+    }
+    // A member restarts from its data dir alone, so a token is read only by a new node.
+    let token = match (&cluster, config.token.as_deref()) {
+        (None, Some(t)) => Some(SecretToken::parse(TokenKind::Join, t).context("--token")?),
+        _ => None,
+    };
+    if cluster.is_none() && token.is_some() && config.join.is_empty() && config.discovery.is_none()
+    {
+        bail!(
+            "--token needs somewhere to join: --join HOST:PORT[,HOST:PORT…] of one or more members \
+             (or --discovery URL of the cluster's formation, whose record lists its peers)"
         );
     }
     let _lock = lock_data_dir(&config.data_dir)?;
     if cluster.is_none() && config.data_dir.join("raft").exists() {
         bail!(
-            "{} holds raft state but no cluster.json: the data dir is damaged. Move it aside \
-             (keep it for recovery) and start this machine with an empty --data-dir",
+            "{} holds raft state but no cluster.json: the data dir is damaged, or a `muster restore` \
+             into it was interrupted. Move it aside (keep it for recovery) and start this machine \
+             with an empty --data-dir",
             config.data_dir.display()
         );
     }
@@ -104,28 +138,175 @@ pub async fn run(config: AgentConfig) -> Result<()> {
     tracing::info!(name = %identity.name, id = %identity.member_id(), "node identity");
     let running = if let Some(cluster) = cluster {
         tracing::info!(cluster_id = %cluster.cluster_id, "restarting on static membership; discovery is not contacted");
-        if config.discovery.is_some() {
+        let ignored = match (config.discovery.is_some(), config.token.is_some()) {
+            (true, true) => Some("--discovery and --token are"),
+            (true, false) => Some("--discovery is"),
+            (false, true) => Some("--token is"),
+            (false, false) => None,
+        };
+        if let Some(ignored) = ignored {
             println!(
-                "data dir {} belongs to cluster {}: --discovery is ignored (membership is static after formation)",
+                "data dir {} belongs to cluster {}: {ignored} ignored (membership is static after formation)",
                 config.data_dir.display(),
                 cluster.cluster_id
             );
         }
         restart(&config, &identity, cluster).await?
-    } else if config.token.is_some() {
-        bail!(
-            "joining with --token needs join tokens, which this version does not have yet; \
-             start the first N machines with --discovery URL"
-        );
+    } else if let (Some(token), false) = (&token, config.join.is_empty()) {
+        crate::join::join_with_token(&config, &identity, token, &config.join).await?
     } else if let Some(url) = config.discovery.clone() {
-        through_discovery(&config, &identity, &url).await?
+        through_discovery(&config, &identity, &url, token.as_ref()).await?
     } else {
         bail!("unreachable: checked above");
     };
-    wait_for_signal().await;
-    tracing::info!("stopping");
-    running.stop().await;
+    serve_until_stopped(running, &config.data_dir).await
+}
+
+/// Why a running agent stopped.
+enum Stop {
+    Signal,
+    Removed,
+    Fatal(String),
+}
+
+/// Serves until SIGTERM/SIGINT, until this node learns it was removed, or until raft fails.
+async fn serve_until_stopped(running: Running, data_dir: &Path) -> Result<()> {
+    let agent = running.agent.clone();
+    let stop = tokio::select! {
+        _ = wait_for_signal() => Stop::Signal,
+        _ = agent.removal.wait() => Stop::Removed,
+        why = agent.raft.fatal() => Stop::Fatal(why),
+    };
+    match stop {
+        Stop::Signal => {
+            tracing::info!("stopping");
+            running.stop().await;
+            Ok(())
+        }
+        Stop::Removed => {
+            mark_removed(data_dir)?;
+            tracing::warn!(cluster_id = %agent.cluster_id, "removed from cluster; stopping");
+            println!(
+                "removed from cluster {}: this node stops and will not rejoin on restart. Its data dir \
+                 still holds the cluster's CA key: wipe it (rm -rf {}). To bring this machine back, \
+                 join it as a new node: muster agent --join <member> --token <token>",
+                agent.cluster_id,
+                data_dir.display()
+            );
+            // Let answers in flight (the operator's `node remove`, say) get out first.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            running.stop().await;
+            Ok(())
+        }
+        Stop::Fatal(why) => {
+            running.stop().await;
+            bail!("raft has stopped: {why}; check the disk (dmesg), then restart the agent")
+        }
+    }
+}
+
+/// Records in `cluster.json` that this node was removed, so it never starts again.
+fn mark_removed(data_dir: &Path) -> Result<()> {
+    if let Some(mut file) = read_cluster_file(data_dir)? {
+        file.removed_ms.get_or_insert(now_ms());
+        write_cluster_file(data_dir, &file)?;
+    }
     Ok(())
+}
+
+/// `muster restore FILE`: starts a one-node cluster holding the backup's state, then runs it
+/// like `muster agent` (later starts use `muster agent` with the same --data-dir). Everything is
+/// checked before anything is written: a corrupt or foreign file leaves no trace.
+pub async fn restore(config: AgentConfig, file: &Path) -> Result<()> {
+    let size = std::fs::metadata(file)
+        .with_context(|| format!("reading {}", file.display()))?
+        .len();
+    if size > crate::backup::MAX_BACKUP_BYTES {
+        bail!(
+            "{} is {size} bytes, more than any muster backup; is it the right file?",
+            file.display()
+        );
+    }
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let (header, state) = crate::backup::decode(&bytes)
+        .with_context(|| format!("{} cannot be restored; nothing was written", file.display()))?;
+    // A restored cluster forms from the backup alone; settings for forming or joining (say from
+    // /etc/muster/agent.toml, or an operator's MUSTER_TOKEN) do not apply to it.
+    let config = AgentConfig {
+        discovery: None,
+        join: Vec::new(),
+        token: None,
+        ..config
+    };
+    let dir = &config.data_dir;
+    if read_cluster_file(dir)?.is_some() || dir.join("raft").exists() {
+        bail!(
+            "{} already holds cluster state; restore into an empty --data-dir (move this one aside first)",
+            dir.display()
+        );
+    }
+    let _lock = lock_data_dir(dir)?;
+    let ca_material = state
+        .ca
+        .clone()
+        .ok_or_else(|| anyhow!("the backup holds no CA"))?;
+    let ca = ClusterCa::from_pem(&ca_material.cert_pem, &ca_material.key_pem)
+        .context("the backup's CA does not load")?;
+    let identity = Identity::load_or_create(dir, &config.name)?;
+    let cluster_id = random_hex(16);
+    let host = host_of(&config.advertise);
+    let csr = identity.key.csr_pem(&identity.name, host)?;
+    let cert = ca.sign_node(
+        &csr,
+        identity.node_id,
+        &cluster_id,
+        &identity.key.fingerprint(),
+        host,
+        CERT_VALIDITY,
+    )?;
+    write_tls(dir, ca.cert_pem(), &cert)?;
+    let (operator_token, record) = new_operator_token(ca.pin(), "created by muster restore");
+    let restored = crate::backup::restored_state(
+        state,
+        &cluster_id,
+        now_ms(),
+        (operator_token.id().to_string(), record),
+    );
+    let running = start_node(&config, &identity, &cluster_id, None).await?;
+    let raft = &running.agent.raft;
+    raft.initialize(Node {
+        name: identity.name.clone(),
+        addr: config.advertise.clone(),
+    })
+    .await?;
+    raft.write(Request::RestoreState {
+        state: Box::new(restored),
+    })
+    .await?;
+    raft.write(Request::UpsertNode {
+        id: identity.node_id,
+        node: NodeRecord {
+            name: identity.name.clone(),
+            addr: config.advertise.clone(),
+            key_fingerprint: identity.key.fingerprint(),
+            joined_ms: now_ms(),
+            joined_with: None,
+        },
+    })
+    .await?;
+    // Written last: until it exists the data dir counts as unfinished (see `run`).
+    write_cluster_file(dir, &ClusterFile::new(&cluster_id, &config.advertise, None))?;
+    println!(
+        "restored cluster {} (backup of {} at index {}, {} keys) as new cluster {cluster_id}; \
+         this node is its only member. Join tokens from the backup are revoked: create new ones \
+         with `muster token create`.",
+        header.cluster_id,
+        file.display(),
+        header.applied_index,
+        header.keys
+    );
+    print_operator_token(&operator_token, &config.advertise);
+    serve_until_stopped(running, dir).await
 }
 
 /// Holds `<data-dir>/lock` exclusively for the life of the process, so two agents can never
@@ -164,8 +345,8 @@ impl Running {
     }
 }
 
-/// Starts raft, the peer listener, the operator socket and the reconciler.
-async fn start_node(
+/// Starts raft, the peer listener, the operator socket, the reconciler and the removal watch.
+pub(crate) async fn start_node(
     config: &AgentConfig,
     identity: &Identity,
     cluster_id: &str,
@@ -191,12 +372,16 @@ async fn start_node(
     .await?;
     let agent = Arc::new(Agent::new(
         raft,
-        dir.clone(),
-        identity.node_id,
-        identity.name.clone(),
-        config.advertise.clone(),
-        cluster_id.to_string(),
-        client_tls,
+        AgentInit {
+            data_dir: dir.clone(),
+            node_id: identity.node_id,
+            name: identity.name.clone(),
+            advertise: config.advertise.clone(),
+            cluster_id: cluster_id.to_string(),
+            ca_pin: tls::spki_pin(&ca_pem)?,
+            peer_tls: client_tls,
+            promote_after: config.promote_after,
+        },
     ));
     if let Ok(mut f) = agent.formation.lock() {
         *f = formation;
@@ -226,6 +411,7 @@ async fn start_node(
         }
     }));
     tasks.push(tokio::spawn(reconcile_loop(agent.clone())));
+    tasks.push(tokio::spawn(crate::removal::watch_loop(agent.clone())));
     tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
     Ok(Running { agent, stop, tasks })
 }
@@ -235,6 +421,18 @@ async fn restart(
     identity: &Identity,
     cluster: ClusterFile,
 ) -> Result<Running> {
+    if cluster.removed_ms.is_some() {
+        return Err(PermanentRefusal(format!(
+            "this node ({}, id {}) was removed from cluster {} and never rejoins. To bring this \
+             machine back, wipe its data dir (rm -rf {}) and join it as a new node: \
+             muster agent --join <member> --token <token from `muster token create`>",
+            identity.name,
+            identity.member_id(),
+            cluster.cluster_id,
+            config.data_dir.display()
+        ))
+        .into());
+    }
     if let Some(recorded) = &cluster.advertise
         && recorded != &config.advertise
     {
@@ -284,7 +482,7 @@ async fn restart(
                 };
                 match step.await {
                     Ok(()) => return,
-                    Err(e) if e.downcast_ref::<NeverFormSecondCluster>().is_some() => {
+                    Err(e) if e.downcast_ref::<PermanentRefusal>().is_some() => {
                         // Someone else's record: this node's one-member cluster must not live on.
                         eprintln!("muster: {e}");
                         std::process::exit(2);
@@ -315,12 +513,15 @@ async fn through_discovery(
     config: &AgentConfig,
     identity: &Identity,
     url: &str,
+    token: Option<&SecretToken>,
 ) -> Result<Running> {
     let discovery = DiscoveryClient::new(url)?;
     let me = identity.member_id();
     // Like etcd: check first, so a node that would be refused never registers.
     let listing = retry("reading the discovery URL", || discovery.listing()).await?;
-    refuse_if_not_ours(&discovery, &listing, &me, config).await?;
+    if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
+        return join_or_refuse(config, identity, &discovery, elsewhere, token).await;
+    }
     match retry("registering", || {
         discovery.register(&me, &identity.name, &config.advertise)
     })
@@ -350,7 +551,9 @@ async fn through_discovery(
     let mut last_progress = 0;
     loop {
         let listing = retry("reading the discovery URL", || discovery.listing()).await?;
-        refuse_if_not_ours(&discovery, &listing, &me, config).await?;
+        if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
+            return join_or_refuse(config, identity, &discovery, elsewhere, token).await;
+        }
         let cohort = listing.cohort();
         if cohort.first().is_some_and(|r| r.id == me) {
             return become_initiator(config, identity, &discovery, &listing).await;
@@ -384,38 +587,94 @@ async fn through_discovery(
     }
 }
 
-/// Exits (code 2) when the URL already formed, or filled up, without this node.
-async fn refuse_if_not_ours(
+/// A cluster that a discovery URL formed (or filled up) without this node.
+struct FormedWithoutMe {
+    formed: bool,
+    /// `name (host:port)` of the URL's first N registrants.
+    members: Vec<String>,
+    /// Where to join it: the record's peers, then the registrants' addresses.
+    peers: Vec<String>,
+    /// The CA pin from the record, if it has one.
+    ca_pin: Option<String>,
+}
+
+/// `Some` when the URL already formed, or filled up, without this node.
+async fn formed_without_me(
     discovery: &DiscoveryClient,
     listing: &Listing,
     me: &str,
-    config: &AgentConfig,
-) -> Result<()> {
+) -> Option<FormedWithoutMe> {
     let cohort = listing.cohort();
     let full_without_me = cohort.len() >= listing.size && !cohort.iter().any(|r| r.id == me);
-    let formed =
-        matches!(discovery.record().await, Ok(Some((ref r, _))) if r.state == RecordState::Formed);
+    let record = discovery.record().await.ok().flatten().map(|(r, _)| r);
+    let formed = record
+        .as_ref()
+        .is_some_and(|r| r.state == RecordState::Formed);
     if !(full_without_me || formed) {
-        return Ok(());
+        return None;
     }
-    let members: Vec<String> = cohort
-        .iter()
-        .map(|r| format!("{} ({})", r.name, r.addr))
-        .collect();
-    let first = cohort
+    let mut peers: Vec<String> = record.as_ref().map(|r| r.peers.clone()).unwrap_or_default();
+    for r in cohort {
+        if !peers.contains(&r.addr) {
+            peers.push(r.addr.clone());
+        }
+    }
+    Some(FormedWithoutMe {
+        formed,
+        members: cohort
+            .iter()
+            .map(|r| format!("{} ({})", r.name, r.addr))
+            .collect(),
+        peers,
+        ca_pin: record.map(|r| r.ca_pin),
+    })
+}
+
+/// A node on a URL that formed without it: joins with `--token` if it has one (the autoscaling
+/// recipe), else stops with exit code 2 and the commands that would add it.
+async fn join_or_refuse(
+    config: &AgentConfig,
+    identity: &Identity,
+    discovery: &DiscoveryClient,
+    elsewhere: FormedWithoutMe,
+    token: Option<&SecretToken>,
+) -> Result<Running> {
+    let state = if elsewhere.formed {
+        "already formed a cluster"
+    } else {
+        "is full"
+    };
+    if let Some(token) = token {
+        if let Some(pin) = &elsewhere.ca_pin
+            && pin != token.ca_pin()
+        {
+            return Err(PermanentRefusal(format!(
+                "ca_pin_mismatch: --token is for another cluster than the one the discovery URL formed \
+                 (token pins CA {}, the record pins {pin}); use a token created on a member of that cluster",
+                token.ca_pin()
+            ))
+            .into());
+        }
+        println!(
+            "the discovery URL {state} without this node; joining it with --token (token {}) through {}",
+            token.id(),
+            elsewhere.peers.join(", ")
+        );
+        return crate::join::join_with_token(config, identity, token, &elsewhere.peers).await;
+    }
+    let first = elsewhere
+        .peers
         .first()
-        .map(|r| r.addr.clone())
+        .cloned()
         .unwrap_or_else(|| "MEMBER:7000".into());
-    Err(NeverFormSecondCluster(format!(
-        "discovery URL {} {} without this node; members: {}.\n\
+    Err(PermanentRefusal(format!(
+        "discovery URL {} {state} without this node; members: {}.\n\
          A node never forms a second cluster. To add this machine to that cluster:\n  \
          on a member:    muster token create --ttl 1h\n  \
          on this node:   muster agent --name {} --advertise {} --data-dir {} --join {first} --token <TOKEN>\n\
-         (join tokens arrive in a later version of muster; until then, leave this machine out or \
-         form a new cluster with a new discovery URL)",
+         (or keep --discovery and add --token <TOKEN>: a node that finds the URL formed joins with it)",
         discovery.url(),
-        if formed { "already formed a cluster" } else { "is full" },
-        members.join(", "),
+        elsewhere.members.join(", "),
         config.name,
         config.advertise,
         config.data_dir.display(),
@@ -455,12 +714,7 @@ async fn become_initiator(
     };
     write_cluster_file(
         &config.data_dir,
-        &ClusterFile {
-            version: 1,
-            cluster_id: cluster_id.clone(),
-            advertise: Some(config.advertise.clone()),
-            formation: Some(formation.clone()),
-        },
+        &ClusterFile::new(&cluster_id, &config.advertise, Some(formation.clone())),
     )?;
     println!("this node initiates the cluster (first registrant); cluster id {cluster_id}");
     let running = start_node(config, identity, &cluster_id, Some(formation.clone())).await?;
@@ -505,11 +759,14 @@ async fn init_raft_group(
             .ca
             .clone()
             .ok_or_else(|| anyhow!("formation state lacks the CA"))?;
+        let (operator_token, record) = new_operator_token(&agent.ca_pin, "created at formation");
         raft.write(Request::InitCluster {
             cluster_id: cluster_id.to_string(),
             ca,
+            operator_token: Some((operator_token.id().to_string(), record)),
         })
         .await?;
+        print_operator_token(&operator_token, &config.advertise);
     }
     if !has_self {
         raft.write(Request::UpsertNode {
@@ -519,11 +776,36 @@ async fn init_raft_group(
                 addr: config.advertise.clone(),
                 key_fingerprint: fingerprint.to_string(),
                 joined_ms: now_ms(),
+                joined_with: None,
             },
         })
         .await?;
     }
     Ok(())
+}
+
+/// A fresh operator token and the record the cluster keeps of it (the secret's hash).
+fn new_operator_token(ca_pin: &str, description: &str) -> (SecretToken, OperatorTokenRecord) {
+    let token = SecretToken::generate(TokenKind::Operator, ca_pin);
+    let record = OperatorTokenRecord {
+        secret_sha256: token.secret_hash(),
+        description: description.to_string(),
+        created_ms: now_ms(),
+        revoked_ms: None,
+    };
+    (token, record)
+}
+
+/// Prints an operator token: the only time its secret is shown. The token is alone on its line
+/// so scripts can pick it out (`grep '^OP1\.'`).
+fn print_operator_token(token: &SecretToken, advertise: &str) {
+    println!(
+        "operator token (shown once; it grants full operator access over TCP, keep it in a secret store):"
+    );
+    println!("{}", token.reveal());
+    println!(
+        "use it as: MUSTER_TOKEN=<token> muster status --server {advertise}   (more: muster operator-token create|list|revoke)"
+    );
 }
 
 /// What the initiator publishes, and where.
@@ -578,7 +860,7 @@ async fn publish_record(plan: &RecordPlan, agent: &Agent) -> Result<()> {
             if existing.as_ref().map(|r| (&r.cluster_id, &r.ca_pin))
                 != Some((&record.cluster_id, &record.ca_pin))
             {
-                return Err(NeverFormSecondCluster(
+                return Err(PermanentRefusal(
                     "the discovery URL already holds a bootstrap record that this node did not write; \
                      someone else used the URL. Mint a new URL and start this machine with an empty --data-dir."
                         .into(),
@@ -645,12 +927,7 @@ async fn join_initiator(
     write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
     write_cluster_file(
         &config.data_dir,
-        &ClusterFile {
-            version: 1,
-            cluster_id: response.cluster_id.clone(),
-            advertise: Some(config.advertise.clone()),
-            formation: None,
-        },
+        &ClusterFile::new(&response.cluster_id, &config.advertise, None),
     )?;
     let running = start_node(config, identity, &response.cluster_id, None).await?;
     println!(
@@ -662,12 +939,7 @@ async fn join_initiator(
 
 async fn post_join(addr: &str, ca_pin: &str, request: &JoinRequest) -> Result<JoinResponse> {
     // The CA itself comes back in the answer and is checked against the pin there.
-    let tls_config = tls::pinned_client_config(ca_pin)?;
-    let http = reqwest::Client::builder()
-        .tls_backend_preconfigured((*tls_config).clone())
-        .no_proxy()
-        .timeout(Duration::from_secs(15))
-        .build()?;
+    let http = crate::join::pinned_http(ca_pin)?;
     let deadline = Instant::now() + JOIN_DEADLINE;
     let mut delay = Duration::from_millis(200);
     let mut last_error = String::from("no answer yet");
@@ -711,7 +983,7 @@ async fn post_join(addr: &str, ca_pin: &str, request: &JoinRequest) -> Result<Jo
     }
 }
 
-fn host_of(addr: &str) -> &str {
+pub(crate) fn host_of(addr: &str) -> &str {
     addr.rsplit_once(':')
         .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
         .unwrap_or(addr)

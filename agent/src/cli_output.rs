@@ -70,3 +70,53 @@ pub fn print_members(s: &Status) {
         );
     }
 }
+
+/// "in 23h 59m" / "5m ago" for a moment given in milliseconds since the Unix epoch.
+fn relative(ms: u64, now: u64) -> String {
+    let secs =
+        |d: u64| muster_shared::duration::format_duration(std::time::Duration::from_secs(d / 1000));
+    if ms >= now {
+        format!("in {}", secs(ms - now))
+    } else {
+        format!("{} ago", secs(now - ms))
+    }
+}
+
+pub fn print_join_tokens(list: &[crate::api::types::JoinTokenInfo]) {
+    let now = crate::service::now_ms();
+    crate::outln!(
+        "{:<16} {:<9} {:<9} {:<18} {:<18} {:<14} DESCRIPTION",
+        "ID",
+        "STATE",
+        "USES",
+        "CREATED",
+        "EXPIRES",
+        "LAST USED BY"
+    );
+    for t in list {
+        crate::outln!(
+            "{:<16} {:<9} {:<9} {:<18} {:<18} {:<14} {}",
+            t.id,
+            t.state,
+            format!("{}/{}", t.uses_total - t.uses_left, t.uses_total),
+            relative(t.created_ms, now),
+            relative(t.expires_ms, now),
+            t.last_used_by.as_deref().unwrap_or("-"),
+            t.description
+        );
+    }
+}
+
+pub fn print_operator_tokens(list: &[crate::api::types::OperatorTokenInfo]) {
+    let now = crate::service::now_ms();
+    crate::outln!("{:<16} {:<8} {:<18} DESCRIPTION", "ID", "STATE", "CREATED");
+    for t in list {
+        crate::outln!(
+            "{:<16} {:<8} {:<18} {}",
+            t.id,
+            t.state,
+            relative(t.created_ms, now),
+            t.description
+        );
+    }
+}

@@ -18,6 +18,8 @@ use serde::Deserialize;
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/muster";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7000";
 pub const DEFAULT_CONFIG: &str = "/etc/muster/agent.toml";
+pub const DEFAULT_PROMOTE_AFTER: Duration = Duration::from_secs(3);
+const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Flags of `muster agent`. Every one is optional here: defaults are applied after merging.
 #[derive(Debug, Clone, Default, Args)]
@@ -39,10 +41,13 @@ pub struct AgentFlags {
     /// Discovery URL from `curl <discovery-service>/new?size=N` [env: MUSTER_DISCOVERY]
     #[arg(long)]
     pub discovery: Option<String>,
-    /// Existing members to join through, host:port[,host:port…] [env: MUSTER_JOIN]
+    /// Existing members to join through, host:port[,host:port…]; used with --token
+    /// [env: MUSTER_JOIN]
     #[arg(long)]
     pub join: Option<String>,
-    /// Join token from `muster token create` [env: MUSTER_TOKEN]
+    /// Join token (K1.…) from `muster token create` on a member. With --join, join through
+    /// those members; with --discovery, join if the URL formed without this node
+    /// [env: MUSTER_TOKEN]
     #[arg(long)]
     pub token: Option<String>,
     /// TOML file with any of these settings [default: /etc/muster/agent.toml if it exists]
@@ -61,6 +66,10 @@ pub struct AgentFlags {
     /// [env: MUSTER_ELECTION_TIMEOUT]
     #[arg(long)]
     pub election_timeout: Option<String>,
+    /// How long a new nonvoter must have been in the configuration (and caught up) before the
+    /// leader may make it a voter [default: 3s] [env: MUSTER_PROMOTE_AFTER]
+    #[arg(long)]
+    pub promote_after: Option<String>,
 }
 
 /// The TOML file: the same settings, spelled with underscores (`data_dir = "/var/lib/muster"`).
@@ -77,6 +86,7 @@ struct FileConfig {
     env_file: Option<PathBuf>,
     heartbeat: Option<String>,
     election_timeout: Option<String>,
+    promote_after: Option<String>,
 }
 
 /// The merged, validated configuration.
@@ -91,6 +101,7 @@ pub struct AgentConfig {
     pub token: Option<String>,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
+    pub promote_after: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -225,6 +236,29 @@ pub fn resolve(
             ),
         });
     }
+    let promote_after = match expand_opt(
+        "promote-after",
+        pick(
+            &flags.promote_after,
+            "MUSTER_PROMOTE_AFTER",
+            &file.promote_after,
+        ),
+    )? {
+        None => DEFAULT_PROMOTE_AFTER,
+        Some(raw) => {
+            let d = parse_duration(&raw).map_err(|e| ConfigError::Invalid {
+                setting: "promote-after",
+                message: e.to_string(),
+            })?;
+            if d > MAX_PROMOTE_AFTER {
+                return Err(ConfigError::Invalid {
+                    setting: "promote-after",
+                    message: format!("{raw} is more than 1h"),
+                });
+            }
+            d
+        }
+    };
     Ok(AgentConfig {
         name,
         advertise,
@@ -235,6 +269,7 @@ pub fn resolve(
         token,
         heartbeat,
         election_timeout,
+        promote_after,
     })
 }
 
@@ -358,7 +393,7 @@ pub fn expand(value: &str, env: &HashMap<String, String>) -> Result<String, Stri
     Ok(out)
 }
 
-fn validate_name(name: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
     let ok = (1..=63).contains(&name.len())
         && name
             .bytes()
@@ -373,7 +408,7 @@ fn validate_name(name: &str) -> Result<(), ConfigError> {
     }
 }
 
-fn validate_host_port(setting: &'static str, value: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_host_port(setting: &'static str, value: &str) -> Result<(), ConfigError> {
     let invalid = || ConfigError::Invalid {
         setting,
         message: format!("{value:?} is not host:port (e.g. 10.0.0.5:7000)"),

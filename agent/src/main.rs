@@ -2,13 +2,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use muster_agent::api::types::{ApiError, Status};
-use muster_agent::bootstrap::{self, NeverFormSecondCluster};
+use muster_agent::bootstrap::{self, PermanentRefusal};
+use muster_agent::cli::{self, Target};
 use muster_agent::config::{self, AgentFlags};
-use muster_agent::operator;
-use muster_shared::form::urlencode;
+use muster_agent::{cli_output, outln};
+use muster_shared::duration::parse_duration;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -19,9 +19,13 @@ use tracing_subscriber::EnvFilter;
     long_about = "Muster turns freshly booted machines into one healthy raft cluster.\n\n\
 Form a cluster: mint a URL (curl <discovery-service>/new?size=3) and start every machine with\n\
     muster agent --name $(hostname) --advertise <ip>:7000 --discovery <URL>\n\
+Add a machine later: on a member run `muster token create`, then on the new machine\n\
+    muster agent --name $(hostname) --advertise <ip>:7000 --join <member>:7000 --token <TOKEN>\n\
 Then, on any member:\n\
     muster status          who leads, who votes, who is reachable\n\
-    muster kv put k v      a replicated write"
+    muster kv put k v      a replicated write\n\
+Operator commands talk to the local agent's socket (--data-dir), or to any member over TCP\n\
+with --server HOST:PORT and an operator token in MUSTER_TOKEN."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -36,6 +40,37 @@ enum Command {
     Status(OperatorArgs),
     /// List the members (the member table of `status`).
     Members(OperatorArgs),
+    /// Join tokens: create one for each machine (or a group), list them, revoke them.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Operator tokens for operator commands over TCP (--server with MUSTER_TOKEN).
+    #[command(name = "operator-token")]
+    OperatorToken {
+        #[command(subcommand)]
+        command: OperatorTokenCommand,
+    },
+    /// Membership changes.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
+    /// Write a consistent, checksummed copy of the committed cluster state to FILE (mode 0600:
+    /// it holds the cluster CA's private key).
+    Backup {
+        file: PathBuf,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Start a new one-node cluster from a backup (into an empty --data-dir), then keep running
+    /// it like `muster agent`. It gets a new cluster id, keeps the CA, the key-value space and
+    /// the operator tokens, revokes the join tokens, and prints a new operator token.
+    Restore {
+        file: PathBuf,
+        #[command(flatten)]
+        flags: AgentFlags,
+    },
     /// Start a discovery service and N agents on loopback and watch them form a cluster.
     Demo {
         /// How many agents.
@@ -54,12 +89,85 @@ enum Command {
 
 #[derive(clap::Args, Clone)]
 struct OperatorArgs {
-    /// The agent's data dir (its operator socket lives there) [env: MUSTER_DATA_DIR]
+    /// The agent's data dir: talk to it over its unix socket, no token needed
+    /// [env: MUSTER_DATA_DIR] [default: /var/lib/muster]
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// Talk to any member over TCP instead (HOST:PORT of its --advertise); needs an operator
+    /// token in the MUSTER_TOKEN environment variable [env: MUSTER_SERVER]
+    #[arg(long, conflicts_with = "data_dir")]
+    server: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+}
+
+impl OperatorArgs {
+    fn target(&self) -> Result<Target> {
+        Target::resolve(self.data_dir.clone(), self.server.clone())
+    }
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a join token and print it (once). Single-use and valid for 24h unless told
+    /// otherwise; for an autoscaling group use e.g. --uses 50 --ttl 30d.
+    Create {
+        /// How long the token works [default: 24h] (1s..=365d; e.g. 1h, 7d)
+        #[arg(long, default_value = "24h")]
+        ttl: String,
+        /// How many nodes it admits (1..=10000)
+        #[arg(long, default_value_t = 1)]
+        uses: u32,
+        /// A note shown by `muster token list`
+        #[arg(long, default_value = "")]
+        description: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List join tokens (never their secrets): state, uses, expiry, who used them.
+    List(OperatorArgs),
+    /// Revoke a join token by its id (nodes it admitted stay members).
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum OperatorTokenCommand {
+    /// Create an operator token and print it (once).
+    Create {
+        /// A note shown by `muster operator-token list`
+        #[arg(long, default_value = "")]
+        description: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List operator tokens (never their secrets).
+    List(OperatorArgs),
+    /// Revoke an operator token by its id.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Remove a member for good: a voter is demoted first, the node stops by itself, its id is
+    /// never reused. Refused if the remaining voters would lack a reachable majority.
+    Remove {
+        name: String,
+        /// Remove even if the remaining voters would lack a reachable majority (the cluster then
+        /// stops taking writes until enough of them are back).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -92,8 +200,9 @@ enum KvCommand {
     },
 }
 
-/// Exit code for command-line mistakes (BSD's EX_USAGE). Exit code 2 is reserved for "this node
-/// would form a second cluster", which supervisors must not retry.
+/// Exit code for command-line mistakes (BSD's EX_USAGE). Exit code 2 is reserved for refusals
+/// that a restart cannot fix (a second cluster, a removed node, a refused join token), which
+/// supervisors must not retry.
 const EXIT_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
@@ -124,7 +233,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(run(cli));
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<NeverFormSecondCluster>().is_some() => {
+        Err(e) if e.downcast_ref::<PermanentRefusal>().is_some() => {
             eprintln!("muster: {e}");
             ExitCode::from(2)
         }
@@ -143,125 +252,68 @@ async fn run(cli: Cli) -> Result<()> {
             let config = config::resolve(&flags, &env)?;
             bootstrap::run(config).await
         }
+        Command::Restore { file, flags } => {
+            init_logging();
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let config = config::resolve(&flags, &env)?;
+            bootstrap::restore(config, &file).await
+        }
         Command::Status(op) => {
-            let status = fetch_status(&op).await?;
+            let status = cli::status(&op.target()?).await?;
             if op.json {
-                muster_agent::outln!("{}", serde_json::to_string_pretty(&status)?);
+                outln!("{}", serde_json::to_string_pretty(&status)?);
             } else {
-                muster_agent::cli_output::print_status(&status);
+                cli_output::print_status(&status);
             }
             Ok(())
         }
         Command::Members(op) => {
-            let status = fetch_status(&op).await?;
+            let status = cli::status(&op.target()?).await?;
             if op.json {
-                muster_agent::outln!("{}", serde_json::to_string_pretty(&status.members)?);
+                outln!("{}", serde_json::to_string_pretty(&status.members)?);
             } else {
-                muster_agent::cli_output::print_members(&status);
+                cli_output::print_members(&status);
             }
             Ok(())
         }
-        Command::Kv { command } => kv(command).await,
+        Command::Token { command } => match command {
+            TokenCommand::Create {
+                ttl,
+                uses,
+                description,
+                op,
+            } => {
+                let ttl = parse_duration(&ttl).context("--ttl")?;
+                cli::token_create(&op.target()?, ttl, uses, description, op.json).await
+            }
+            TokenCommand::List(op) => cli::token_list(&op.target()?, op.json).await,
+            TokenCommand::Revoke { id, op } => cli::token_revoke(&op.target()?, &id, op.json).await,
+        },
+        Command::OperatorToken { command } => match command {
+            OperatorTokenCommand::Create { description, op } => {
+                cli::operator_token_create(&op.target()?, description, op.json).await
+            }
+            OperatorTokenCommand::List(op) => {
+                cli::operator_token_list(&op.target()?, op.json).await
+            }
+            OperatorTokenCommand::Revoke { id, op } => {
+                cli::operator_token_revoke(&op.target()?, &id, op.json).await
+            }
+        },
+        Command::Node {
+            command: NodeCommand::Remove { name, force, op },
+        } => cli::node_remove(&op.target()?, &name, force, op.json).await,
+        Command::Backup { file, op } => cli::backup(&op.target()?, &file, op.json).await,
+        Command::Kv { command } => match command {
+            KvCommand::Get { key, op } => cli::kv_get(&op.target()?, &key, op.json).await,
+            KvCommand::Put { key, value, op } => {
+                cli::kv_put(&op.target()?, &key, &value, op.json).await
+            }
+            KvCommand::Del { key, op } => cli::kv_del(&op.target()?, &key, op.json).await,
+            KvCommand::List { prefix, op } => cli::kv_list(&op.target()?, &prefix, op.json).await,
+        },
         Command::Demo { nodes, exit } => muster_agent::demo::run(nodes, exit).await,
     }
-}
-
-fn socket(op: &OperatorArgs) -> PathBuf {
-    let dir = op
-        .data_dir
-        .clone()
-        .or_else(|| std::env::var_os("MUSTER_DATA_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR));
-    operator::socket_path(&dir)
-}
-
-/// One call to the local agent; turns API errors into messages that say what to do.
-async fn call(
-    op: &OperatorArgs,
-    method: &str,
-    path: &str,
-    body: Option<String>,
-) -> Result<serde_json::Value> {
-    let sock = socket(op);
-    let (status, text) = operator::call(&sock, method, path, body).await.with_context(|| {
-        format!(
-            "cannot reach the agent at {} (is `muster agent` running with this --data-dir? are you its user or root?)",
-            sock.display()
-        )
-    })?;
-    if status >= 400 {
-        let err: ApiError = serde_json::from_str(&text).unwrap_or(ApiError {
-            kind: "internal".into(),
-            message: text,
-        });
-        bail!("{} ({})", err.message, err.kind);
-    }
-    Ok(serde_json::from_str(&text)?)
-}
-
-async fn fetch_status(op: &OperatorArgs) -> Result<Status> {
-    Ok(serde_json::from_value(
-        call(op, "GET", "/v1/status", None).await?,
-    )?)
-}
-
-async fn kv(command: KvCommand) -> Result<()> {
-    match command {
-        KvCommand::Get { key, op } => {
-            let v = call(&op, "GET", &format!("/v1/kv?key={}", urlencode(&key)), None).await?;
-            if op.json {
-                muster_agent::outln!("{v}");
-            } else {
-                muster_agent::outln!("{}", v["value"].as_str().unwrap_or_default());
-            }
-        }
-        KvCommand::Put { key, value, op } => {
-            let body = serde_json::json!({ "value": value }).to_string();
-            let v = call(
-                &op,
-                "PUT",
-                &format!("/v1/kv?key={}", urlencode(&key)),
-                Some(body),
-            )
-            .await?;
-            if op.json {
-                muster_agent::outln!("{v}");
-            }
-        }
-        KvCommand::Del { key, op } => {
-            let v = call(
-                &op,
-                "DELETE",
-                &format!("/v1/kv?key={}", urlencode(&key)),
-                None,
-            )
-            .await?;
-            if op.json {
-                muster_agent::outln!("{v}");
-            }
-        }
-        KvCommand::List { prefix, op } => {
-            let v = call(
-                &op,
-                "GET",
-                &format!("/v1/kv/list?prefix={}", urlencode(&prefix)),
-                None,
-            )
-            .await?;
-            if op.json {
-                muster_agent::outln!("{v}");
-            } else if let Some(entries) = v.as_array() {
-                for e in entries {
-                    muster_agent::outln!(
-                        "{}\t{}",
-                        e["key"].as_str().unwrap_or_default(),
-                        e["value"].as_str().unwrap_or_default()
-                    );
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 fn init_logging() {

@@ -1,14 +1,15 @@
-//! The operator API on a unix socket in the data dir. Access is controlled by the socket's
-//! file permissions (0600: the agent's user and root), so no token is needed here.
+//! The operator API: routes, and its unix socket in the data dir. Access to the socket is
+//! controlled by its file permissions (0600: the agent's user and root), so no token is needed
+//! there; the same routes on the node's TLS port need an operator token.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Query, State};
+use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{delete, get};
 use http_body_util::BodyExt;
 use serde::Deserialize;
 
@@ -127,12 +128,137 @@ async fn kv_list(State(agent): State<Arc<Agent>>, Query(q): Query<PrefixQuery>) 
     )
 }
 
-fn router(agent: Arc<Agent>) -> Router {
+/// Parses a JSON body, answering `invalid_argument` with what was expected.
+fn body<T: serde::de::DeserializeOwned>(bytes: &[u8], expected: &str) -> Result<T, OpError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        OpError::new(
+            kind::INVALID_ARGUMENT,
+            400,
+            format!("expected {expected}: {e}"),
+        )
+    })
+}
+
+fn answer<T: serde::Serialize>(r: Result<T, OpError>) -> Response {
+    match r {
+        Ok(v) => ok_json(&v),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// `POST /v1/tokens`.
+#[derive(Deserialize)]
+struct CreateJoinToken {
+    ttl_ms: u64,
+    #[serde(default = "one")]
+    uses: u32,
+    #[serde(default)]
+    description: String,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `POST /v1/operator-tokens`.
+#[derive(Deserialize)]
+struct CreateOperatorToken {
+    #[serde(default)]
+    description: String,
+}
+
+#[derive(Deserialize)]
+struct RemoveQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+async fn token_create(State(agent): State<Arc<Agent>>, bytes: axum::body::Bytes) -> Response {
+    let req: CreateJoinToken = match body(&bytes, r#"{"ttl_ms": …, "uses": …, "description": …}"#)
+    {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    answer(
+        agent
+            .issue_join_token(
+                std::time::Duration::from_millis(req.ttl_ms),
+                req.uses,
+                req.description,
+            )
+            .await,
+    )
+}
+
+async fn token_list(State(agent): State<Arc<Agent>>) -> Response {
+    result(agent.on_leader(ForwardedOp::ListJoinTokens).await)
+}
+
+async fn token_revoke(State(agent): State<Arc<Agent>>, UrlPath(id): UrlPath<String>) -> Response {
+    result(agent.on_leader(ForwardedOp::RevokeJoinToken { id }).await)
+}
+
+async fn operator_token_create(
+    State(agent): State<Arc<Agent>>,
+    bytes: axum::body::Bytes,
+) -> Response {
+    let req: CreateOperatorToken = match body(&bytes, r#"{"description": …}"#) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    answer(agent.issue_operator_token(req.description).await)
+}
+
+async fn operator_token_list(State(agent): State<Arc<Agent>>) -> Response {
+    result(agent.on_leader(ForwardedOp::ListOperatorTokens).await)
+}
+
+async fn operator_token_revoke(
+    State(agent): State<Arc<Agent>>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    result(
+        agent
+            .on_leader(ForwardedOp::RevokeOperatorToken { id })
+            .await,
+    )
+}
+
+async fn member_remove(
+    State(agent): State<Arc<Agent>>,
+    UrlPath(name): UrlPath<String>,
+    Query(q): Query<RemoveQuery>,
+) -> Response {
+    result(
+        agent
+            .on_leader(ForwardedOp::RemoveNode {
+                name,
+                force: q.force,
+            })
+            .await,
+    )
+}
+
+async fn backup(State(agent): State<Arc<Agent>>) -> Response {
+    result(agent.on_leader(ForwardedOp::Backup).await)
+}
+
+/// The operator API. The unix socket serves it as is; the node's TLS port serves it behind an
+/// operator-token check (see `server.rs`).
+pub fn routes() -> Router<Arc<Agent>> {
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/kv", get(kv_get).put(kv_put).delete(kv_del))
         .route("/v1/kv/list", get(kv_list))
-        .with_state(agent)
+        .route("/v1/tokens", get(token_list).post(token_create))
+        .route("/v1/tokens/{id}", delete(token_revoke))
+        .route(
+            "/v1/operator-tokens",
+            get(operator_token_list).post(operator_token_create),
+        )
+        .route("/v1/operator-tokens/{id}", delete(operator_token_revoke))
+        .route("/v1/members/{name}", delete(member_remove))
+        .route("/v1/backup", get(backup))
 }
 
 /// Serves the operator API on `<data-dir>/muster.sock` until `stop` flips.
@@ -147,7 +273,7 @@ pub async fn serve(
     let _ = std::fs::remove_file(&path);
     let listener = tokio::net::UnixListener::bind(&path)?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    let app = router(agent);
+    let app = routes().with_state(agent);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.changed().await;

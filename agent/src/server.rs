@@ -17,16 +17,22 @@ use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use crate::admission::{JoinRequest, TokenJoinRequest};
 use crate::api::types::{ApiError, kind};
 use crate::raft::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
 use crate::raft::types::Request as Command;
-use crate::service::{Agent, ForwardedOp, JoinRequest, OpError};
+use crate::service::{Agent, ForwardedOp, OpError};
 
 pub const FORWARD_PATH: &str = "/raft/client";
+/// A member asks a peer whether it is still a member (answered `410 removed` if not).
+pub const MEMBER_PATH: &str = "/raft/member";
 pub const JOIN_PATH: &str = "/v1/join";
+pub const TOKEN_JOIN_PATH: &str = "/v1/join/token";
 
 /// Snapshot chunks are the largest raft messages (3 MiB by default).
 const RAFT_BODY_LIMIT: usize = 32 * 1024 * 1024;
+/// Operator requests are small: a key and a value of at most 64 KiB.
+const OPERATOR_BODY_LIMIT: usize = 256 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The verified identity of the connection's client certificate, if it sent one.
@@ -61,10 +67,20 @@ fn router(agent: Arc<Agent>) -> Router {
         .route(VOTE_PATH, post(raft_rpc))
         .route(SNAPSHOT_PATH, post(raft_rpc))
         .route(FORWARD_PATH, post(forwarded))
+        .route(MEMBER_PATH, get(member_check))
         .layer(DefaultBodyLimit::max(RAFT_BODY_LIMIT));
+    // The operator API, for callers with an operator token (the unix socket needs none).
+    let operator_routes = crate::operator::routes()
+        .route_layer(axum::middleware::from_fn_with_state(
+            agent.clone(),
+            require_operator,
+        ))
+        .layer(DefaultBodyLimit::max(OPERATOR_BODY_LIMIT));
     Router::new()
         .merge(raft_routes)
+        .merge(operator_routes)
         .route(JOIN_PATH, post(join))
+        .route(TOKEN_JOIN_PATH, post(token_join))
         .route(
             "/v1/health",
             get(|| async { json_response(&serde_json::json!({"status": "ok"})) }),
@@ -72,10 +88,49 @@ fn router(agent: Arc<Agent>) -> Router {
         .with_state(agent)
 }
 
+/// Lets an operator call through only with a valid operator token.
+async fn require_operator(
+    State(agent): State<Arc<Agent>>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let bearer = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match agent.authorize_operator(bearer) {
+        Ok(()) => next.run(req).await,
+        Err(e) => {
+            tracing::warn!(error = %e, "refused an operator call");
+            error_response(&e)
+        }
+    }
+}
+
 /// Refuses callers without a certificate from this cluster, and counts them. The error is the
 /// refusal to send back.
 fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError> {
     let peer = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
+    // A removed node is told so once it is out of the configuration. Until then it is still
+    // served: a removed leader has to keep replicating until its successor takes over.
+    if let Some(id) = &peer
+        && id.cluster_id == agent.cluster_id
+        && !agent.raft.view().nodes.contains_key(&id.node_id)
+        && agent
+            .raft
+            .read_local(|s| s.removed.contains(&id.node_id))
+            .unwrap_or(false)
+    {
+        agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+        return Err(OpError::of_kind(
+            kind::REMOVED,
+            format!(
+                "node {:x} was removed from this cluster; it must stop (wipe its data dir to join again as a new node)",
+                id.node_id
+            ),
+        ));
+    }
     match peer {
         // A member, or anyone from this cluster while this node knows no membership yet (a
         // fresh joiner receives its first AppendEntries from a leader it has never heard of).
@@ -114,6 +169,9 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         return error_response(&refused);
     }
     let path = req.uri().path().to_string();
+    if path == APPEND_PATH {
+        agent.removal.heard_from_leader();
+    }
     let body = match axum::body::to_bytes(req.into_body(), RAFT_BODY_LIMIT).await {
         Ok(b) => b,
         Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
@@ -125,6 +183,13 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         )
             .into_response(),
         Err(e) => error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e)),
+    }
+}
+
+async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    match require_member(&agent, &req) {
+        Ok(_) => json_response(&serde_json::json!({"member": true})),
+        Err(refused) => error_response(&refused),
     }
 }
 
@@ -177,6 +242,30 @@ async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         Ok(resp) => json_response(&resp),
         Err(e) => {
             tracing::warn!(error = %e, "join refused");
+            error_response(&e)
+        }
+    }
+}
+
+/// A node joining with a token. Any member answers: the secret is hashed here and the join
+/// runs on the leader.
+async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    let body = match axum::body::to_bytes(req.into_body(), 64 * 1024).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 413, e.to_string())),
+    };
+    let request: TokenJoinRequest = match serde_json::from_slice(&body) {
+        Ok(j) => j,
+        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+    };
+    let (name, token_id) = (request.name.clone(), request.token_id.clone());
+    let join = ForwardedOp::TokenJoin {
+        join: request.into(),
+    };
+    match agent.on_leader(join).await {
+        Ok(v) => json_response(&v),
+        Err(e) => {
+            tracing::warn!(node = %name, token = %token_id, kind = e.kind, error = %e, "token join refused");
             error_response(&e)
         }
     }

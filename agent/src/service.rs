@@ -1,23 +1,19 @@
 //! The running agent: raft, this node's identity and TLS material, and the operations the
-//! operator API and peers call (status, kv, join), plus the leader's voter reconciler.
+//! operator API and peers call. Operations run on the leader: [`Agent::on_leader`] runs one here
+//! or forwards it over mutual TLS, and [`Agent::execute`] dispatches it to the module that owns
+//! it (admission, tokens, removal, backup, the key-value space).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use muster_shared::bootstrap::{BootstrapRecord, RecordState};
-use muster_shared::tls::ClusterCa;
 use serde::{Deserialize, Serialize};
 
-use crate::api::types::{KvEntry, Member, Status};
-use crate::discovery::DiscoveryClient;
+use crate::api::types::{KvEntry, Member, Status, kind};
 use crate::raft::node::{RaftNode, RaftNodeError};
-use crate::raft::types::{Node, NodeId, NodeRecord, Request};
+use crate::raft::types::{NodeId, Request};
+use crate::removal::RemovalWatch;
 
-/// A nonvoter is promoted only after it has been in the configuration this long.
-pub const PROMOTE_AFTER: Duration = Duration::from_secs(3);
-/// A nonvoter counts as caught up when it is at most this many entries behind the leader.
-const CAUGHT_UP_LAG: u64 = 5;
 /// How long an operator call waits for a leader before answering `no_leader`.
 const ELECTION_GRACE: Duration = Duration::from_secs(5);
 /// Node certificates are valid this long: as long as the CA, because certificate rotation does
@@ -38,6 +34,21 @@ pub struct Formation {
     pub ca: Option<crate::raft::types::CaMaterial>,
 }
 
+/// Who this agent is and how it behaves; fixed for the life of the process.
+pub struct AgentInit {
+    pub data_dir: std::path::PathBuf,
+    pub node_id: NodeId,
+    pub name: String,
+    pub advertise: String,
+    pub cluster_id: String,
+    /// SHA-256 of the cluster CA's SubjectPublicKeyInfo (goes into every token).
+    pub ca_pin: String,
+    /// TLS client config with this node's certificate, for forwarding to the leader.
+    pub peer_tls: Arc<rustls::ClientConfig>,
+    /// A nonvoter is promoted only after it has been in the configuration this long.
+    pub promote_after: Duration,
+}
+
 pub struct Agent {
     pub raft: RaftNode,
     pub data_dir: std::path::PathBuf,
@@ -45,35 +56,25 @@ pub struct Agent {
     pub name: String,
     pub advertise: String,
     pub cluster_id: String,
-    /// TLS client config with this node's certificate, for forwarding to the leader.
+    pub ca_pin: String,
     pub peer_tls: Arc<rustls::ClientConfig>,
+    pub promote_after: Duration,
     /// Set on the initiator while its cohort is joining.
     pub formation: Mutex<Option<Formation>>,
     /// Leader-side: when each node was first seen in the configuration.
-    first_seen: Mutex<HashMap<NodeId, Instant>>,
+    pub(crate) first_seen: Mutex<HashMap<NodeId, Instant>>,
+    /// Leader-side: when each removed (tombstoned) node still in the configuration was first
+    /// seen, and the applied index at that moment.
+    pub(crate) removal_seen: Mutex<HashMap<NodeId, (Instant, u64)>>,
+    /// Whether this node has learnt that it was removed, and when the leader last reached it.
+    pub removal: RemovalWatch,
     /// RPCs refused because the caller had no cluster certificate (or another cluster's).
     pub refused_rpcs: std::sync::atomic::AtomicU64,
 }
 
-/// A join request: a registrant of the discovery URL proving the key it registered.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JoinRequest {
-    pub discovery_url: String,
-    pub member_id: String,
-    pub name: String,
-    pub addr: String,
-    pub csr_pem: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct JoinResponse {
-    pub cluster_id: String,
-    pub ca_cert_pem: String,
-    pub cert_pem: String,
-    pub node_id: String,
-}
-
-/// An operation forwarded from a follower to the leader over mutual TLS.
+/// An operation that runs on the leader, sent there over mutual TLS when this node is a
+/// follower. Each variant is executed by the leader's own code, which does every check again:
+/// a member can ask for nothing it could not ask through the operator API.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ForwardedOp {
@@ -81,6 +82,15 @@ pub enum ForwardedOp {
     KvGet { key: String },
     KvList { prefix: String },
     Status,
+    TokenJoin { join: crate::admission::TokenJoin },
+    CreateJoinToken { create: crate::tokens::NewToken },
+    ListJoinTokens,
+    RevokeJoinToken { id: String },
+    CreateOperatorToken { create: crate::tokens::NewToken },
+    ListOperatorTokens,
+    RevokeOperatorToken { id: String },
+    RemoveNode { name: String, force: bool },
+    Backup,
 }
 
 /// Why an operation failed, with the agent's stable error kind.
@@ -100,11 +110,33 @@ impl OpError {
             message: message.into(),
         }
     }
+
+    /// An error whose HTTP status follows from its kind.
+    pub fn of_kind(kind: &str, message: impl Into<String>) -> Self {
+        let kind = static_kind(kind);
+        let status = match kind {
+            kind::NOT_FOUND => 404,
+            kind::INVALID_ARGUMENT => 400,
+            kind::NAME_TAKEN | kind::WOULD_LOSE_QUORUM => 409,
+            kind::REMOVED => 410,
+            kind::UNAUTHORIZED
+            | kind::TOKEN_EXPIRED
+            | kind::TOKEN_CONSUMED
+            | kind::TOKEN_REVOKED
+            | kind::CA_PIN_MISMATCH => 403,
+            kind::NO_LEADER | kind::QUORUM_LOST | kind::CLUSTER_UNINITIALIZED => 503,
+            _ => 500,
+        };
+        Self::new(kind, status, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(kind::INTERNAL, 500, message)
+    }
 }
 
 impl From<RaftNodeError> for OpError {
     fn from(e: RaftNodeError) -> Self {
-        use crate::api::types::kind;
         match e {
             RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader => {
                 OpError::new(kind::NO_LEADER, 503, e.to_string())
@@ -112,32 +144,31 @@ impl From<RaftNodeError> for OpError {
             RaftNodeError::Timeout(_) | RaftNodeError::QuorumLost(_) => {
                 OpError::new(kind::QUORUM_LOST, 503, e.to_string())
             }
-            RaftNodeError::Refused(_) => OpError::new(kind::INVALID_ARGUMENT, 409, e.to_string()),
-            _ => OpError::new(kind::INTERNAL, 500, e.to_string()),
+            RaftNodeError::Refused(refusal) => OpError::of_kind(&refusal.kind, refusal.message),
+            RaftNodeError::MembershipRefused(_) => {
+                OpError::new(kind::INVALID_ARGUMENT, 409, e.to_string())
+            }
+            _ => OpError::internal(e.to_string()),
         }
     }
 }
 
 impl Agent {
-    pub fn new(
-        raft: RaftNode,
-        data_dir: std::path::PathBuf,
-        node_id: NodeId,
-        name: String,
-        advertise: String,
-        cluster_id: String,
-        peer_tls: Arc<rustls::ClientConfig>,
-    ) -> Self {
+    pub fn new(raft: RaftNode, init: AgentInit) -> Self {
         Self {
             raft,
-            data_dir,
-            node_id,
-            name,
-            advertise,
-            cluster_id,
-            peer_tls,
+            data_dir: init.data_dir,
+            node_id: init.node_id,
+            name: init.name,
+            advertise: init.advertise,
+            cluster_id: init.cluster_id,
+            ca_pin: init.ca_pin,
+            peer_tls: init.peer_tls,
+            promote_after: init.promote_after,
             formation: Mutex::new(None),
             first_seen: Mutex::new(HashMap::new()),
+            removal_seen: Mutex::new(HashMap::new()),
+            removal: RemovalWatch::default(),
             refused_rpcs: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -148,10 +179,7 @@ impl Agent {
         let deadline = Instant::now() + ELECTION_GRACE;
         loop {
             match self.on_leader_once(op.clone()).await {
-                Err(e)
-                    if e.kind == crate::api::types::kind::NO_LEADER
-                        && Instant::now() < deadline =>
-                {
+                Err(e) if e.kind == kind::NO_LEADER && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 other => return other,
@@ -169,40 +197,13 @@ impl Agent {
             .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())))
         else {
             return Err(OpError::new(
-                crate::api::types::kind::NO_LEADER,
+                kind::NO_LEADER,
                 503,
                 "no leader is known right now; retry in a moment",
             ));
         };
-        // Address the leader by its identity name so only its certificate is accepted.
-        let name = muster_shared::tls::node_dns_name(leader.0, &self.cluster_id);
-        let url = format!(
-            "https://{name}:{}{}",
-            leader
-                .1
-                .addr
-                .rsplit_once(':')
-                .map(|(_, p)| p)
-                .unwrap_or("7000"),
-            crate::server::FORWARD_PATH
-        );
-        let addr = tokio::net::lookup_host(leader.1.addr.as_str())
-            .await
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| {
-                OpError::new(
-                    crate::api::types::kind::NO_LEADER,
-                    503,
-                    format!("cannot resolve leader address {}", leader.1.addr),
-                )
-            })?;
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured((*self.peer_tls).clone())
-            .resolve(&name, addr)
-            .no_proxy()
-            .build()
-            .map_err(|e| OpError::new(crate::api::types::kind::INTERNAL, 500, e.to_string()))?;
+        let (client, base) = self.peer_client(leader.0, &leader.1.addr).await?;
+        let url = format!("{base}{}", crate::server::FORWARD_PATH);
         let resp = client
             .post(url)
             .json(&op)
@@ -213,9 +214,9 @@ impl Agent {
                 // Only a request that never reached the leader may be retried; after that a
                 // write may have been applied, and sending it again would apply it twice.
                 let kind = if e.is_connect() {
-                    crate::api::types::kind::NO_LEADER
+                    kind::NO_LEADER
                 } else {
-                    crate::api::types::kind::QUORUM_LOST
+                    kind::QUORUM_LOST
                 };
                 OpError::new(
                     kind,
@@ -227,7 +228,7 @@ impl Agent {
         let body: serde_json::Value = resp
             .json()
             .await
-            .map_err(|e| OpError::new(crate::api::types::kind::INTERNAL, 502, e.to_string()))?;
+            .map_err(|e| OpError::new(kind::INTERNAL, 502, e.to_string()))?;
         if status >= 400 {
             let kind = body["kind"].as_str().unwrap_or("internal");
             let message = body["message"]
@@ -237,6 +238,35 @@ impl Agent {
             return Err(OpError::new(static_kind(kind), status, message));
         }
         Ok(body)
+    }
+
+    /// A mutual-TLS client for peer `id` and the base URL to reach it by its identity name, so
+    /// only the certificate the CA issued to that node is accepted.
+    pub(crate) async fn peer_client(
+        &self,
+        id: NodeId,
+        addr: &str,
+    ) -> Result<(reqwest::Client, String), OpError> {
+        let name = muster_shared::tls::node_dns_name(id, &self.cluster_id);
+        let port = addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("7000");
+        let resolved = tokio::net::lookup_host(addr)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                OpError::new(
+                    kind::NO_LEADER,
+                    503,
+                    format!("cannot resolve peer address {addr}"),
+                )
+            })?;
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured((*self.peer_tls).clone())
+            .resolve(&name, resolved)
+            .no_proxy()
+            .build()
+            .map_err(|e| OpError::internal(e.to_string()))?;
+        Ok((client, format!("https://{name}:{port}")))
     }
 
     /// Executes an operation on this node, which must be the leader.
@@ -254,7 +284,7 @@ impl Agent {
                 match value {
                     Some(value) => Ok(json(&KvEntry { key, value })),
                     None => Err(OpError::new(
-                        crate::api::types::kind::NOT_FOUND,
+                        kind::NOT_FOUND,
                         404,
                         format!("key {key:?} not found"),
                     )),
@@ -275,9 +305,24 @@ impl Agent {
                     .await?;
                 Ok(json(&entries))
             }
-            ForwardedOp::Status => {
-                Ok(serde_json::to_value(self.local_status()?).unwrap_or_default())
+            ForwardedOp::Status => Ok(json(&self.local_status()?)),
+            ForwardedOp::TokenJoin { join } => Ok(json(&self.admit_with_token(join).await?)),
+            ForwardedOp::CreateJoinToken { create } => {
+                Ok(json(&self.create_join_token(create).await?))
             }
+            ForwardedOp::ListJoinTokens => Ok(json(&self.list_join_tokens().await?)),
+            ForwardedOp::RevokeJoinToken { id } => Ok(json(&self.revoke_join_token(&id).await?)),
+            ForwardedOp::CreateOperatorToken { create } => {
+                Ok(json(&self.create_operator_token(create).await?))
+            }
+            ForwardedOp::ListOperatorTokens => Ok(json(&self.list_operator_tokens().await?)),
+            ForwardedOp::RevokeOperatorToken { id } => {
+                Ok(json(&self.revoke_operator_token(&id).await?))
+            }
+            ForwardedOp::RemoveNode { name, force } => {
+                Ok(json(&self.remove_node(&name, force).await?))
+            }
+            ForwardedOp::Backup => Ok(json(&self.backup().await?)),
         }
     }
 
@@ -356,327 +401,16 @@ impl Agent {
         }
         Ok(local)
     }
-
-    /// Admits a first-N registrant of this cluster's discovery URL (leader only).
-    pub async fn admit(&self, req: JoinRequest) -> Result<JoinResponse, OpError> {
-        use crate::api::types::kind;
-        let formation = self
-            .formation
-            .lock()
-            .map_err(|_| OpError::new(kind::INTERNAL, 500, "lock poisoned"))?
-            .clone();
-        let Some(formation) = formation else {
-            return Err(OpError::new(
-                kind::UNAUTHORIZED,
-                403,
-                "this cluster is not admitting discovery registrants; use a join token",
-            ));
-        };
-        if !self.raft.view().is_leader {
-            return Err(OpError::new(
-                kind::NO_LEADER,
-                503,
-                "this node is not the leader; retry",
-            ));
-        }
-        if req.discovery_url.trim_end_matches('/') != formation.discovery_url.trim_end_matches('/')
-        {
-            return Err(OpError::new(
-                kind::UNAUTHORIZED,
-                403,
-                "this cluster formed through another discovery URL",
-            ));
-        }
-        let node_id = u64::from_str_radix(&req.member_id, 16)
-            .map_err(|_| OpError::new(kind::INVALID_ARGUMENT, 400, "member id is not hex"))?;
-        // Check the registration and the key it registered, straight from the discovery service.
-        let discovery = DiscoveryClient::new(&formation.discovery_url)
-            .map_err(|e| OpError::new(kind::INTERNAL, 500, e.to_string()))?;
-        let listing = discovery
-            .listing()
-            .await
-            .map_err(|e| OpError::new(kind::INTERNAL, 503, e.to_string()))?;
-        let registered = listing
-            .cohort()
-            .iter()
-            .find(|r| r.id == req.member_id)
-            .ok_or_else(|| {
-                OpError::new(
-                    kind::UNAUTHORIZED,
-                    403,
-                    format!(
-                        "member {} is not one of the first registrants of the discovery URL",
-                        req.member_id
-                    ),
-                )
-            })?;
-        if registered.name != req.name || registered.addr != req.addr {
-            return Err(OpError::new(
-                kind::UNAUTHORIZED,
-                403,
-                format!(
-                    "registration says {}@{}, request says {}@{}",
-                    registered.name, registered.addr, req.name, req.addr
-                ),
-            ));
-        }
-        let meta = discovery
-            .meta(&req.member_id)
-            .await
-            .map_err(|e| OpError::new(kind::INTERNAL, 503, e.to_string()))?
-            .ok_or_else(|| {
-                OpError::new(kind::UNAUTHORIZED, 403, "no key registered for this member")
-            })?;
-        let ca = self.raft.read_local(|s| s.ca.clone())?.ok_or_else(|| {
-            OpError::new(
-                kind::CLUSTER_UNINITIALIZED,
-                503,
-                "cluster CA not yet replicated",
-            )
-        })?;
-        let ca = ClusterCa::from_pem(&ca.cert_pem, &ca.key_pem)
-            .map_err(|e| OpError::new(kind::INTERNAL, 500, e.to_string()))?;
-        let host = req
-            .addr
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
-            .unwrap_or(&req.addr);
-        let cert_pem = ca
-            .sign_node(
-                &req.csr_pem,
-                node_id,
-                &self.cluster_id,
-                &meta.key_fingerprint,
-                host,
-                CERT_VALIDITY,
-            )
-            .map_err(|e| {
-                OpError::new(
-                    kind::UNAUTHORIZED,
-                    403,
-                    format!("certificate request refused: {e}"),
-                )
-            })?;
-        self.raft
-            .write(Request::UpsertNode {
-                id: node_id,
-                node: NodeRecord {
-                    name: req.name.clone(),
-                    addr: req.addr.clone(),
-                    key_fingerprint: meta.key_fingerprint.clone(),
-                    joined_ms: now_ms(),
-                },
-            })
-            .await?;
-        self.raft
-            .add_learner(
-                node_id,
-                Node {
-                    name: req.name.clone(),
-                    addr: req.addr.clone(),
-                },
-            )
-            .await?;
-        tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as nonvoter");
-        Ok(JoinResponse {
-            cluster_id: self.cluster_id.clone(),
-            ca_cert_pem: ca.cert_pem().to_string(),
-            cert_pem,
-            node_id: req.member_id,
-        })
-    }
-
-    /// One reconciler step on the leader: the cohort of a fresh formation becomes voters at
-    /// once when all of it has caught up; otherwise at most one suffrage change per tick.
-    pub async fn reconcile(&self) -> Result<(), OpError> {
-        let view = self.raft.view();
-        if !view.is_leader || !view.membership_settled() {
-            return Ok(());
-        }
-        if view.voter_sets.len() > 1 {
-            let target = view.voter_sets.last().cloned().unwrap_or_default();
-            tracing::warn!(voters = ?target, "finishing a joint configuration left by an interrupted change");
-            self.raft.finish_joint(target).await?;
-            return Ok(());
-        }
-        let now = Instant::now();
-        {
-            let mut seen = self
-                .first_seen
-                .lock()
-                .map_err(|_| OpError::new("internal", 500, "lock poisoned"))?;
-            seen.retain(|id, _| view.nodes.contains_key(id));
-            for id in view.nodes.keys() {
-                seen.entry(*id).or_insert(now);
-            }
-        }
-        let leader_last = view.last_log_index.unwrap_or(0);
-        let caught_up = |id: &NodeId| {
-            view.matched
-                .get(id)
-                .copied()
-                .flatten()
-                .is_some_and(|m| m + CAUGHT_UP_LAG >= leader_last)
-        };
-        let formation = self.formation.lock().ok().and_then(|f| f.clone());
-        if let Some(formation) = &formation {
-            match self.formation_step(formation, &view, &caught_up).await {
-                // Still forming: leave suffrage to the formation.
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                // The discovery service is unreachable: the general policy below still runs,
-                // so a cluster never depends on discovery for its voters.
-                Err(e) => tracing::debug!(error = %e, "formation step skipped"),
-            }
-        }
-        let names = self.raft.read_local(|s| s.nodes.clone())?;
-        let name = |id: &NodeId| {
-            names
-                .get(id)
-                .map(|r| r.name.clone())
-                .or_else(|| view.nodes.get(id).map(|n| n.name.clone()))
-                .unwrap_or_default()
-        };
-        let target = voter_target(view.nodes.len());
-        let seen = self
-            .first_seen
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
-        if view.voters.len() < target {
-            let mut eligible: Vec<NodeId> = view
-                .nodes
-                .keys()
-                .filter(|id| !view.voters.contains(id))
-                .filter(|id| {
-                    seen.get(id)
-                        .is_some_and(|t| now.duration_since(*t) >= PROMOTE_AFTER)
-                })
-                .filter(|id| caught_up(id))
-                .copied()
-                .collect();
-            eligible.sort_by_key(&name);
-            if let Some(first) = eligible.first() {
-                tracing::info!(node = %name(first), "promoting nonvoter to voter");
-                self.raft.promote(BTreeSet::from([*first])).await?;
-            }
-        } else if view.voters.len() > target {
-            let mut voters: Vec<NodeId> = view
-                .voters
-                .iter()
-                .filter(|id| **id != self.node_id)
-                .copied()
-                .collect();
-            voters.sort_by_key(&name);
-            if let Some(last) = voters.last() {
-                tracing::info!(node = %name(last), "demoting voter to nonvoter");
-                self.raft.demote(BTreeSet::from([*last])).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// One formation step. Returns true while the cohort is still being formed (the general
-    /// reconciler must then wait), false once formation is over.
-    async fn formation_step(
-        &self,
-        formation: &Formation,
-        view: &crate::raft::node::RaftView,
-        caught_up: &impl Fn(&NodeId) -> bool,
-    ) -> Result<bool, OpError> {
-        let discovery = DiscoveryClient::new(&formation.discovery_url)
-            .map_err(|e| OpError::new("internal", 500, e.to_string()))?;
-        let listing = discovery
-            .listing()
-            .await
-            .map_err(|e| OpError::new("internal", 503, e.to_string()))?;
-        let cohort: BTreeSet<NodeId> = listing
-            .cohort()
-            .iter()
-            .filter_map(|r| u64::from_str_radix(&r.id, 16).ok())
-            .collect();
-        if cohort.len() < formation.size || !cohort.iter().all(|id| view.nodes.contains_key(id)) {
-            // Registrations or joins are still missing.
-            return Ok(true);
-        }
-        // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
-        // lexicographically-first nonvoters, all in one membership change.
-        let records = self.raft.read_local(|s| s.nodes.clone())?;
-        let name = |id: &NodeId| records.get(id).map(|r| r.name.clone()).unwrap_or_default();
-        let wanted = voter_target(cohort.len()).saturating_sub(view.voters.len());
-        let mut nonvoters: Vec<NodeId> = cohort.difference(&view.voters).copied().collect();
-        nonvoters.sort_by_key(&name);
-        let promote: BTreeSet<NodeId> = nonvoters.into_iter().take(wanted).collect();
-        if promote.is_empty() {
-            // Done. Forget the formation here and now; marking the record formed is best effort
-            // in the background, so an unreachable discovery service never holds the cluster.
-            self.forget_formation();
-            let formation = formation.clone();
-            tokio::spawn(async move { mark_formed(&formation).await });
-            return Ok(false);
-        }
-        if promote.iter().all(caught_up) {
-            tracing::info!(
-                count = promote.len(),
-                "promoting the formation cohort to voters"
-            );
-            self.raft.promote(promote).await?;
-        }
-        Ok(true)
-    }
-
-    fn forget_formation(&self) {
-        if let Err(e) = crate::bootstrap::clear_formation(&self.data_dir) {
-            tracing::warn!(error = %e, "cannot update cluster.json; will retry");
-            return;
-        }
-        if let Ok(mut f) = self.formation.lock() {
-            *f = None;
-        }
-    }
 }
 
-/// Moves the discovery record from open to formed (a few tries; the cluster does not need it).
-async fn mark_formed(formation: &Formation) {
-    let Ok(discovery) = DiscoveryClient::new(&formation.discovery_url) else {
-        return;
-    };
-    for attempt in 0..5u32 {
-        match discovery.record().await {
-            Ok(Some((record, index))) if record.state == RecordState::Open => {
-                let formed = BootstrapRecord {
-                    state: RecordState::Formed,
-                    ..record
-                };
-                if discovery.update_record(&formed, index).await.is_ok() {
-                    tracing::info!("cluster formed: the discovery record now says formed");
-                    return;
-                }
-            }
-            Ok(_) => return,
-            Err(e) => tracing::debug!(error = %e, "cannot read the discovery record"),
-        }
-        tokio::time::sleep(Duration::from_secs(1 << attempt)).await;
-    }
-    tracing::warn!(
-        "could not mark the discovery record formed; the URL still refuses newcomers once full"
-    );
-}
-
-fn static_kind(kind: &str) -> &'static str {
-    use crate::api::types::kind::*;
-    [
-        CLUSTER_UNINITIALIZED,
-        NO_LEADER,
-        QUORUM_LOST,
-        UNAUTHORIZED,
-        NOT_FOUND,
-        INVALID_ARGUMENT,
-        CA_PIN_MISMATCH,
-    ]
-    .into_iter()
-    .find(|k| *k == kind)
-    .unwrap_or(INTERNAL)
+/// The `&'static` spelling of a kind that came over the wire (from the leader or the state
+/// machine); an unknown kind becomes `internal`.
+pub fn static_kind(name: &str) -> &'static str {
+    kind::ALL
+        .iter()
+        .copied()
+        .find(|k| *k == name)
+        .unwrap_or(kind::INTERNAL)
 }
 
 /// Operator answers travel as JSON values (they may be forwarded); typed shapes go in here.
@@ -689,17 +423,4 @@ pub fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Keeps the agent reconciling while it runs.
-pub async fn reconcile_loop(agent: Arc<Agent>) {
-    // Frequent ticks keep formation fast; a tick outside formation reads only local state.
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = agent.reconcile().await {
-            tracing::debug!(error = %e, "reconcile step failed; will retry");
-        }
-    }
 }

@@ -26,7 +26,13 @@ struct Block {
 }
 
 fn recipes_md() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/recipes.md");
+    doc("recipes.md")
+}
+
+fn doc(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
@@ -398,4 +404,40 @@ fn the_test_catches_a_broken_recipe() {
         assert!(outcome.is_err(), "a broken unit passed the check");
     }
     assert!(YamlLoader::load_from_str("a: [1, 2\n").is_err());
+}
+
+/// The autoscaling recipe in docs/membership.md is cloud-config too: it must parse, and write the
+/// drop-in that hands the fetched token to the agent.
+#[test]
+fn membership_autoscaling_recipe_parses() {
+    let yaml: Vec<Block> = fenced_blocks(&doc("membership.md"))
+        .into_iter()
+        .filter(|b| b.lang == "yaml")
+        .collect();
+    assert_eq!(yaml.len(), 1, "docs/membership.md holds one ```yaml block");
+    let docs = YamlLoader::load_from_str(&yaml[0].body)
+        .unwrap_or_else(|e| panic!("docs/membership.md:{}: invalid YAML: {e}", yaml[0].line));
+    let files = docs[0]["write_files"]
+        .as_vec()
+        .expect("write_files is a list");
+    let dropin = files
+        .iter()
+        .find(|f| f["path"].as_str() == Some("/etc/systemd/system/muster.service.d/token.conf"))
+        .expect("the muster.service drop-in");
+    let content = dropin["content"].as_str().expect("content");
+    assert!(
+        content.contains("EnvironmentFile=/run/muster/token.env"),
+        "{content}"
+    );
+    let fetch = files
+        .iter()
+        .find(|f| f["path"].as_str() == Some("/etc/systemd/system/muster-token.service"))
+        .expect("the token service");
+    assert!(
+        fetch["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("MUSTER_TOKEN="),
+        "the token service writes MUSTER_TOKEN"
+    );
 }

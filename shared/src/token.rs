@@ -1,4 +1,4 @@
-//! Random identifiers and the hashes we keep instead of secrets.
+//! Random identifiers, join and operator tokens, and the hashes we keep instead of secrets.
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -31,6 +31,178 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
+/// Length in bytes of a token's public id (16 hex chars).
+const TOKEN_ID_BYTES: usize = 8;
+/// Length in bytes of a token's secret: 256 bits (64 hex chars).
+const TOKEN_SECRET_BYTES: usize = 32;
+
+/// The two kinds of bearer tokens a cluster hands out. Their text differs in the prefix so that
+/// one can never be mistaken for the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `K1.<ca-pin>.<id>.<secret>`: admits one new node (or `uses` nodes) to the cluster.
+    Join,
+    /// `OP1.<ca-pin>.<id>.<secret>`: operator access to the agent API over TCP.
+    Operator,
+}
+
+impl TokenKind {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            TokenKind::Join => "K1",
+            TokenKind::Operator => "OP1",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            TokenKind::Join => "join token (from `muster token create`)",
+            TokenKind::Operator => {
+                "operator token (from formation or `muster operator-token create`)"
+            }
+        }
+    }
+}
+
+/// Why a token's text was refused. The messages say what was expected, never echo the secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenFormatError {
+    #[error("this is a {found}, but a {expected} is needed here")]
+    WrongKind {
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error("not a {expected}: expected {prefix}.<ca-pin: 64 hex>.<id: 16 hex>.<secret: 64 hex>")]
+    Shape {
+        expected: &'static str,
+        prefix: &'static str,
+    },
+}
+
+/// A join or operator token: the CA pin (so the holder can recognise the cluster before it
+/// trusts anything), a public id (to look the token up) and a secret (256 bits from a CSPRNG).
+/// The cluster stores only the SHA-256 of the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretToken {
+    kind: TokenKind,
+    ca_pin: String,
+    id: String,
+    secret: String,
+}
+
+impl SecretToken {
+    /// A fresh token of `kind` for the cluster whose CA has `ca_pin`.
+    pub fn generate(kind: TokenKind, ca_pin: &str) -> Self {
+        Self {
+            kind,
+            ca_pin: ca_pin.to_ascii_lowercase(),
+            id: random_hex(TOKEN_ID_BYTES),
+            secret: random_hex(TOKEN_SECRET_BYTES),
+        }
+    }
+
+    /// Parses the text of a token of `kind`. Surrounding whitespace (a trailing newline from a
+    /// file or a copy-paste) is ignored.
+    pub fn parse(kind: TokenKind, text: &str) -> Result<Self, TokenFormatError> {
+        let text = text.trim();
+        let parts: Vec<&str> = text.split('.').collect();
+        let other = match kind {
+            TokenKind::Join => TokenKind::Operator,
+            TokenKind::Operator => TokenKind::Join,
+        };
+        if parts.first() == Some(&other.prefix()) {
+            return Err(TokenFormatError::WrongKind {
+                expected: kind.what(),
+                found: other.what(),
+            });
+        }
+        let shape = || TokenFormatError::Shape {
+            expected: kind.what(),
+            prefix: kind.prefix(),
+        };
+        let [prefix, pin, id, secret] = parts[..] else {
+            return Err(shape());
+        };
+        let hex_of = |s: &str, len: usize| s.len() == len && is_lower_hex(s);
+        if prefix != kind.prefix()
+            || !hex_of(pin, 64)
+            || !hex_of(id, 2 * TOKEN_ID_BYTES)
+            || !hex_of(secret, 2 * TOKEN_SECRET_BYTES)
+        {
+            return Err(shape());
+        }
+        Ok(Self {
+            kind,
+            ca_pin: pin.to_string(),
+            id: id.to_string(),
+            secret: secret.to_string(),
+        })
+    }
+
+    pub fn kind(&self) -> TokenKind {
+        self.kind
+    }
+
+    /// SHA-256 (hex) of the CA's SubjectPublicKeyInfo of the cluster this token belongs to.
+    pub fn ca_pin(&self) -> &str {
+        &self.ca_pin
+    }
+
+    /// The public id: safe to log and to show in listings.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// What the cluster stores and compares: SHA-256 (hex) of the secret.
+    pub fn secret_hash(&self) -> String {
+        hash_secret(&self.secret)
+    }
+
+    /// The secret itself. Send it only inside TLS to a server that proved the pinned CA.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// The whole token text, secret included. Print it once, to the person who asked for it.
+    pub fn reveal(&self) -> String {
+        format!(
+            "{}.{}.{}.{}",
+            self.kind.prefix(),
+            self.ca_pin,
+            self.id,
+            self.secret
+        )
+    }
+}
+
+/// Never prints the secret: tokens end up in `Debug` output of requests and errors.
+impl std::fmt::Debug for SecretToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretToken")
+            .field("kind", &self.kind)
+            .field("id", &self.id)
+            .field("secret", &format_args!("<redacted>"))
+            .finish()
+    }
+}
+
+/// SHA-256 (hex) of a token secret as it was presented.
+pub fn hash_secret(secret: &str) -> String {
+    sha256_hex(secret.as_bytes())
+}
+
+/// Compares two secret hashes in constant time, so the time an answer takes says nothing about
+/// how much of a guess was right.
+pub fn secret_hashes_match(stored: &str, presented: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    stored.len() == presented.len() && bool::from(stored.as_bytes().ct_eq(presented.as_bytes()))
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +228,65 @@ mod tests {
             sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+    #[test]
+    fn join_tokens_round_trip_and_hash_their_secret() {
+        let pin = "ab".repeat(32);
+        let t = SecretToken::generate(TokenKind::Join, &pin);
+        let text = t.reveal();
+        assert!(text.starts_with(&format!("K1.{pin}.")), "{text}");
+        assert_eq!(text.len(), 2 + 1 + 64 + 1 + 16 + 1 + 64);
+        let back = SecretToken::parse(TokenKind::Join, &format!("{text}\n")).expect("parse");
+        assert_eq!(back, t);
+        assert_eq!(back.secret_hash(), t.secret_hash());
+        assert_ne!(
+            SecretToken::generate(TokenKind::Join, &pin).secret_hash(),
+            t.secret_hash()
+        );
+        let secret = text.rsplit('.').next().expect("secret");
+        assert_eq!(t.secret_hash(), hash_secret(secret));
+        assert!(!format!("{t:?}").contains(secret), "Debug hides the secret");
+    }
+
+    #[test]
+    fn token_kinds_are_not_interchangeable_and_bad_shapes_are_refused() {
+        let pin = "0".repeat(64);
+        let op = SecretToken::generate(TokenKind::Operator, &pin).reveal();
+        assert!(op.starts_with("OP1."), "{op}");
+        assert!(matches!(
+            SecretToken::parse(TokenKind::Join, &op),
+            Err(TokenFormatError::WrongKind { .. })
+        ));
+        let join = SecretToken::generate(TokenKind::Join, &pin).reveal();
+        assert!(matches!(
+            SecretToken::parse(TokenKind::Operator, &join),
+            Err(TokenFormatError::WrongKind { .. })
+        ));
+        for bad in [
+            "",
+            "K1",
+            "K1.abc.def.ghi",
+            &join.replace("K1.", "K2."),
+            &join.to_uppercase(),
+            &format!("{join}.extra"),
+            &join[..join.len() - 1],
+        ] {
+            assert!(
+                matches!(
+                    SecretToken::parse(TokenKind::Join, bad),
+                    Err(TokenFormatError::Shape { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn secret_hash_comparison_needs_equal_values() {
+        let a = hash_secret("a");
+        assert!(secret_hashes_match(&a, &a.clone()));
+        assert!(!secret_hashes_match(&a, &hash_secret("b")));
+        assert!(!secret_hashes_match(&a, &a[..63]));
+        assert!(!secret_hashes_match(&a, ""));
     }
 }

@@ -45,12 +45,23 @@ where
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; fine for tests on loopback).
+/// A free TCP port on 127.0.0.1 (bound and released; fine for tests on loopback). The kernel
+/// may hand a just-released port out again, so ports given out by this process are remembered
+/// and never given twice: tests running in parallel would otherwise collide.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..100 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(0);
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if port != 0 && !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+    0
 }
 
 /// A running `muster-discovery serve`.
@@ -574,10 +585,21 @@ pub struct AgentProc {
 impl AgentProc {
     /// Starts `muster agent --name NAME` under `root` with `extra` flags (e.g. `--discovery URL`).
     pub fn start(root: &Path, name: &str, extra: &[&str]) -> Result<Self> {
+        Self::start_command(root, name, &["agent"], extra)
+    }
+
+    /// Starts `muster COMMAND… --name NAME --advertise … --data-dir … EXTRA…` under `root`:
+    /// `command` is `["agent"]`, or another command that runs an agent (`["restore", FILE]`).
+    pub fn start_command(
+        root: &Path,
+        name: &str,
+        command: &[&str],
+        extra: &[&str],
+    ) -> Result<Self> {
         let addr = format!("127.0.0.1:{}", free_port());
         let data_dir = root.join(name);
-        let mut args: Vec<String> = vec![
-            "agent".into(),
+        let mut args: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        args.extend([
             "--name".into(),
             name.into(),
             "--advertise".into(),
@@ -588,7 +610,7 @@ impl AgentProc {
             data_dir.display().to_string(),
             "--config".into(),
             "/dev/null".into(),
-        ];
+        ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut a = Self {
             child: None,
@@ -687,6 +709,25 @@ impl AgentProc {
         ))
     }
 
+    /// `muster token create ARGS` on this agent; returns the token text.
+    pub async fn create_token(&self, args: &[&str]) -> Result<String> {
+        let mut all = vec!["token", "create"];
+        all.extend_from_slice(args);
+        let (code, out, err) = self.cli(&all).await?;
+        if code != 0 {
+            bail!("token create failed ({code}): {err}");
+        }
+        Ok(out.trim().to_string())
+    }
+
+    /// The operator token this agent printed when it initiated its cluster (or restored one).
+    pub fn printed_operator_token(&self) -> Option<String> {
+        self.log()
+            .lines()
+            .find(|l| l.starts_with("OP1."))
+            .map(str::to_string)
+    }
+
     /// `muster status --json` of this agent, if it answers.
     pub async fn status(&self) -> Option<serde_json::Value> {
         let (code, out, _) = self.cli(&["status", "--json"]).await.ok()?;
@@ -695,6 +736,23 @@ impl AgentProc {
         }
         serde_json::from_str(&out).ok()
     }
+}
+
+/// Runs `muster ARGS` with extra environment variables (and without any MUSTER_TOKEN or
+/// MUSTER_SERVER of the test's own environment); returns (exit code, stdout, stderr).
+pub async fn run_muster(args: &[&str], env: &[(&str, &str)]) -> Result<(i32, String, String)> {
+    let out = Command::new(bin_path("muster"))
+        .args(args)
+        .env_remove("MUSTER_TOKEN")
+        .env_remove("MUSTER_SERVER")
+        .envs(env.iter().copied())
+        .output()
+        .await?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
 }
 
 impl Drop for AgentProc {

@@ -44,6 +44,7 @@ pub struct ApiError {
     pub message: String,
 }
 
+/// The stable error kinds. Scripts match on them: a kind may be added, never renamed.
 pub mod kind {
     pub const CLUSTER_UNINITIALIZED: &str = "cluster_uninitialized";
     pub const NO_LEADER: &str = "no_leader";
@@ -52,7 +53,32 @@ pub mod kind {
     pub const NOT_FOUND: &str = "not_found";
     pub const INVALID_ARGUMENT: &str = "invalid_argument";
     pub const CA_PIN_MISMATCH: &str = "ca_pin_mismatch";
+    pub const TOKEN_EXPIRED: &str = "token_expired";
+    pub const TOKEN_CONSUMED: &str = "token_consumed";
+    pub const TOKEN_REVOKED: &str = "token_revoked";
+    pub const NAME_TAKEN: &str = "name_taken";
+    /// A removal that would leave the voters without a reachable majority (`--force` overrides).
+    pub const WOULD_LOSE_QUORUM: &str = "would_lose_quorum";
+    /// The caller is a node that was removed from the cluster.
+    pub const REMOVED: &str = "removed";
     pub const INTERNAL: &str = "internal";
+
+    pub const ALL: &[&str] = &[
+        CLUSTER_UNINITIALIZED,
+        NO_LEADER,
+        QUORUM_LOST,
+        UNAUTHORIZED,
+        NOT_FOUND,
+        INVALID_ARGUMENT,
+        CA_PIN_MISMATCH,
+        TOKEN_EXPIRED,
+        TOKEN_CONSUMED,
+        TOKEN_REVOKED,
+        NAME_TAKEN,
+        WOULD_LOSE_QUORUM,
+        REMOVED,
+        INTERNAL,
+    ];
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,4 +90,59 @@ pub struct KvEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvPut {
     pub value: String,
+}
+
+/// `muster token create --json` and `muster operator-token create --json`: the only time the
+/// token's text (with its secret) is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCreated {
+    pub token: String,
+    pub id: String,
+    /// Join tokens only: when it stops working (milliseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+    /// Join tokens only: how many nodes it admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u32>,
+    pub description: String,
+}
+
+/// One row of `muster token list --json`. Never holds a secret or its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinTokenInfo {
+    pub id: String,
+    pub description: String,
+    /// `active`, `expired`, `consumed` or `revoked`.
+    pub state: String,
+    pub created_ms: u64,
+    pub expires_ms: u64,
+    pub uses_total: u32,
+    pub uses_left: u32,
+    pub consumed_ms: Option<u64>,
+    pub revoked_ms: Option<u64>,
+    pub last_used_by: Option<String>,
+}
+
+/// One row of `muster operator-token list --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorTokenInfo {
+    pub id: String,
+    pub description: String,
+    /// `active` or `revoked`.
+    pub state: String,
+    pub created_ms: u64,
+    pub revoked_ms: Option<u64>,
+}
+
+/// `muster node remove --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRemoved {
+    pub name: String,
+    pub id: String,
+    /// Whether it was a voter when removal started.
+    pub was_voter: bool,
+    /// True once the node is out of the raft configuration; false if the leader is still
+    /// finishing (it always does: the removal is recorded in the replicated state).
+    pub complete: bool,
+    pub message: String,
 }

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,23 +31,32 @@ pub const APPEND_PATH: &str = "/raft/append";
 pub const VOTE_PATH: &str = "/raft/vote";
 pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
 
-/// When each peer last answered an RPC: feeds `reachable` and `last_seen_ms` in status.
+/// What peers' answers tell about them and about us: when each peer last answered an RPC
+/// (feeds `reachable` and `last_seen_ms` in status), and whether one refused us as removed.
 #[derive(Clone, Default)]
-pub struct PeerLiveness(Arc<Mutex<HashMap<NodeId, Instant>>>);
+pub struct PeerLiveness {
+    seen: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    removed: Arc<AtomicBool>,
+}
 
 impl PeerLiveness {
     fn saw(&self, id: NodeId) {
-        if let Ok(mut map) = self.0.lock() {
+        if let Ok(mut map) = self.seen.lock() {
             map.insert(id, Instant::now());
         }
     }
 
     /// Milliseconds since `id` last answered, if it ever did.
     pub fn last_seen_ms(&self, id: NodeId) -> Option<u64> {
-        self.0
+        self.seen
             .lock()
             .ok()
             .and_then(|m| m.get(&id).map(|t| t.elapsed().as_millis() as u64))
+    }
+
+    /// True once a peer answered `410 removed`: this node was removed from the cluster.
+    pub fn peer_said_removed(&self) -> bool {
+        self.removed.load(Ordering::Relaxed)
     }
 }
 
@@ -180,6 +190,10 @@ impl PeerClient {
             }
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
+        if resp.status() == reqwest::StatusCode::GONE {
+            // The peer's state says this node was removed; the agent stops on seeing this.
+            self.liveness.removed.store(true, Ordering::Relaxed);
+        }
         if !resp.status().is_success() {
             let e = std::io::Error::other(format!("peer answered HTTP {}", resp.status()));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));

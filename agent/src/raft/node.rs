@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use super::TypeConfig;
 use super::network::{APPEND_PATH, Network, PeerLiveness, SNAPSHOT_PATH, VOTE_PATH};
 use super::store::{self, StateMachineStore, StoreError};
-use super::types::{ClusterState, Node, NodeId, Request, Response};
+use super::types::{ClusterState, Node, NodeId, Refusal, Request, Response};
 
 /// Every write and membership change gets at most this long: an isolated leader in openraft 0.9
 /// accepts writes that never commit, so an unbounded wait would hang the caller forever.
@@ -44,8 +44,12 @@ pub enum RaftNodeError {
     Fatal(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("refused: {0}")]
-    Refused(String),
+    /// The state machine refused the command; the kind is one of the API's error kinds.
+    #[error("{}", .0.message)]
+    Refused(Refusal),
+    /// openraft refused a membership change (one is in progress, a node is unknown, …).
+    #[error("membership change refused: {0}")]
+    MembershipRefused(String),
     #[error("{0}")]
     Other(String),
 }
@@ -180,8 +184,8 @@ impl RaftNode {
             .await
             .map_err(|_| RaftNodeError::Timeout("the write"))?;
         let response = result.map_err(client_write_error)?.data;
-        if let Some(why) = &response.refused {
-            return Err(RaftNodeError::Refused(why.clone()));
+        if let Some(refusal) = response.refused.clone() {
+            return Err(RaftNodeError::Refused(refusal));
         }
         Ok(response)
     }
@@ -254,6 +258,12 @@ impl RaftNode {
             .map_err(|_| RaftNodeError::Timeout(what))?
             .map_err(|e| RaftNodeError::Other(e.to_string()))?;
         result.map(|_| ()).map_err(client_write_error)
+    }
+
+    /// Takes nonvoters out of the configuration: the leader stops replicating to them.
+    pub async fn remove_nonvoters(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
+        self.change(ChangeMembers::RemoveNodes(ids), false, "removing")
+            .await
     }
 
     /// Completes a joint configuration left by a change that was interrupted (say, by a leader
@@ -347,7 +357,7 @@ fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> R
             }
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            RaftNodeError::Refused(e.to_string())
+            RaftNodeError::MembershipRefused(e.to_string())
         }
         RaftError::Fatal(f) => RaftNodeError::Fatal(f.to_string()),
     }

@@ -12,8 +12,9 @@
 //!
 //! `muster-bench cluster`: forms real `muster agent` clusters of 3 and 5 nodes, and the same
 //! clusters of real etcd 3.4 members, all bootstrapping through one `muster-discovery`; measures
-//! formation time, failover time after `kill -9` of the leader, and idle RSS per node. See
-//! [`cluster`].
+//! formation time, failover time after `kill -9` of the leader, and idle RSS per node; and, for
+//! muster, the time a node joining with a token takes to become a nonvoter and then a voter.
+//! See [`cluster`].
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); progress goes to stderr.
 
@@ -948,6 +949,12 @@ const FORM_5_GOAL_S: f64 = 1.5;
 const FAILOVER_GOAL_S: f64 = 1.0;
 /// ...and an idle agent uses at most this fraction of an idle etcd member's RSS.
 const RSS_GOAL_RATIO: f64 = 0.5;
+/// A node joining with a token is a nonvoter within this (median)...
+const JOIN_NONVOTER_GOAL_S: f64 = 0.5;
+/// ...and a voter within the agent's promote-after (default 3 s) plus this.
+const JOIN_VOTER_SLACK_S: f64 = 0.5;
+/// The agents' default `--promote-after`, which the bench leaves as it is.
+const PROMOTE_AFTER: Duration = Duration::from_secs(3);
 /// The issue asks for the failover median over at least this many kills.
 const MIN_FAILOVER_SAMPLES: usize = 5;
 /// Pause between rounds of queries while waiting for a cluster. Short next to the ~1 s being
@@ -1444,12 +1451,75 @@ async fn idle_rss(
     Ok(rss)
 }
 
+/// The suffrage of member `name` as `agent` (the leader of a one-node cluster) reports it.
+async fn suffrage_of(agent: &AgentProc, name: &str) -> Option<String> {
+    let s = agent.status().await?;
+    s["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)
+        .and_then(|m| m["suffrage"].as_str().map(str::to_string))
+}
+
+/// One join measurement (muster only). A one-node cluster gets a second node with a token; that
+/// one stays a nonvoter (2 members → 1 voter) until it has been in the configuration for
+/// `--promote-after`. Then a third node is timed from its spawn until the leader lists it as a
+/// nonvoter, and until it is a voter (3 members → 3 voters; the second is promoted at once, the
+/// third once its own promote-after has passed and it has caught up).
+async fn join_round(bench: &ClusterBench, polls: &mut PollStats) -> Result<(Duration, Duration)> {
+    let (cluster, _) = form(&ClusterSystem::Muster, bench, 1, polls).await?;
+    let outcome = time_join(&cluster, polls).await;
+    let logs = cluster.logs();
+    cluster.stop().await?;
+    let (nonvoter, voter) = outcome.context(logs)?;
+    eprintln!(
+        "  muster: joined as nonvoter in {:.3} s, voter in {:.3} s",
+        nonvoter.as_secs_f64(),
+        voter.as_secs_f64()
+    );
+    Ok((nonvoter, voter))
+}
+
+async fn time_join(cluster: &Cluster, polls: &mut PollStats) -> Result<(Duration, Duration)> {
+    let Some(Member::Muster(leader)) = cluster.members.first() else {
+        bail!("the join benchmark needs a muster cluster");
+    };
+    let token = leader
+        .create_token(&["--uses", "2", "--ttl", "10m"])
+        .await?;
+    let dir = cluster._dir.path();
+    let joiner =
+        |name: &str| AgentProc::start(dir, name, &["--join", &leader.addr, "--token", &token]);
+    let second = joiner("j2")?;
+    let second_started = Instant::now();
+    poll_until("j2 to join", second_started, polls, || async {
+        suffrage_of(leader, "j2").await.map(|_| ())
+    })
+    .await?;
+    // Let j2 pass its promote-after first, so that j3's own promotion is what gets timed.
+    tokio::time::sleep_until((second_started + PROMOTE_AFTER + SETTLE).into()).await;
+    let third = joiner("j3")?;
+    let started = Instant::now();
+    let (_, nonvoter) = poll_until("j3 to join as a nonvoter", started, polls, || async {
+        suffrage_of(leader, "j3").await.map(|_| ())
+    })
+    .await?;
+    let (_, voter) = poll_until("j3 to become a voter", started, polls, || async {
+        (suffrage_of(leader, "j3").await? == "voter").then_some(())
+    })
+    .await?;
+    drop((second, third));
+    Ok((nonvoter, voter))
+}
+
 /// Everything measured on one system.
 #[derive(Default)]
 struct ClusterSamples {
     formation_3: Vec<Duration>,
     formation_5: Vec<Duration>,
     failover: Vec<Duration>,
+    join_nonvoter: Vec<Duration>,
+    join_voter: Vec<Duration>,
     rss: Vec<Resident>,
     polls: PollStats,
 }
@@ -1460,6 +1530,8 @@ enum Step {
     Form3,
     Form5,
     Failover,
+    /// muster only: etcd adds members by hand (`member add --learner`, then `member promote`).
+    Join,
 }
 
 async fn run_step(
@@ -1479,6 +1551,13 @@ async fn run_step(
         Step::Failover => samples
             .failover
             .push(failover_round(system, bench, polls).await?),
+        Step::Join => {
+            if matches!(system, ClusterSystem::Muster) {
+                let (nonvoter, voter) = join_round(bench, polls).await?;
+                samples.join_nonvoter.push(nonvoter);
+                samples.join_voter.push(voter);
+            }
+        }
     }
     Ok(())
 }
@@ -1494,7 +1573,7 @@ async fn run_cluster_rounds(
         systems.iter().map(|_| ClusterSamples::default()).collect();
     for round in 1..=rounds {
         eprintln!("round {round} of {rounds}");
-        for step in [Step::Form3, Step::Form5, Step::Failover] {
+        for step in [Step::Form3, Step::Form5, Step::Failover, Step::Join] {
             for (system, s) in systems.iter().zip(samples.iter_mut()) {
                 run_step(step, system, bench, s)
                     .await
@@ -1576,6 +1655,12 @@ struct ClusterResults {
     formation_3: Times,
     formation_5: Times,
     failover: Times,
+    /// muster only: spawn of a node joining with a token → the leader lists it as a nonvoter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    join_nonvoter: Option<Times>,
+    /// muster only: spawn of that node → it is a voter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    join_voter: Option<Times>,
     rss_mb: Rss,
     /// Mean time one round of queries took (one status query per member, concurrently).
     poll_round_ms: f64,
@@ -1590,6 +1675,8 @@ impl ClusterResults {
             formation_3: Times::of(&s.formation_3),
             formation_5: Times::of(&s.formation_5),
             failover: Times::of(&s.failover),
+            join_nonvoter: (!s.join_nonvoter.is_empty()).then(|| Times::of(&s.join_nonvoter)),
+            join_voter: (!s.join_voter.is_empty()).then(|| Times::of(&s.join_voter)),
             rss_mb: Rss::of(&s.rss),
             poll_round_ms: s.polls.mean_ms(),
             confirming_round_ms: s.polls.mean_confirming_ms(),
@@ -1656,7 +1743,20 @@ fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<
             ),
         },
     };
-    vec![
+    let mut join_goals = Vec::new();
+    if let (Some(nonvoter), Some(voter)) = (&muster.join_nonvoter, &muster.join_voter) {
+        join_goals.push(Goal::at_most(
+            "join with a token: start → nonvoter",
+            nonvoter.median_s,
+            JOIN_NONVOTER_GOAL_S,
+        ));
+        join_goals.push(Goal::at_most(
+            "join with a token: start → voter",
+            voter.median_s,
+            PROMOTE_AFTER.as_secs_f64() + JOIN_VOTER_SLACK_S,
+        ));
+    }
+    let mut goals = vec![
         Goal::at_most(
             "formation, 3 nodes",
             muster.formation_3.median_s,
@@ -1669,7 +1769,9 @@ fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<
         ),
         failover_goal,
         rss_goal,
-    ]
+    ];
+    goals.extend(join_goals);
+    goals
 }
 
 #[derive(Serialize)]
@@ -1718,6 +1820,31 @@ fn print_cluster_table(report: &ClusterReport) {
             );
         }
     }
+    let join_rows: [(&str, Option<&Times>); 2] = [
+        (
+            "join: start → nonvoter",
+            report.muster.join_nonvoter.as_ref(),
+        ),
+        ("join: start → voter", report.muster.join_voter.as_ref()),
+    ];
+    for (title, times) in join_rows {
+        if let Some(t) = times {
+            println!(
+                "{:<24} {:<9} {:>9.3} {:>9.3} {:>9.3} {:>8}",
+                title,
+                "muster",
+                t.median_s,
+                t.min_s,
+                t.max_s,
+                t.samples.len()
+            );
+        }
+    }
+    println!(
+        "(join: a third node with a token into a 2-node cluster whose nonvoter has passed \
+         --promote-after {}s; etcd has no automatic promotion to compare with)",
+        PROMOTE_AFTER.as_secs()
+    );
     println!(
         "\n{:<24} {:<9} {:>9} {:>20} {:>9} {:>20}",
         "idle RSS, MiB", "system", "mean", "per node", "anon", "anon per node"
