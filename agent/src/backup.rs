@@ -144,8 +144,10 @@ pub fn restored_state(
 impl Agent {
     /// Leader: the committed state, for `muster backup`.
     pub async fn backup(&self) -> Result<BackupSnapshot, OpError> {
-        let state = self.raft.read_linearizable(|s| s.clone()).await?;
+        // Read before the state: the state then holds at least this index (a later read could
+        // name entries the copy does not hold).
         let applied_index = self.raft.view().last_applied.unwrap_or(0);
+        let state = self.raft.read_linearizable(|s| s.clone()).await?;
         tracing::info!(applied_index, "backup taken");
         Ok(BackupSnapshot {
             cluster_id: self.cluster_id.clone(),

@@ -184,7 +184,9 @@ async fn serve_until_stopped(running: Running, data_dir: &Path) -> Result<()> {
             Ok(())
         }
         Stop::Removed => {
-            mark_removed(data_dir)?;
+            // Not being able to record it must not end in a restart loop: a restart would only
+            // learn the same again. Exit 2 keeps systemd (RestartPreventExitStatus=2) away.
+            let marked = mark_removed(data_dir);
             tracing::warn!(cluster_id = %agent.cluster_id, "removed from cluster; stopping");
             println!(
                 "removed from cluster {}: this node stops and will not rejoin on restart. Its data dir \
@@ -196,7 +198,14 @@ async fn serve_until_stopped(running: Running, data_dir: &Path) -> Result<()> {
             // Let answers in flight (the operator's `node remove`, say) get out first.
             tokio::time::sleep(Duration::from_secs(1)).await;
             running.stop().await;
-            Ok(())
+            marked.map_err(|e| {
+                PermanentRefusal(format!(
+                    "removed from the cluster, but cluster.json could not record it ({e:#}); \
+                     wipe {} before this machine starts again",
+                    data_dir.display()
+                ))
+                .into()
+            })
         }
         Stop::Fatal(why) => {
             running.stop().await;
@@ -254,16 +263,7 @@ pub async fn restore(config: AgentConfig, file: &Path) -> Result<()> {
         .context("the backup's CA does not load")?;
     let identity = Identity::load_or_create(dir, &config.name)?;
     let cluster_id = random_hex(16);
-    let host = host_of(&config.advertise);
-    let csr = identity.key.csr_pem(&identity.name, host)?;
-    let cert = ca.sign_node(
-        &csr,
-        identity.node_id,
-        &cluster_id,
-        &identity.key.fingerprint(),
-        host,
-        CERT_VALIDITY,
-    )?;
+    let cert = sign_own_certificate(&ca, &identity, &cluster_id, &config.advertise)?;
     write_tls(dir, ca.cert_pem(), &cert)?;
     let (operator_token, record) = new_operator_token(ca.pin(), "created by muster restore");
     let restored = crate::backup::restored_state(
@@ -691,16 +691,7 @@ async fn become_initiator(
 ) -> Result<Running> {
     let cluster_id = random_hex(16);
     let ca = ClusterCa::generate(&cluster_id)?;
-    let host = host_of(&config.advertise);
-    let csr = identity.key.csr_pem(&identity.name, host)?;
-    let cert = ca.sign_node(
-        &csr,
-        identity.node_id,
-        &cluster_id,
-        &identity.key.fingerprint(),
-        host,
-        CERT_VALIDITY,
-    )?;
+    let cert = sign_own_certificate(&ca, identity, &cluster_id, &config.advertise)?;
     // Persist everything before raft exists, so a crash from here on resumes instead of forking.
     write_tls(&config.data_dir, ca.cert_pem(), &cert)?;
     let formation = Formation {
@@ -981,6 +972,25 @@ async fn post_join(addr: &str, ca_pin: &str, request: &JoinRequest) -> Result<Jo
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
+}
+
+/// The certificate a node that holds the CA (the initiator, a restore) issues to itself.
+fn sign_own_certificate(
+    ca: &ClusterCa,
+    identity: &Identity,
+    cluster_id: &str,
+    advertise: &str,
+) -> Result<String> {
+    let host = host_of(advertise);
+    let csr = identity.key.csr_pem(&identity.name, host)?;
+    Ok(ca.sign_node(
+        &csr,
+        identity.node_id,
+        cluster_id,
+        &identity.key.fingerprint(),
+        host,
+        CERT_VALIDITY,
+    )?)
 }
 
 pub(crate) fn host_of(addr: &str) -> &str {

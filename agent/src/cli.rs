@@ -189,15 +189,9 @@ pub async fn token_create(
         "uses": uses,
         "description": description,
     });
-    let created: TokenCreated = decode(
-        target
-            .call("POST", "/v1/tokens", Some(body.to_string()))
-            .await?,
-    )?;
-    if json {
-        return print_json(&created);
-    }
-    outln!("{}", created.token);
+    let Some(created) = create_token(target, "/v1/tokens", body, json).await? else {
+        return Ok(());
+    };
     eprintln!(
         "join token {}: admits {} node(s), expires in {}. It is shown only this once. \
          Use it as: muster agent --join <member> --token <TOKEN> …",
@@ -206,6 +200,23 @@ pub async fn token_create(
         muster_shared::duration::format_duration(Duration::from_secs(ttl.as_secs()))
     );
     Ok(())
+}
+
+/// Creates a token and prints it: the token alone on stdout (or everything as JSON). Returns
+/// what was created when the caller should add its note on stderr.
+async fn create_token(
+    target: &Target,
+    path: &str,
+    body: serde_json::Value,
+    json: bool,
+) -> Result<Option<TokenCreated>> {
+    let created: TokenCreated = decode(target.call("POST", path, Some(body.to_string())).await?)?;
+    if json {
+        print_json(&created)?;
+        return Ok(None);
+    }
+    outln!("{}", created.token);
+    Ok(Some(created))
 }
 
 pub async fn token_list(target: &Target, json: bool) -> Result<()> {
@@ -232,15 +243,9 @@ pub async fn token_revoke(target: &Target, id: &str, json: bool) -> Result<()> {
 
 pub async fn operator_token_create(target: &Target, description: String, json: bool) -> Result<()> {
     let body = serde_json::json!({ "description": description });
-    let created: TokenCreated = decode(
-        target
-            .call("POST", "/v1/operator-tokens", Some(body.to_string()))
-            .await?,
-    )?;
-    if json {
-        return print_json(&created);
-    }
-    outln!("{}", created.token);
+    let Some(created) = create_token(target, "/v1/operator-tokens", body, json).await? else {
+        return Ok(());
+    };
     eprintln!(
         "operator token {}: full operator access over TCP. It is shown only this once. \
          Use it as: MUSTER_TOKEN=<TOKEN> muster status --server <member>:<port>",

@@ -3,7 +3,7 @@
 //! whose private half never leaves the data dir.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use muster_shared::tls::NodeKey;
 use serde::{Deserialize, Serialize};
@@ -134,24 +134,22 @@ impl Identity {
     }
 }
 
-/// Writes a file readable by its owner only, durably (fsync of file and directory).
+/// Writes a file readable by its owner only, durably (fsync of file and directory). The data goes
+/// to a fresh, unpredictably named 0600 file beside `path` first, so a crash never leaves a torn
+/// file and nothing can be planted at the temporary name beforehand.
 pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp: PathBuf = path.with_extension("tmp");
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    if let Some(parent) = path.parent() {
-        std::fs::File::open(parent)?.sync_all()?;
-    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".muster-")
+        .suffix(".tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(data)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    std::fs::File::open(dir)?.sync_all()?;
     Ok(())
 }
 

@@ -45,6 +45,11 @@ pub(crate) async fn join_with_token(
     token: &SecretToken,
     peers: &[String],
 ) -> Result<Running> {
+    if peers.is_empty() {
+        anyhow::bail!(
+            "no member address to join through: give --join HOST:PORT[,HOST:PORT…] (any members of the cluster)"
+        );
+    }
     let request = TokenJoinRequest {
         token_id: token.id().to_string(),
         secret: token.secret().to_string(),
@@ -102,6 +107,22 @@ pub(crate) async fn join_with_token(
     Ok(running)
 }
 
+/// Refusals that asking again cannot change: the token, the name or this node is the problem.
+fn is_final_refusal(kind: &str) -> bool {
+    use crate::api::types::kind::*;
+    [
+        TOKEN_EXPIRED,
+        TOKEN_CONSUMED,
+        TOKEN_REVOKED,
+        UNAUTHORIZED,
+        CA_PIN_MISMATCH,
+        NAME_TAKEN,
+        REMOVED,
+        INVALID_ARGUMENT,
+    ]
+    .contains(&kind)
+}
+
 /// Asks each peer once. A refusal that cannot change (an expired token, a taken name) ends the
 /// join; so does a round in which every peer presented another CA than the token pins.
 async fn ask_peers(
@@ -130,14 +151,14 @@ async fn ask_peers(
                 let body: serde_json::Value = resp.json().await.unwrap_or_default();
                 let kind = body["kind"].as_str().unwrap_or("internal").to_string();
                 let message = body["message"].as_str().unwrap_or("").to_string();
-                if status == 503 {
-                    last = format!("{peer}: {message} ({kind})");
-                    continue;
+                if is_final_refusal(&kind) {
+                    return Err(PermanentRefusal(format!(
+                        "{peer} refused to admit this node ({kind}): {message}"
+                    ))
+                    .into());
                 }
-                return Err(PermanentRefusal(format!(
-                    "{peer} refused to admit this node ({kind}): {message}"
-                ))
-                .into());
+                // No leader, a membership change in flight, a member restarting: ask again.
+                last = format!("{peer}: HTTP {status}: {message} ({kind})");
             }
             Err(e) if tls::is_ca_pin_mismatch(&e) => {
                 mismatched += 1;

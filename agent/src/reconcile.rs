@@ -3,9 +3,10 @@
 //!
 //! In order, one membership change per step:
 //! 1. finish a joint configuration left by an interrupted change;
-//! 2. during formation, promote the discovery cohort together once it has caught up;
-//! 3. take removed members out: demote a removed voter, then drop it once it has seen its
+//! 2. take removed members out: demote a removed voter (only while the voters left keep a
+//!    reachable majority, unless the removal was forced), then drop it once it has seen its
 //!    removal (or after [`REMOVAL_GRACE`]);
+//! 3. during formation, promote the discovery cohort together once it has caught up;
 //! 4. follow the voter table over the remaining members: promote the lexicographically-first
 //!    eligible nonvoter (in the configuration for `--promote-after`, caught up), or demote the
 //!    lexicographically-last voter other than the leader.
@@ -21,8 +22,6 @@ use crate::raft::node::RaftView;
 use crate::raft::types::{NodeId, NodeRecord};
 use crate::service::{Agent, Formation, OpError, voter_target};
 
-/// A nonvoter counts as caught up when it is at most this many entries behind the leader.
-const CAUGHT_UP_LAG: u64 = 5;
 /// A removed nonvoter is dropped from the configuration once its log holds the removal and it
 /// has had this long to apply it and stop by itself …
 const REMOVAL_NOTICE: Duration = Duration::from_secs(1);
@@ -54,17 +53,23 @@ impl Agent {
                 seen.entry(*id).or_insert(now);
             }
         }
-        let leader_last = view.last_log_index.unwrap_or(0);
-        let caught_up = |id: &NodeId| {
-            view.matched
-                .get(id)
-                .copied()
-                .flatten()
-                .is_some_and(|m| m + CAUGHT_UP_LAG >= leader_last)
-        };
+        let (records, removed, forced) = self.raft.read_local(|s| {
+            (
+                s.nodes.clone(),
+                s.removed.clone(),
+                s.forced_removals.clone(),
+            )
+        })?;
+        // Removals first: they must not wait for a formation that discovery may hold up.
+        if self
+            .removal_step(&view, &records, &removed, &forced)
+            .await?
+        {
+            return Ok(());
+        }
         let formation = self.formation.lock().ok().and_then(|f| f.clone());
         if let Some(formation) = &formation {
-            match self.formation_step(formation, &view, &caught_up).await {
+            match self.formation_step(formation, &view, &removed).await {
                 // Still forming: leave suffrage to the formation.
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
@@ -72,15 +77,6 @@ impl Agent {
                 // so a cluster never depends on discovery for its voters.
                 Err(e) => tracing::debug!(error = %e, "formation step skipped"),
             }
-        }
-        let (records, removed) = self
-            .raft
-            .read_local(|s| (s.nodes.clone(), s.removed.clone()))?;
-        if self
-            .removal_step(&view, &records, &removed, &caught_up)
-            .await?
-        {
-            return Ok(());
         }
         let name = |id: &NodeId| member_name(&records, &view, id);
         let members: Vec<NodeId> = view
@@ -103,7 +99,7 @@ impl Agent {
                     seen.get(id)
                         .is_some_and(|t| now.duration_since(*t) >= self.promote_after)
                 })
-                .filter(|id| caught_up(id))
+                .filter(|id| caught_up(&view, id))
                 .copied()
                 .collect();
             eligible.sort_by_key(&name);
@@ -128,13 +124,13 @@ impl Agent {
     }
 
     /// Takes one step toward removing the removed members still in the configuration. Returns
-    /// true if it changed something (the rest of the reconciler then waits for the next tick).
+    /// true while any remain (the voter policy then waits: it must not count them).
     async fn removal_step(
         &self,
         view: &RaftView,
         records: &BTreeMap<NodeId, NodeRecord>,
         removed: &BTreeSet<NodeId>,
-        caught_up: &impl Fn(&NodeId) -> bool,
+        forced: &BTreeSet<NodeId>,
     ) -> Result<bool, OpError> {
         let doomed: Vec<NodeId> = view
             .nodes
@@ -142,61 +138,79 @@ impl Agent {
             .filter(|id| removed.contains(id))
             .copied()
             .collect();
+        if doomed.is_empty() {
+            if let Ok(mut seen) = self.removal_seen.lock() {
+                seen.clear();
+            }
+            return Ok(false);
+        }
+        // The notice period starts when a node is a nonvoter, measured against the leader's log
+        // at that moment (which holds the removal and the demotion).
         let seen: BTreeMap<NodeId, (Instant, u64)> = {
             let mut seen = self
                 .removal_seen
                 .lock()
                 .map_err(|_| OpError::internal("lock poisoned"))?;
-            seen.retain(|id, _| doomed.contains(id));
-            for id in &doomed {
+            seen.retain(|id, _| doomed.contains(id) && !view.voters.contains(id));
+            for id in doomed.iter().filter(|id| !view.voters.contains(id)) {
                 seen.entry(*id)
-                    .or_insert((Instant::now(), view.last_applied.unwrap_or(0)));
+                    .or_insert((Instant::now(), view.last_log_index.unwrap_or(0)));
             }
             seen.iter().map(|(id, v)| (*id, *v)).collect()
         };
         let name = |id: &NodeId| member_name(records, view, id);
-        let Some(&doomed) = doomed.first() else {
-            return Ok(false);
-        };
-        if view.voters.contains(&doomed) {
+        // One change per tick; a node that cannot move yet does not hold up the others.
+        for &node in &doomed {
+            if !view.voters.contains(&node) {
+                let (since, index) = seen.get(&node).copied().unwrap_or((Instant::now(), 0));
+                let informed = view
+                    .matched
+                    .get(&node)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|m| m >= index);
+                let waited = since.elapsed();
+                if (informed && waited >= REMOVAL_NOTICE) || waited >= REMOVAL_GRACE {
+                    tracing::info!(node = %name(&node), "removing: taking the node out of the configuration");
+                    self.raft.remove_nonvoters(BTreeSet::from([node])).await?;
+                    return Ok(true);
+                }
+                continue;
+            }
             if view.voters.len() == 1 {
                 // The last voter leaves only after another member has been voted in.
                 let mut successors: Vec<NodeId> = view
                     .nodes
                     .keys()
-                    .filter(|id| !removed.contains(id) && caught_up(id))
+                    .filter(|id| !removed.contains(id) && caught_up(view, id))
                     .copied()
                     .collect();
                 successors.sort_by_key(&name);
-                match successors.first() {
-                    Some(s) => {
-                        tracing::info!(node = %name(s), leaving = %name(&doomed), "promoting a successor before the last voter leaves");
-                        self.raft.promote(BTreeSet::from([*s])).await?;
-                    }
-                    None => {
-                        tracing::warn!(node = %name(&doomed), "the last voter is removed but no other member has caught up yet")
-                    }
+                if let Some(s) = successors.first() {
+                    tracing::info!(node = %name(s), leaving = %name(&node), "promoting a successor before the last voter leaves");
+                    self.raft.promote(BTreeSet::from([*s])).await?;
+                    return Ok(true);
                 }
-                return Ok(true);
+                tracing::warn!(node = %name(&node), "the last voter is removed but no other member has caught up yet");
+                continue;
             }
-            tracing::info!(node = %name(&doomed), "removing: demoting voter first");
-            self.raft.demote(BTreeSet::from([doomed])).await?;
+            if !forced.contains(&node) {
+                // Voters may have gone away since `node remove` checked: demoting now must
+                // still leave a reachable majority, or it waits for them.
+                let leaving = doomed
+                    .iter()
+                    .copied()
+                    .filter(|d| view.voters.contains(d))
+                    .collect();
+                if let Err(e) = self.check_voters_without(view, &leaving, &name(&node)) {
+                    tracing::warn!(node = %name(&node), error = %e, "removal waits: demoting now would lose quorum");
+                    continue;
+                }
+            }
+            tracing::info!(node = %name(&node), "removing: demoting voter first");
+            self.raft.demote(BTreeSet::from([node])).await?;
             return Ok(true);
         }
-        let (since, removal_index) = seen.get(&doomed).copied().unwrap_or((Instant::now(), 0));
-        let informed = view
-            .matched
-            .get(&doomed)
-            .copied()
-            .flatten()
-            .is_some_and(|m| m >= removal_index);
-        let waited = since.elapsed();
-        if (informed && waited >= REMOVAL_NOTICE) || waited >= REMOVAL_GRACE {
-            tracing::info!(node = %name(&doomed), "removing: taking the node out of the configuration");
-            self.raft.remove_nonvoters(BTreeSet::from([doomed])).await?;
-            return Ok(true);
-        }
-        // Still telling it; nothing else changes meanwhile.
         Ok(true)
     }
 
@@ -206,7 +220,7 @@ impl Agent {
         &self,
         formation: &Formation,
         view: &RaftView,
-        caught_up: &impl Fn(&NodeId) -> bool,
+        removed: &BTreeSet<NodeId>,
     ) -> Result<bool, OpError> {
         let discovery = DiscoveryClient::new(&formation.discovery_url)
             .map_err(|e| OpError::internal(e.to_string()))?;
@@ -219,10 +233,16 @@ impl Agent {
             .iter()
             .filter_map(|r| u64::from_str_radix(&r.id, 16).ok())
             .collect();
-        if cohort.len() < formation.size || !cohort.iter().all(|id| view.nodes.contains_key(id)) {
+        if cohort.len() < formation.size
+            || !cohort
+                .iter()
+                .all(|id| view.nodes.contains_key(id) || removed.contains(id))
+        {
             // Registrations or joins are still missing.
             return Ok(true);
         }
+        // A registrant removed meanwhile counts as present but is never voted in.
+        let cohort: BTreeSet<NodeId> = cohort.difference(removed).copied().collect();
         // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
         // lexicographically-first nonvoters, all in one membership change.
         let records = self.raft.read_local(|s| s.nodes.clone())?;
@@ -242,7 +262,7 @@ impl Agent {
             tokio::spawn(async move { mark_formed(&formation, peers).await });
             return Ok(false);
         }
-        if promote.iter().all(caught_up) {
+        if promote.iter().all(|id| caught_up(view, id)) {
             tracing::info!(
                 count = promote.len(),
                 "promoting the formation cohort to voters"
@@ -261,6 +281,19 @@ impl Agent {
             *f = None;
         }
     }
+}
+
+/// A nonvoter counts as caught up when it is at most this many entries behind the leader.
+const CAUGHT_UP_LAG: u64 = 5;
+
+/// Leader only: true if `id` has replicated to within [`CAUGHT_UP_LAG`] of the leader's log.
+pub(crate) fn caught_up(view: &RaftView, id: &NodeId) -> bool {
+    let leader_last = view.last_log_index.unwrap_or(0);
+    view.matched
+        .get(id)
+        .copied()
+        .flatten()
+        .is_some_and(|m| m + CAUGHT_UP_LAG >= leader_last)
 }
 
 /// A member's name: from its record, else from the raft configuration.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::api::types::{NodeRemoved, kind};
 use crate::raft::node::RaftView;
 use crate::raft::types::{NodeId, Request};
-use crate::reconcile::REMOVAL_GRACE;
+use crate::reconcile::{REMOVAL_GRACE, caught_up};
 use crate::service::{Agent, OpError};
 
 /// A peer counts as reachable if the leader heard from it this recently.
@@ -30,6 +30,8 @@ const PROBE_EVERY: Duration = Duration::from_secs(3);
 /// How long `node remove` waits for the node to leave the configuration before it answers
 /// "in progress".
 const REMOVE_WAIT: Duration = Duration::from_secs(15);
+// A forwarded `node remove` must get its answer before the follower gives up on the leader.
+const _: () = assert!(REMOVE_WAIT.as_secs() + 5 <= crate::service::FORWARD_TIMEOUT.as_secs());
 
 /// This node's view of its own removal.
 pub struct RemovalWatch {
@@ -61,7 +63,7 @@ impl RemovalWatch {
             .unwrap_or_default()
     }
 
-    fn conclude(&self) {
+    pub(crate) fn conclude(&self) {
         self.told.send_replace(true);
     }
 
@@ -76,6 +78,8 @@ impl Agent {
     /// Leader: removes the member called `name`. Refuses, unless `force`, when the voters left
     /// would not have a reachable majority.
     pub async fn remove_node(&self, name: &str, force: bool) -> Result<NodeRemoved, OpError> {
+        // Two removals at once could each pass the quorum check alone and fail it together.
+        let _one_at_a_time = self.removal_lock.lock().await;
         let (records, removed) = self
             .raft
             .read_linearizable(|s| (s.nodes.clone(), s.removed.clone()))
@@ -112,9 +116,11 @@ impl Agent {
         }
         let was_voter = view.voters.contains(&id);
         if was_voter && !force {
-            self.check_quorum_without(&view, id, name)?;
+            let mut leaving = removed.clone();
+            leaving.insert(id);
+            self.check_voters_without(&view, &leaving, name)?;
         }
-        self.raft.write(Request::RemoveNode { id }).await?;
+        self.raft.write(Request::RemoveNode { id, force }).await?;
         tracing::info!(node = %name, id = %format!("{id:x}"), force, "member removed; taking it out of the configuration");
         let result = |complete: bool, message: String| NodeRemoved {
             name: name.to_string(),
@@ -150,37 +156,59 @@ impl Agent {
         ))
     }
 
-    /// Refuses a removal of voter `id` after which the voters could not commit: the joint
-    /// configuration needs a reachable majority of the voters now, and of the voters after.
-    fn check_quorum_without(&self, view: &RaftView, id: NodeId, name: &str) -> Result<(), OpError> {
-        let reachable = |v: &NodeId| {
-            *v == self.node_id
-                || self
-                    .raft
-                    .liveness()
-                    .last_seen_ms(*v)
-                    .is_some_and(|ms| ms < REACHABLE_WITHIN_MS)
-        };
+    /// True if the leader heard from voter `id` lately (the leader counts itself).
+    pub(crate) fn reachable(&self, id: NodeId) -> bool {
+        id == self.node_id
+            || self
+                .raft
+                .liveness()
+                .last_seen_ms(id)
+                .is_some_and(|ms| ms < REACHABLE_WITHIN_MS)
+    }
+
+    /// Refuses to take the voters in `leaving` out when the voters could not commit the change:
+    /// the joint configuration needs a reachable majority of the voters now, and of the voters
+    /// after. The last voter may leave only once a caught-up, reachable member can take over.
+    /// The reconciler runs the same check before each demotion it was not forced to make.
+    pub(crate) fn check_voters_without(
+        &self,
+        view: &RaftView,
+        leaving: &BTreeSet<NodeId>,
+        name: &str,
+    ) -> Result<(), OpError> {
         let before: BTreeSet<NodeId> = view.voters.clone();
-        let after: BTreeSet<NodeId> = before.iter().filter(|v| **v != id).copied().collect();
+        let after: BTreeSet<NodeId> = before.difference(leaving).copied().collect();
+        let node_name = |v: &NodeId| {
+            view.nodes
+                .get(v)
+                .map(|n| n.name.clone())
+                .unwrap_or_else(|| format!("{v:x}"))
+        };
         if after.is_empty() {
-            // The only voter: the reconciler votes in a caught-up successor before it leaves.
-            return Ok(());
+            // The reconciler votes in a successor first; there must be one that can take over.
+            let successor = view
+                .nodes
+                .keys()
+                .any(|m| !leaving.contains(m) && self.reachable(*m) && caught_up(view, m));
+            if successor {
+                return Ok(());
+            }
+            return Err(OpError::of_kind(
+                kind::WOULD_LOSE_QUORUM,
+                format!(
+                    "{name} is the last voter and no other member is reachable and caught up to take                      over; start or repair another member first, or repeat with --force"
+                ),
+            ));
         }
         let majority = |set: &BTreeSet<NodeId>| set.len() / 2 + 1;
-        let alive = |set: &BTreeSet<NodeId>| set.iter().filter(|v| reachable(v)).count();
+        let alive = |set: &BTreeSet<NodeId>| set.iter().filter(|v| self.reachable(**v)).count();
         if alive(&after) >= majority(&after) && alive(&before) >= majority(&before) {
             return Ok(());
         }
         let names = |set: &BTreeSet<NodeId>, want_reachable: bool| {
             set.iter()
-                .filter(|v| reachable(v) == want_reachable)
-                .map(|v| {
-                    view.nodes
-                        .get(v)
-                        .map(|n| n.name.clone())
-                        .unwrap_or_else(|| format!("{v:x}"))
-                })
+                .filter(|v| self.reachable(**v) == want_reachable)
+                .map(node_name)
                 .collect::<Vec<_>>()
                 .join(", ")
         };

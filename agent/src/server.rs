@@ -108,6 +108,14 @@ async fn require_operator(
     }
 }
 
+/// True if `id` was removed from the cluster (per this node's applied state).
+fn is_tombstoned(agent: &Agent, id: crate::raft::types::NodeId) -> bool {
+    agent
+        .raft
+        .read_local(|s| s.removed.contains(&id))
+        .unwrap_or(false)
+}
+
 /// Refuses callers without a certificate from this cluster, and counts them. The error is the
 /// refusal to send back.
 fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError> {
@@ -117,10 +125,7 @@ fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError>
     if let Some(id) = &peer
         && id.cluster_id == agent.cluster_id
         && !agent.raft.view().nodes.contains_key(&id.node_id)
-        && agent
-            .raft
-            .read_local(|s| s.removed.contains(&id.node_id))
-            .unwrap_or(false)
+        && is_tombstoned(agent, id.node_id)
     {
         agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
         return Err(OpError::of_kind(
@@ -194,8 +199,22 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
 }
 
 async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    if let Err(refused) = require_member(&agent, &req) {
-        return error_response(&refused);
+    match require_member(&agent, &req) {
+        Err(refused) => return error_response(&refused),
+        // A removed node still in the configuration (a voter being demoted) keeps replicating,
+        // but it no longer acts for operators.
+        Ok(caller) if is_tombstoned(&agent, caller.node_id) => {
+            agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+            return error_response(&OpError::new(
+                kind::UNAUTHORIZED,
+                403,
+                format!(
+                    "node {:x} was removed from this cluster and may not act for operators",
+                    caller.node_id
+                ),
+            ));
+        }
+        Ok(_) => {}
     }
     let body = match axum::body::to_bytes(req.into_body(), 1024 * 1024).await {
         Ok(b) => b,

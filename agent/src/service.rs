@@ -14,6 +14,11 @@ use crate::raft::node::{RaftNode, RaftNodeError};
 use crate::raft::types::{NodeId, Request};
 use crate::removal::RemovalWatch;
 
+/// How long a follower waits for the leader to answer a forwarded operation: longer than the
+/// leader's own longest wait (`node remove` waits for the node to leave), shorter than the
+/// CLI's 30 s.
+pub(crate) const FORWARD_TIMEOUT: Duration = Duration::from_secs(25);
+
 /// How long an operator call waits for a leader before answering `no_leader`.
 const ELECTION_GRACE: Duration = Duration::from_secs(5);
 /// Node certificates are valid this long: as long as the CA, because certificate rotation does
@@ -63,9 +68,11 @@ pub struct Agent {
     pub formation: Mutex<Option<Formation>>,
     /// Leader-side: when each node was first seen in the configuration.
     pub(crate) first_seen: Mutex<HashMap<NodeId, Instant>>,
-    /// Leader-side: when each removed (tombstoned) node still in the configuration was first
-    /// seen, and the applied index at that moment.
+    /// Leader-side: when each removed (tombstoned) node was first seen as a nonvoter still in
+    /// the configuration, and the leader's last log index at that moment.
     pub(crate) removal_seen: Mutex<HashMap<NodeId, (Instant, u64)>>,
+    /// Leader-side: one `node remove` at a time, so each quorum check sees the one before it.
+    pub(crate) removal_lock: tokio::sync::Mutex<()>,
     /// Whether this node has learnt that it was removed, and when the leader last reached it.
     pub removal: RemovalWatch,
     /// RPCs refused because the caller had no cluster certificate (or another cluster's).
@@ -124,7 +131,10 @@ impl OpError {
             | kind::TOKEN_CONSUMED
             | kind::TOKEN_REVOKED
             | kind::CA_PIN_MISMATCH => 403,
-            kind::NO_LEADER | kind::QUORUM_LOST | kind::CLUSTER_UNINITIALIZED => 503,
+            kind::NO_LEADER
+            | kind::QUORUM_LOST
+            | kind::CLUSTER_UNINITIALIZED
+            | kind::MEMBERSHIP_BUSY => 503,
             _ => 500,
         };
         Self::new(kind, status, message)
@@ -145,8 +155,9 @@ impl From<RaftNodeError> for OpError {
                 OpError::new(kind::QUORUM_LOST, 503, e.to_string())
             }
             RaftNodeError::Refused(refusal) => OpError::of_kind(&refusal.kind, refusal.message),
+            // Another membership change is still in flight: worth retrying shortly.
             RaftNodeError::MembershipRefused(_) => {
-                OpError::new(kind::INVALID_ARGUMENT, 409, e.to_string())
+                OpError::new(kind::MEMBERSHIP_BUSY, 503, e.to_string())
             }
             _ => OpError::internal(e.to_string()),
         }
@@ -168,6 +179,7 @@ impl Agent {
             formation: Mutex::new(None),
             first_seen: Mutex::new(HashMap::new()),
             removal_seen: Mutex::new(HashMap::new()),
+            removal_lock: tokio::sync::Mutex::new(()),
             removal: RemovalWatch::default(),
             refused_rpcs: std::sync::atomic::AtomicU64::new(0),
         }
@@ -207,7 +219,7 @@ impl Agent {
         let resp = client
             .post(url)
             .json(&op)
-            .timeout(Duration::from_secs(10))
+            .timeout(FORWARD_TIMEOUT)
             .send()
             .await
             .map_err(|e| {
@@ -231,6 +243,10 @@ impl Agent {
             .map_err(|e| OpError::new(kind::INTERNAL, 502, e.to_string()))?;
         if status >= 400 {
             let kind = body["kind"].as_str().unwrap_or("internal");
+            if kind == kind::REMOVED {
+                // The leader says this node was removed: stop like on any other sign of it.
+                self.removal.conclude();
+            }
             let message = body["message"]
                 .as_str()
                 .unwrap_or("leader refused")

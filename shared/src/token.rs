@@ -139,10 +139,6 @@ impl SecretToken {
         })
     }
 
-    pub fn kind(&self) -> TokenKind {
-        self.kind
-    }
-
     /// SHA-256 (hex) of the CA's SubjectPublicKeyInfo of the cluster this token belongs to.
     pub fn ca_pin(&self) -> &str {
         &self.ca_pin

@@ -712,3 +712,70 @@ async fn backup_then_restore_keeps_every_value_and_a_corrupt_backup_is_refused()
         .await
         .expect("joined the restored cluster");
 }
+
+#[tokio::test]
+async fn the_only_voter_hands_over_to_a_reachable_successor_before_it_leaves() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut agents = form(&d, tmp.path(), "s", 1).await;
+    let (code, _, err) = agents[0]
+        .cli(&["kv", "put", "kept", "yes"])
+        .await
+        .expect("put");
+    assert_eq!(code, 0, "{err}");
+    let token = agents[0].create_token(&[]).await.expect("token");
+    agents.push(join(tmp.path(), "s2", &agents[0], &token));
+    wait_formed(&refs(&agents), 2, FORM)
+        .await
+        .expect("two members, one voter");
+
+    // With its only possible successor down, the last voter refuses to leave.
+    agents[1].kill9().await.expect("kill");
+    wait_for("the leader to see s2 unreachable", FORM, || async {
+        let s = agents[0].status().await?;
+        s["members"]
+            .as_array()?
+            .iter()
+            .any(|m| m["name"] == "s2" && m["reachable"] == false)
+            .then_some(())
+    })
+    .await
+    .expect("unreachable");
+    let (code, out, err) = agents[0]
+        .cli(&["node", "remove", "s1"])
+        .await
+        .expect("remove");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("would_lose_quorum") && err.contains("last voter"),
+        "{err}"
+    );
+    assert_eq!(member_names(&status(&agents[0]).await), ["s1", "s2"]);
+
+    // Back and caught up, s2 is voted in first; then s1 leaves and stops.
+    agents[1].restart().expect("restart");
+    wait_for("s2 reachable again", FORM, || async {
+        let s = agents[0].status().await?;
+        s["members"]
+            .as_array()?
+            .iter()
+            .any(|m| m["name"] == "s2" && m["reachable"] == true)
+            .then_some(())
+    })
+    .await
+    .expect("reachable");
+    let (code, out, err) = agents[0]
+        .cli(&["node", "remove", "s1"])
+        .await
+        .expect("remove");
+    assert_eq!(code, 0, "{out}{err}");
+    let mut old = agents.remove(0);
+    assert_eq!(old.wait_exit(FORM).await.expect("stops"), Some(0));
+    wait_formed(&refs(&agents), 1, FORM)
+        .await
+        .expect("s2 alone");
+    let s = status(&agents[0]).await;
+    assert_eq!(s["leader"], "s2", "{s}");
+    let (code, out, err) = agents[0].cli(&["kv", "get", "kept"]).await.expect("get");
+    assert_eq!((code, out.trim()), (0, "yes"), "{err}");
+}

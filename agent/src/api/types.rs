@@ -61,6 +61,8 @@ pub mod kind {
     pub const WOULD_LOSE_QUORUM: &str = "would_lose_quorum";
     /// The caller is a node that was removed from the cluster.
     pub const REMOVED: &str = "removed";
+    /// Another membership change is still in flight; retry shortly.
+    pub const MEMBERSHIP_BUSY: &str = "membership_busy";
     pub const INTERNAL: &str = "internal";
 
     pub const ALL: &[&str] = &[
@@ -77,6 +79,7 @@ pub mod kind {
         NAME_TAKEN,
         WOULD_LOSE_QUORUM,
         REMOVED,
+        MEMBERSHIP_BUSY,
         INTERNAL,
     ];
 }

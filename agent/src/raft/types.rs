@@ -134,6 +134,10 @@ pub enum Request {
     /// back. Taking it out of the raft configuration follows (the leader's reconciler).
     RemoveNode {
         id: NodeId,
+        /// The operator overrode the quorum check (`--force`): the reconciler then demotes the
+        /// node even while the voters left lack a reachable majority.
+        #[serde(default)]
+        force: bool,
     },
     /// Admits a node with a join token: checks the token, takes one use and records the node, in
     /// one step, so two joiners can never both win the last use.
@@ -222,17 +226,18 @@ pub struct ClusterState {
     /// Ids of removed nodes. Never reused and never admitted again.
     #[serde(default)]
     pub removed: BTreeSet<NodeId>,
+    /// The removed ids whose removal was forced (a subset of `removed`).
+    #[serde(default)]
+    pub forced_removals: BTreeSet<NodeId>,
 }
 
-/// Stable kinds of refusals (the agent API's error kinds).
+/// The refusal kinds the state machine answers with: the API's stable error kinds, so a refusal
+/// reaches the client unchanged.
 pub mod refusal {
-    pub const TOKEN_EXPIRED: &str = "token_expired";
-    pub const TOKEN_CONSUMED: &str = "token_consumed";
-    pub const TOKEN_REVOKED: &str = "token_revoked";
-    pub const UNAUTHORIZED: &str = "unauthorized";
-    pub const NAME_TAKEN: &str = "name_taken";
-    pub const NOT_FOUND: &str = "not_found";
-    pub const INVALID_ARGUMENT: &str = "invalid_argument";
+    pub use crate::api::types::kind::{
+        INVALID_ARGUMENT, NAME_TAKEN, NOT_FOUND, TOKEN_CONSUMED, TOKEN_EXPIRED, TOKEN_REVOKED,
+        UNAUTHORIZED,
+    };
 }
 
 impl ClusterState {
@@ -273,9 +278,12 @@ impl ClusterState {
                 self.nodes.insert(*id, node.clone());
                 Response::default()
             }
-            Request::RemoveNode { id } => {
+            Request::RemoveNode { id, force } => {
                 self.nodes.remove(id);
                 self.removed.insert(*id);
+                if *force {
+                    self.forced_removals.insert(*id);
+                }
                 Response::default()
             }
             Request::AdmitWithToken {
@@ -352,6 +360,15 @@ impl ClusterState {
                     "node id {id:x} was removed from this cluster and is never admitted again; \
                      wipe that machine's data dir and join it as a new node"
                 ),
+            ));
+        }
+        // A member's key is its identity: an update may change its address, never its key.
+        if let Some(existing) = self.nodes.get(&id)
+            && existing.key_fingerprint != node.key_fingerprint
+        {
+            return Err(Refusal::new(
+                refusal::UNAUTHORIZED,
+                format!("node id {id:x} belongs to another member (its key differs)"),
             ));
         }
         if let Some((other, _)) = self
@@ -527,6 +544,16 @@ mod tests {
             None,
             "same node may update"
         );
+        let impostor = s.apply(&Request::UpsertNode {
+            id: 1,
+            node: node("a", "another key"),
+        });
+        assert_eq!(
+            refused_kind(impostor).as_deref(),
+            Some(refusal::UNAUTHORIZED),
+            "an id never changes hands"
+        );
+        assert_eq!(s.nodes[&1].key_fingerprint, "f");
         let put = s.apply(&Request::KvPut {
             key: "k".into(),
             value: "v1".into(),
@@ -609,7 +636,10 @@ mod tests {
             refused_kind(s.apply(&admit(2, "a", "k2", "s3cret", 10))).as_deref(),
             Some(refusal::NAME_TAKEN)
         );
-        s.apply(&Request::RemoveNode { id: 1 });
+        s.apply(&Request::RemoveNode {
+            id: 1,
+            force: false,
+        });
         assert!(s.nodes.is_empty() && s.removed.contains(&1));
         assert_eq!(
             refused_kind(s.apply(&admit(1, "a", "k1", "s3cret", 10))).as_deref(),
