@@ -228,10 +228,13 @@ impl Agent {
             joined_ms: now,
             joined_with: Some(join.token_id.clone()),
         };
+        // Linearizable: a leader elected a moment ago may not have applied the token's creation
+        // yet, and a refusal here is final for the joiner.
         self.raft
-            .read_local(|s| {
+            .read_linearizable(|s| {
                 s.check_admission(&join.token_id, &join.secret_sha256, now, node_id, &record)
-            })?
+            })
+            .await?
             .map_err(|r| OpError::of_kind(&r.kind, r.message))?;
         let ca = self.cluster_ca()?;
         let cert_pem = ca

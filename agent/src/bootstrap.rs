@@ -262,6 +262,14 @@ pub async fn restore(config: AgentConfig, file: &Path) -> Result<()> {
     let ca = ClusterCa::from_pem(&ca_material.cert_pem, &ca_material.key_pem)
         .context("the backup's CA does not load")?;
     let identity = Identity::load_or_create(dir, &config.name)?;
+    if state.nodes.contains_key(&identity.node_id) || state.removed.contains(&identity.node_id) {
+        bail!(
+            "{} holds the identity of node {} of the backed-up cluster; a restored cluster starts \
+             from a new node. Restore into an empty --data-dir (move this one aside first)",
+            dir.display(),
+            identity.member_id()
+        );
+    }
     let cluster_id = random_hex(16);
     let cert = sign_own_certificate(&ca, &identity, &cluster_id, &config.advertise)?;
     write_tls(dir, ca.cert_pem(), &cert)?;
@@ -294,6 +302,11 @@ pub async fn restore(config: AgentConfig, file: &Path) -> Result<()> {
         },
     })
     .await?;
+    // The restored state is one log entry, possibly larger than one AppendEntries may carry;
+    // members that join later catch up from a snapshot instead.
+    raft.compact_log(Duration::from_secs(60))
+        .await
+        .context("compacting the raft log after the restore")?;
     // Written last: until it exists the data dir counts as unfinished (see `run`).
     write_cluster_file(dir, &ClusterFile::new(&cluster_id, &config.advertise, None))?;
     println!(
@@ -795,7 +808,10 @@ fn print_operator_token(token: &SecretToken, advertise: &str) {
     );
     println!("{}", token.reveal());
     println!(
-        "use it as: MUSTER_TOKEN=<token> muster status --server {advertise}   (more: muster operator-token create|list|revoke)"
+        "use it as: MUSTER_TOKEN=<token> muster status --server {advertise}. This output may be \
+         kept in a log (the journal under systemd): once the token is in your secret store, \
+         rotate it (muster operator-token create, then muster operator-token revoke {})",
+        token.id()
     );
 }
 

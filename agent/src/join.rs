@@ -124,7 +124,8 @@ fn is_final_refusal(kind: &str) -> bool {
 }
 
 /// Asks each peer once. A refusal that cannot change (an expired token, a taken name) ends the
-/// join; so does a round in which every peer presented another CA than the token pins.
+/// join unless another peer admits it in the same round; so does a round in which every peer
+/// presented another CA than the token pins.
 async fn ask_peers(
     http: &reqwest::Client,
     peers: &[String],
@@ -132,6 +133,7 @@ async fn ask_peers(
 ) -> Result<Attempt> {
     let mut last = String::from("no peer answered");
     let mut mismatched = 0;
+    let mut refused: Option<String> = None;
     for peer in peers {
         let sent = http
             .post(format!("https://{peer}{}", crate::server::TOKEN_JOIN_PATH))
@@ -152,10 +154,12 @@ async fn ask_peers(
                 let kind = body["kind"].as_str().unwrap_or("internal").to_string();
                 let message = body["message"].as_str().unwrap_or("").to_string();
                 if is_final_refusal(&kind) {
-                    return Err(PermanentRefusal(format!(
+                    // Final unless another peer admits us this round: one odd member (one
+                    // being removed, say) must not end a join the others would allow.
+                    refused.get_or_insert(format!(
                         "{peer} refused to admit this node ({kind}): {message}"
-                    ))
-                    .into());
+                    ));
+                    continue;
                 }
                 // No leader, a membership change in flight, a member restarting: ask again.
                 last = format!("{peer}: HTTP {status}: {message} ({kind})");
@@ -168,6 +172,9 @@ async fn ask_peers(
             }
             Err(e) => last = format!("{peer}: {e}"),
         }
+    }
+    if let Some(refused) = refused {
+        return Err(PermanentRefusal(refused).into());
     }
     if mismatched == peers.len() {
         return Err(PermanentRefusal(format!(

@@ -99,7 +99,9 @@ impl Agent {
                     seen.get(id)
                         .is_some_and(|t| now.duration_since(*t) >= self.promote_after)
                 })
-                .filter(|id| caught_up(&view, id))
+                // A nonvoter that is down would stay "caught up" on an idle cluster; voting it
+                // in would make the quorum wait for it.
+                .filter(|id| caught_up(&view, id) && self.reachable(**id))
                 .copied()
                 .collect();
             eligible.sort_by_key(&name);
@@ -182,7 +184,9 @@ impl Agent {
                 let mut successors: Vec<NodeId> = view
                     .nodes
                     .keys()
-                    .filter(|id| !removed.contains(id) && caught_up(view, id))
+                    .filter(|id| {
+                        !removed.contains(id) && caught_up(view, id) && self.reachable(**id)
+                    })
                     .copied()
                     .collect();
                 successors.sort_by_key(&name);

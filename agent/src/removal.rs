@@ -121,6 +121,9 @@ impl Agent {
             self.check_voters_without(&view, &leaving, name)?;
         }
         self.raft.write(Request::RemoveNode { id, force }).await?;
+        // The next removal's check sees this one in `removed`; it need not wait for this one
+        // to finish leaving.
+        drop(_one_at_a_time);
         tracing::info!(node = %name, id = %format!("{id:x}"), force, "member removed; taking it out of the configuration");
         let result = |complete: bool, message: String| NodeRemoved {
             name: name.to_string(),
@@ -196,7 +199,8 @@ impl Agent {
             return Err(OpError::of_kind(
                 kind::WOULD_LOSE_QUORUM,
                 format!(
-                    "{name} is the last voter and no other member is reachable and caught up to take                      over; start or repair another member first, or repeat with --force"
+                    "{name} is the last voter and no other member is reachable and caught up to take \
+                     over; start or repair another member first, or repeat with --force"
                 ),
             ));
         }

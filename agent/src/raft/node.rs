@@ -216,6 +216,31 @@ impl RaftNode {
         Ok(self.state_machine.read(f)?)
     }
 
+    /// Snapshots everything applied so far and drops the log it covers, so that peers catch up
+    /// from the snapshot (sent in chunks) instead of the entries. Needed after an entry too large
+    /// for one AppendEntries (a restored state).
+    pub async fn compact_log(&self, timeout: Duration) -> Result<(), RaftNodeError> {
+        let fatal = |e: openraft::error::Fatal<NodeId>| RaftNodeError::Fatal(e.to_string());
+        let applied = self
+            .raft
+            .metrics()
+            .borrow()
+            .last_applied
+            .map(|l| l.index)
+            .unwrap_or(0);
+        self.raft.trigger().snapshot().await.map_err(fatal)?;
+        let mut metrics = self.raft.metrics();
+        let snapshotted = tokio::time::timeout(
+            timeout,
+            metrics.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= applied)),
+        )
+        .await;
+        if !matches!(snapshotted, Ok(Ok(_))) {
+            return Err(RaftNodeError::Timeout("building a snapshot"));
+        }
+        self.raft.trigger().purge_log(applied).await.map_err(fatal)
+    }
+
     /// Runs `f` on this node's applied state (may lag the leader).
     pub fn read_local<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> Result<R, RaftNodeError> {
         Ok(self.state_machine.read(f)?)

@@ -409,17 +409,19 @@ impl ClusterState {
                     "the join token is not valid for this cluster; create one with `muster token create` on a member",
                 )
             })?;
-        // A retry by a node this token already admitted (its answer was lost): admit it again
-        // without taking another use.
+        // A retry by a node already admitted (its answer was lost), perhaps with a new token:
+        // admit it again without taking a use. Its key proves it is the same node (the leader
+        // signs only a CSR made with that key).
         if let Some(existing) = self.nodes.get(&id) {
-            if existing.key_fingerprint == node.key_fingerprint
-                && existing.joined_with.as_deref() == Some(token_id)
-            {
+            if existing.key_fingerprint == node.key_fingerprint {
                 return Ok(Admission::AlreadyMember);
             }
             return Err(Refusal::new(
                 UNAUTHORIZED,
-                format!("node id {id:x} belongs to another member"),
+                format!(
+                    "node id {id:x} belongs to another member; this machine's data dir was copied \
+                     from a member: wipe it and join again"
+                ),
             ));
         }
         if let Some(revoked) = token.revoked_ms {
@@ -584,6 +586,14 @@ mod tests {
         // The admitted node retrying (its answer was lost) is admitted again without a use.
         assert_eq!(s.apply(&admit(1, "a", "ka", "s3cret", 12)).refused, None);
         assert_eq!(s, before);
+        // … and so is a retry with another valid token, which keeps its uses.
+        s.join_tokens.insert("t2".into(), token(1, 1_000));
+        let mut with_t2 = admit(1, "a", "ka", "s3cret", 12);
+        if let Request::AdmitWithToken { token_id, .. } = &mut with_t2 {
+            *token_id = "t2".into();
+        }
+        assert_eq!(s.apply(&with_t2).refused, None);
+        assert_eq!(s.join_tokens["t2"].uses_left, 1);
         // … but another key under its id is not.
         assert_eq!(
             refused_kind(s.apply(&admit(1, "a", "other", "s3cret", 12))).as_deref(),
