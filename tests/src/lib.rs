@@ -696,17 +696,10 @@ impl AgentProc {
 
     /// Runs `muster ARGS --data-dir <this agent's dir>`; returns (exit code, stdout, stderr).
     pub async fn cli(&self, args: &[&str]) -> Result<(i32, String, String)> {
-        let out = Command::new(bin_path("muster"))
-            .args(args)
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .output()
-            .await?;
-        Ok((
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ))
+        let data_dir = self.data_dir.to_string_lossy();
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--data-dir", &data_dir]);
+        run_muster(&all, &[]).await
     }
 
     /// `muster token create ARGS` on this agent; returns the token text.

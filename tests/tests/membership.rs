@@ -77,6 +77,21 @@ async fn leader_of(agents: &[AgentProc]) -> String {
         .to_string()
 }
 
+/// Waits until `leader`'s status shows member `name` as reachable (or not).
+async fn wait_reachable(leader: &AgentProc, name: &str, reachable: bool) {
+    let what = format!("{} to see {name} reachable={reachable}", leader.name);
+    wait_for(&what, FORM, || async {
+        let s = leader.status().await?;
+        s["members"]
+            .as_array()?
+            .iter()
+            .any(|m| m["name"] == name && m["reachable"] == reachable)
+            .then_some(())
+    })
+    .await
+    .expect("reachability");
+}
+
 /// The token list as JSON (it must never change when a join is refused).
 async fn token_list(a: &AgentProc) -> serde_json::Value {
     let (code, out, err) = a.cli(&["token", "list", "--json"]).await.expect("list");
@@ -471,20 +486,7 @@ async fn a_removal_that_would_lose_quorum_is_refused_unless_forced() {
         .position(|a| a.name == leader)
         .expect("leader");
     let down_name = agents[down].name.clone();
-    wait_for(
-        "the leader to see the stopped voter unreachable",
-        FORM,
-        || async {
-            let s = agents[li].status().await?;
-            s["members"]
-                .as_array()?
-                .iter()
-                .any(|m| m["name"] == down_name.as_str() && m["reachable"] == false)
-                .then_some(())
-        },
-    )
-    .await
-    .expect("unreachable");
+    wait_reachable(&agents[li], &down_name, false).await;
     let (code, out, err) = agents[li]
         .cli(&["node", "remove", &healthy_name])
         .await
@@ -731,16 +733,7 @@ async fn the_only_voter_hands_over_to_a_reachable_successor_before_it_leaves() {
 
     // With its only possible successor down, the last voter refuses to leave.
     agents[1].kill9().await.expect("kill");
-    wait_for("the leader to see s2 unreachable", FORM, || async {
-        let s = agents[0].status().await?;
-        s["members"]
-            .as_array()?
-            .iter()
-            .any(|m| m["name"] == "s2" && m["reachable"] == false)
-            .then_some(())
-    })
-    .await
-    .expect("unreachable");
+    wait_reachable(&agents[0], "s2", false).await;
     let (code, out, err) = agents[0]
         .cli(&["node", "remove", "s1"])
         .await
@@ -754,16 +747,7 @@ async fn the_only_voter_hands_over_to_a_reachable_successor_before_it_leaves() {
 
     // Back and caught up, s2 is voted in first; then s1 leaves and stops.
     agents[1].restart().expect("restart");
-    wait_for("s2 reachable again", FORM, || async {
-        let s = agents[0].status().await?;
-        s["members"]
-            .as_array()?
-            .iter()
-            .any(|m| m["name"] == "s2" && m["reachable"] == true)
-            .then_some(())
-    })
-    .await
-    .expect("reachable");
+    wait_reachable(&agents[0], "s2", true).await;
     let (code, out, err) = agents[0]
         .cli(&["node", "remove", "s1"])
         .await
