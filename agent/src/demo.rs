@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
+use crate::api::paths;
 use crate::api::types::Status;
+use crate::cli::CliError;
 use crate::discovery::DiscoveryClient;
 
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -19,9 +20,9 @@ struct Child2 {
 }
 
 /// Runs the demo. With `exit`, stops everything once the cluster has formed.
-pub async fn run(nodes: usize, exit: bool) -> Result<()> {
+pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
     if !(1..=9).contains(&nodes) {
-        bail!("--nodes must be 1..=9");
+        return Err(CliError::Usage("--nodes must be 1..=9".into()));
     }
     let tmp = tempfile::Builder::new().prefix("muster-demo-").tempdir()?;
     let root: PathBuf = tmp.path().to_path_buf();
@@ -31,7 +32,9 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
     let config = muster_discovery::config::ServeConfig {
-        listen: listen.parse()?,
+        listen: listen
+            .parse()
+            .map_err(|e| CliError::Failed(format!("{listen}: {e}")))?,
         data_dir: root.join("discovery"),
         public_url: Some(format!("http://{listen}")),
         max_size: 9,
@@ -50,7 +53,8 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
     crate::outln!("discovery URL:  {url}");
     crate::outln!("starting {nodes} agents with identical settings …\n");
 
-    let exe = std::env::current_exe().context("locating the muster binary")?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Failed(format!("locating the muster binary: {e}")))?;
     let started = Instant::now();
     let mut children = Vec::new();
     for i in 1..=nodes {
@@ -78,21 +82,21 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
             .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
-            .context("starting an agent")?;
+            .map_err(|e| CliError::Failed(format!("starting an agent: {e}")))?;
         crate::outln!("  {name} listening on {addr}");
         children.push(Child2 { name, child });
     }
     crate::outln!();
 
-    let discovery = DiscoveryClient::new(&url)?;
+    let discovery = DiscoveryClient::new(&url).map_err(|e| CliError::Failed(e.to_string()))?;
     let first = root.join("node1");
     let mut last_line = String::new();
     let status = loop {
         if started.elapsed() > FORM_TIMEOUT {
-            bail!(
+            return Err(CliError::Failed(format!(
                 "the cluster did not form within {FORM_TIMEOUT:?}; logs are in {}",
                 root.display()
-            );
+            )));
         }
         let registered = discovery
             .listing()
@@ -119,7 +123,7 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         }
         if let Some(s) = status
             && members == nodes
-            && voters == voter_target(nodes)
+            && voters == crate::policy::voter_target(nodes)
             && s.leader.is_some()
         {
             break s;
@@ -131,7 +135,7 @@ pub async fn run(nodes: usize, exit: bool) -> Result<()> {
         status.cluster_id,
         started.elapsed().as_secs_f64()
     );
-    crate::cli_output::print_status(&status);
+    crate::cli::output::print_status(&status);
     if exit {
         stop(children).await;
         discovery_task.abort();
@@ -167,39 +171,40 @@ async fn stop(children: Vec<Child2>) {
     }
 }
 
-async fn mint(base: &str, size: usize) -> Result<String> {
+async fn mint(base: &str, size: usize) -> Result<String, CliError> {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match http.get(format!("{base}/new?size={size}")).send().await {
-            Ok(r) if r.status().is_success() => return Ok(r.text().await?),
+            Ok(r) if r.status().is_success() => {
+                return r.text().await.map_err(|e| CliError::Failed(e.to_string()));
+            }
             _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
-            Ok(r) => bail!("minting a discovery URL failed: HTTP {}", r.status()),
-            Err(e) => bail!("the in-process discovery service did not start: {e}"),
+            Ok(r) => {
+                return Err(CliError::Failed(format!(
+                    "minting a discovery URL failed: HTTP {}",
+                    r.status()
+                )));
+            }
+            Err(e) => {
+                return Err(CliError::Failed(format!(
+                    "the in-process discovery service did not start: {e}"
+                )));
+            }
         }
     }
 }
 
 async fn fetch_status(data_dir: &std::path::Path) -> Option<Status> {
-    let (code, body) = crate::operator::call(
-        &crate::operator::socket_path(data_dir),
-        "GET",
-        "/v1/status",
-        None,
-    )
-    .await
-    .ok()?;
-    if code != 200 {
-        return None;
-    }
-    serde_json::from_str(&body).ok()
+    let socket = crate::datadir::socket_path(data_dir);
+    let (code, body) =
+        crate::client::socket_call(&socket, "GET", paths::STATUS, None, Duration::from_secs(5))
+            .await
+            .ok()?;
+    crate::client::decode_answer(code, &body).ok()
 }
 
-fn voter_target(n: usize) -> usize {
-    crate::service::voter_target(n)
-}
-
-fn free_port() -> Result<u16> {
+fn free_port() -> Result<u16, CliError> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -1,11 +1,14 @@
 //! Client for a discovery URL: the etcd-style registration plus Muster's hidden bootstrap keys
-//! (see docs/discovery.md, "Muster's bootstrap record").
+//! (see docs/discovery.md, "Muster's bootstrap record"), and [`retrying`], the one retry policy
+//! for talking to a discovery service.
 
 use std::time::Duration;
 
 use muster_shared::bootstrap::{BootstrapRecord, NODES_DIR, RECORD_KEY, RegistrantMeta};
 use muster_shared::form::urlencode;
 use serde::Deserialize;
+
+use crate::client::Backoff;
 
 /// etcd's discovery client gives every plain request 5 s; so do we.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,6 +41,29 @@ pub enum DiscoveryError {
 impl DiscoveryError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, DiscoveryError::Unavailable(_))
+    }
+}
+
+/// How long transient discovery failures are retried before they count.
+const RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// Runs `f` until it succeeds, fails for good, or transient failures have lasted two minutes.
+pub async fn retrying<T, F, Fut>(what: &str, mut f: F) -> Result<T, DiscoveryError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, DiscoveryError>>,
+{
+    let mut backoff =
+        Backoff::new(Duration::from_millis(250), Duration::from_secs(8)).until(RETRY_FOR);
+    loop {
+        match f().await {
+            Err(e) if e.is_retryable() && !backoff.expired() => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, "{what}: retrying in {delay:?}");
+                tokio::time::sleep(delay).await;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -101,26 +127,8 @@ pub struct DiscoveryClient {
 
 impl DiscoveryClient {
     pub fn new(url: &str) -> Result<Self, DiscoveryError> {
-        // Discovery over HTTPS uses the system's trust store, like etcd's client.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut builder = reqwest::Client::builder().connect_timeout(REQUEST_TIMEOUT);
-        if url.starts_with("http://") {
-            // Plain HTTP never needs the system trust store; loading it anyway would make the
-            // agent fail on hosts (or FROM-scratch images) that have none.
-            let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| DiscoveryError::Protocol(e.to_string()))?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth();
-            builder = builder.tls_backend_preconfigured(tls);
-        }
-        let http = builder.build().map_err(|e| {
-            DiscoveryError::Protocol(format!(
-                "cannot set up HTTPS for the discovery service ({e}); is a CA bundle installed (ca-certificates)?"
-            ))
-        })?;
+        let http = crate::client::discovery(url, REQUEST_TIMEOUT)
+            .map_err(|e| DiscoveryError::Protocol(e.to_string()))?;
         Ok(Self {
             http,
             url: url.trim_end_matches('/').to_string(),

@@ -1,20 +1,54 @@
 //! muster: the node agent (`muster agent`) and the operator CLI.
+//!
+//! # Layout
+//!
+//! Each module has one job and imports only modules listed below it (CI checks that the import
+//! graph has no cycle: `../shared/tools/module-graph agent/src`).
+//!
+//! | module        | its one job |
+//! |---------------|-------------|
+//! | `demo`        | `muster demo`: a discovery service and N agents on loopback |
+//! | `cli/`        | the operator commands: where a request goes, what is printed |
+//! | `start/`      | how this node comes up: `decide` a typed plan, then one file per path (restart, token join, discovery formation, initiation, restore) |
+//! | `node`        | a started node: raft and its tasks, run until stopped, shutdown order |
+//! | `serve/`      | the servers: the mutual-TLS peer listener and the operator socket |
+//! | `reconcile`   | the leader's reconciler: gather a view, ask `policy::plan`, apply one change |
+//! | `watch`       | a node learning of its own removal |
+//! | `leader/`     | operations that run on the leader (admission, tokens, removal, backup, kv, status), the dispatcher and the forwarder |
+//! | `agent`       | the running node's shared state, as plain data |
+//! | `error`       | how an agent run fails, and its exit code |
+//! | `discovery`   | the client of a discovery URL and its retry policy |
+//! | `raft/`       | everything that touches openraft: the node facade, network, fjall storage |
+//! | `client`      | the one way to build HTTP clients, read answers and errors, and back off |
+//! | `policy/`     | pure membership rules: voter table, reachability, quorum checks, the reconciler's plan |
+//! | `backup_file` | the backup file format |
+//! | `datadir/`    | the data dir: lock, `cluster.json`, TLS files, identity, private writes |
+//! | `config/`     | `muster agent` settings from flags, env and file |
+//! | `state/`      | the replicated domain: `ClusterState`, its commands and their checks |
+//! | `api/`        | the HTTP contract: wire shapes, route paths, the error kinds |
+//! | `clock`       | wall-clock milliseconds |
+//!
+//! A request from an operator on a follower travels top to bottom: `serve/operator` →
+//! `leader::run` (forwarded to the leader over `client::PeerClients`) → `leader::execute` →
+//! `raft::RaftNode::write` → `state::ClusterState::apply`. See docs/architecture.md.
 
-pub mod admission;
-pub mod api;
-pub mod backup;
-pub mod bootstrap;
+pub(crate) mod agent;
+pub(crate) mod api;
+pub(crate) mod backup_file;
 pub mod cli;
-pub mod cli_output;
+pub(crate) mod client;
+pub(crate) mod clock;
 pub mod config;
+pub(crate) mod datadir;
 pub mod demo;
-pub mod discovery;
-pub mod identity;
-pub mod join;
-pub mod operator;
-pub mod raft;
-pub mod reconcile;
-pub mod removal;
-pub mod server;
-pub mod service;
-pub mod tokens;
+pub(crate) mod discovery;
+pub mod error;
+pub(crate) mod leader;
+pub(crate) mod node;
+pub(crate) mod policy;
+pub(crate) mod raft;
+pub(crate) mod reconcile;
+pub(crate) mod serve;
+pub mod start;
+pub(crate) mod state;
+pub(crate) mod watch;

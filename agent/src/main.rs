@@ -2,12 +2,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use muster_agent::bootstrap::{self, PermanentRefusal};
-use muster_agent::cli::{self, Target};
+use muster_agent::cli::{self, CliError, Target, output};
 use muster_agent::config::{self, AgentFlags};
-use muster_agent::{cli_output, outln};
+use muster_agent::error::{AgentError, EXIT_USAGE};
+use muster_agent::{outln, start};
 use muster_shared::duration::parse_duration;
 use tracing_subscriber::EnvFilter;
 
@@ -103,7 +102,7 @@ struct OperatorArgs {
 }
 
 impl OperatorArgs {
-    fn target(&self) -> Result<Target> {
+    fn target(&self) -> Result<Target, CliError> {
         Target::resolve(self.data_dir.clone(), self.server.clone())
     }
 }
@@ -200,10 +199,36 @@ enum KvCommand {
     },
 }
 
-/// Exit code for command-line mistakes (BSD's EX_USAGE). Exit code 2 is reserved for refusals
-/// that a restart cannot fix (a second cluster, a removed node, a refused join token), which
-/// supervisors must not retry.
-const EXIT_USAGE: u8 = 64;
+/// How a command failed: the agent's run ends with its own exit code; an operator command
+/// exits 64 for a command-line mistake and 1 otherwise.
+enum Failure {
+    Agent(AgentError),
+    Cli(CliError),
+}
+
+impl From<AgentError> for Failure {
+    fn from(e: AgentError) -> Self {
+        Failure::Agent(e)
+    }
+}
+
+impl From<CliError> for Failure {
+    fn from(e: CliError) -> Self {
+        Failure::Cli(e)
+    }
+}
+
+impl From<config::ConfigError> for Failure {
+    fn from(e: config::ConfigError) -> Self {
+        Failure::Agent(e.into())
+    }
+}
+
+impl From<serde_json::Error> for Failure {
+    fn from(e: serde_json::Error) -> Self {
+        Failure::Cli(e.into())
+    }
+}
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -230,40 +255,46 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(run(cli));
-    match result {
+    match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<PermanentRefusal>().is_some() => {
+        Err(Failure::Agent(e @ AgentError::Refused(_))) => {
             eprintln!("muster: {e}");
-            ExitCode::from(2)
+            ExitCode::from(e.exit_code())
         }
-        Err(e) => {
-            eprintln!("muster: error: {e:#}");
-            ExitCode::FAILURE
+        Err(Failure::Agent(e)) => {
+            eprintln!("muster: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+        Err(Failure::Cli(e)) => {
+            eprintln!("muster: error: {e}");
+            ExitCode::from(match e {
+                CliError::Usage(_) => EXIT_USAGE,
+                _ => 1,
+            })
         }
     }
 }
 
-async fn run(cli: Cli) -> Result<()> {
+async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Agent(flags) => {
             init_logging();
             let env: HashMap<String, String> = std::env::vars().collect();
             let config = config::resolve(&flags, &env)?;
-            bootstrap::run(config).await
+            Ok(start::run(config, None).await?)
         }
         Command::Restore { file, flags } => {
             init_logging();
             let env: HashMap<String, String> = std::env::vars().collect();
             let config = config::resolve(&flags, &env)?;
-            bootstrap::restore(config, &file).await
+            Ok(start::run(config, Some(file)).await?)
         }
         Command::Status(op) => {
             let status = cli::status(&op.target()?).await?;
             if op.json {
                 outln!("{}", serde_json::to_string_pretty(&status)?);
             } else {
-                cli_output::print_status(&status);
+                output::print_status(&status);
             }
             Ok(())
         }
@@ -272,7 +303,7 @@ async fn run(cli: Cli) -> Result<()> {
             if op.json {
                 outln!("{}", serde_json::to_string_pretty(&status.members)?);
             } else {
-                cli_output::print_members(&status);
+                output::print_members(&status);
             }
             Ok(())
         }
@@ -283,36 +314,41 @@ async fn run(cli: Cli) -> Result<()> {
                 description,
                 op,
             } => {
-                let ttl = parse_duration(&ttl).context("--ttl")?;
-                cli::token_create(&op.target()?, ttl, uses, description, op.json).await
+                let ttl =
+                    parse_duration(&ttl).map_err(|e| CliError::Usage(format!("--ttl: {e}")))?;
+                Ok(cli::token_create(&op.target()?, ttl, uses, description, op.json).await?)
             }
-            TokenCommand::List(op) => cli::token_list(&op.target()?, op.json).await,
-            TokenCommand::Revoke { id, op } => cli::token_revoke(&op.target()?, &id, op.json).await,
+            TokenCommand::List(op) => Ok(cli::token_list(&op.target()?, op.json).await?),
+            TokenCommand::Revoke { id, op } => {
+                Ok(cli::token_revoke(&op.target()?, &id, op.json).await?)
+            }
         },
         Command::OperatorToken { command } => match command {
             OperatorTokenCommand::Create { description, op } => {
-                cli::operator_token_create(&op.target()?, description, op.json).await
+                Ok(cli::operator_token_create(&op.target()?, description, op.json).await?)
             }
             OperatorTokenCommand::List(op) => {
-                cli::operator_token_list(&op.target()?, op.json).await
+                Ok(cli::operator_token_list(&op.target()?, op.json).await?)
             }
             OperatorTokenCommand::Revoke { id, op } => {
-                cli::operator_token_revoke(&op.target()?, &id, op.json).await
+                Ok(cli::operator_token_revoke(&op.target()?, &id, op.json).await?)
             }
         },
         Command::Node {
             command: NodeCommand::Remove { name, force, op },
-        } => cli::node_remove(&op.target()?, &name, force, op.json).await,
-        Command::Backup { file, op } => cli::backup(&op.target()?, &file, op.json).await,
+        } => Ok(cli::node_remove(&op.target()?, &name, force, op.json).await?),
+        Command::Backup { file, op } => Ok(cli::backup(&op.target()?, &file, op.json).await?),
         Command::Kv { command } => match command {
-            KvCommand::Get { key, op } => cli::kv_get(&op.target()?, &key, op.json).await,
+            KvCommand::Get { key, op } => Ok(cli::kv_get(&op.target()?, &key, op.json).await?),
             KvCommand::Put { key, value, op } => {
-                cli::kv_put(&op.target()?, &key, &value, op.json).await
+                Ok(cli::kv_put(&op.target()?, &key, &value, op.json).await?)
             }
-            KvCommand::Del { key, op } => cli::kv_del(&op.target()?, &key, op.json).await,
-            KvCommand::List { prefix, op } => cli::kv_list(&op.target()?, &prefix, op.json).await,
+            KvCommand::Del { key, op } => Ok(cli::kv_del(&op.target()?, &key, op.json).await?),
+            KvCommand::List { prefix, op } => {
+                Ok(cli::kv_list(&op.target()?, &prefix, op.json).await?)
+            }
         },
-        Command::Demo { nodes, exit } => muster_agent::demo::run(nodes, exit).await,
+        Command::Demo { nodes, exit } => Ok(muster_agent::demo::run(nodes, exit).await?),
     }
 }
 

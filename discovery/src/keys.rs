@@ -188,6 +188,11 @@ pub fn member_name(value: &str) -> &str {
     value.split_once('=').map(|(n, _)| n).unwrap_or(value)
 }
 
+/// Tokens are capabilities: logs carry only a prefix.
+pub fn short(token: &str) -> &str {
+    &token[..token.len().min(8)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

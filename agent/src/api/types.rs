@@ -1,4 +1,5 @@
-//! JSON shapes of the agent's operator API (unix socket and, later, TCP with a bearer token).
+//! JSON shapes of the agent's operator API (the unix socket, and the TLS port with an operator
+//! token).
 //! These are a public contract: fields may be added, never renamed.
 
 use serde::{Deserialize, Serialize};
@@ -35,53 +36,6 @@ pub struct Member {
     pub last_seen_ms: Option<u64>,
     /// Highest log index known to be replicated to this node (leader only).
     pub match_index: Option<u64>,
-}
-
-/// `{kind, message}` error with the agent's stable kinds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ApiError {
-    pub kind: String,
-    pub message: String,
-}
-
-/// The stable error kinds. Scripts match on them: a kind may be added, never renamed.
-pub mod kind {
-    pub const CLUSTER_UNINITIALIZED: &str = "cluster_uninitialized";
-    pub const NO_LEADER: &str = "no_leader";
-    pub const QUORUM_LOST: &str = "quorum_lost";
-    pub const UNAUTHORIZED: &str = "unauthorized";
-    pub const NOT_FOUND: &str = "not_found";
-    pub const INVALID_ARGUMENT: &str = "invalid_argument";
-    pub const CA_PIN_MISMATCH: &str = "ca_pin_mismatch";
-    pub const TOKEN_EXPIRED: &str = "token_expired";
-    pub const TOKEN_CONSUMED: &str = "token_consumed";
-    pub const TOKEN_REVOKED: &str = "token_revoked";
-    pub const NAME_TAKEN: &str = "name_taken";
-    /// A removal that would leave the voters without a reachable majority (`--force` overrides).
-    pub const WOULD_LOSE_QUORUM: &str = "would_lose_quorum";
-    /// The caller is a node that was removed from the cluster.
-    pub const REMOVED: &str = "removed";
-    /// Another membership change is still in flight; retry shortly.
-    pub const MEMBERSHIP_BUSY: &str = "membership_busy";
-    pub const INTERNAL: &str = "internal";
-
-    pub const ALL: &[&str] = &[
-        CLUSTER_UNINITIALIZED,
-        NO_LEADER,
-        QUORUM_LOST,
-        UNAUTHORIZED,
-        NOT_FOUND,
-        INVALID_ARGUMENT,
-        CA_PIN_MISMATCH,
-        TOKEN_EXPIRED,
-        TOKEN_CONSUMED,
-        TOKEN_REVOKED,
-        NAME_TAKEN,
-        WOULD_LOSE_QUORUM,
-        REMOVED,
-        MEMBERSHIP_BUSY,
-        INTERNAL,
-    ];
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

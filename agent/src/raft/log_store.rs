@@ -14,8 +14,8 @@ use openraft::{
 };
 
 use super::TypeConfig;
-use super::store::{StoreError, blocking, decode, encode};
-use super::types::NodeId;
+use super::codec::{StoreError, blocking, decode, encode};
+use crate::state::NodeId;
 
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";

@@ -1,16 +1,19 @@
 //! Everything that touches openraft lives under this module, so an openraft upgrade changes
-//! only these files. The rest of the agent uses [`types`] and the facade re-exported here.
+//! only these files. The rest of the agent sees the facade re-exported here ([`RaftNode`],
+//! [`RaftView`], [`RaftNodeError`]) and the replicated domain types of `crate::state`.
 
+mod codec;
 mod log_store;
-pub mod network;
-pub mod node;
+mod network;
+mod node;
 mod state_machine;
-pub mod store;
-pub mod types;
+pub(crate) mod store;
 
 use std::io::Cursor;
 
-use types::{Node, NodeId, Request, Response};
+use crate::state::{Node, NodeId, Request, Response};
+
+pub use node::{RaftNode, RaftNodeError, RaftView, Timing};
 
 openraft::declare_raft_types!(
     /// Muster's raft type configuration.

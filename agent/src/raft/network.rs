@@ -1,17 +1,12 @@
-//! Raft RPCs over HTTPS with mutual TLS.
-//!
-//! Each peer gets one keep-alive client whose TLS server name is the peer's identity name
-//! (`node-<id>.<cluster>.muster`), resolved to the peer's advertised address. Only the
-//! certificate the cluster CA issued to that node id carries that name, so a message for node X
-//! can never be delivered to another node that happens to sit at X's old address.
+//! Raft RPCs over HTTPS with mutual TLS, through the agent's per-peer keep-alive clients
+//! ([`PeerClients`]): a peer is reached by its identity name, so only the certificate the
+//! cluster CA issued to that node id is accepted.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use muster_shared::tls::node_dns_name;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -24,12 +19,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::TypeConfig;
-use super::types::{Node, NodeId};
-
-/// Paths of the raft RPC endpoints on a node's TLS listener.
-pub const APPEND_PATH: &str = "/raft/append";
-pub const VOTE_PATH: &str = "/raft/vote";
-pub const SNAPSHOT_PATH: &str = "/raft/snapshot";
+use crate::api::paths;
+use crate::client::{CallError, PeerClients};
+use crate::state::{Node, NodeId};
 
 /// What peers' answers tell about them and about us: when each peer last answered an RPC
 /// (feeds `reachable` and `last_seen_ms` in status), and whether one refused us as removed.
@@ -60,42 +52,30 @@ impl PeerLiveness {
     }
 }
 
-/// A peer's keep-alive client, and the address spelling it was built for.
-struct PeerConn {
-    addr: String,
-    http: reqwest::Client,
-}
-
-/// Builds per-peer clients. Connections are cached per node and survive openraft asking for
-/// a new client (it does so for every vote and every linearizable read).
+/// Hands openraft a client per peer; the connections themselves live in [`PeerClients`] and
+/// survive openraft asking for a new client (it does so for every vote and linearizable read).
 pub struct Network {
-    tls: Arc<rustls::ClientConfig>,
-    cluster_id: String,
+    peers: PeerClients,
     liveness: PeerLiveness,
-    conns: Arc<Mutex<HashMap<NodeId, PeerConn>>>,
 }
 
 impl Network {
-    pub fn new(tls: Arc<rustls::ClientConfig>, cluster_id: String, liveness: PeerLiveness) -> Self {
-        Self {
-            tls,
-            cluster_id,
-            liveness,
-            conns: Arc::default(),
-        }
+    pub fn new(peers: PeerClients, liveness: PeerLiveness) -> Self {
+        Self { peers, liveness }
     }
 }
 
-/// A client for one peer.
+/// openraft's client for one peer.
 pub struct PeerClient {
     target: NodeId,
-    /// The identity name the peer's certificate must carry.
-    name: String,
     /// `host:port` as advertised (resolved when connecting, so a new IP is picked up).
     addr: String,
-    tls: Arc<rustls::ClientConfig>,
-    conns: Arc<Mutex<HashMap<NodeId, PeerConn>>>,
+    peers: PeerClients,
     liveness: PeerLiveness,
+}
+
+fn unreachable(why: CallError) -> Unreachable {
+    Unreachable::new(&std::io::Error::other(why.to_string()))
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -105,62 +85,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
         PeerClient {
             target,
-            name: node_dns_name(target, &self.cluster_id),
             addr: node.addr.clone(),
-            tls: self.tls.clone(),
-            conns: self.conns.clone(),
+            peers: self.peers.clone(),
             liveness: self.liveness.clone(),
         }
     }
 }
 
-fn unreachable(why: impl std::fmt::Display) -> Unreachable {
-    Unreachable::new(&std::io::Error::other(why.to_string()))
-}
-
 impl PeerClient {
-    /// The cached client for this peer, or a new one for its current address.
-    async fn client(&self) -> Result<reqwest::Client, Unreachable> {
-        if let Ok(conns) = self.conns.lock()
-            && let Some(conn) = conns.get(&self.target)
-            && conn.addr == self.addr
-        {
-            return Ok(conn.http.clone());
-        }
-        let resolved: SocketAddr = tokio::net::lookup_host(self.addr.as_str())
-            .await
-            .map_err(|e| unreachable(format!("cannot resolve {}: {e}", self.addr)))?
-            .next()
-            .ok_or_else(|| unreachable(format!("{} resolves to no address", self.addr)))?;
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured((*self.tls).clone())
-            .resolve(&self.name, resolved)
-            .http1_only()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(2)
-            .build()
-            .map_err(|e| unreachable(format!("cannot build a client: {e}")))?;
-        if let Ok(mut conns) = self.conns.lock() {
-            conns.insert(
-                self.target,
-                PeerConn {
-                    addr: self.addr.clone(),
-                    http: http.clone(),
-                },
-            );
-        }
-        Ok(http)
-    }
-
-    /// Forgets the cached connection: the next attempt resolves the address again (the peer
-    /// may have come back on another IP).
-    fn forget(&self) {
-        if let Ok(mut conns) = self.conns.lock() {
-            conns.remove(&self.target);
-        }
-    }
-
     async fn call<Req, Resp, E>(
         &self,
         path: &str,
@@ -172,11 +104,14 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let http = self.client().await.map_err(RPCError::Unreachable)?;
-        let port = self.addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("7000");
+        let peer = match self.peers.get(self.target, &self.addr).await {
+            Ok(peer) => peer,
+            Err(e) => return Err(RPCError::Unreachable(unreachable(e))),
+        };
         let timeout = option.hard_ttl().max(Duration::from_millis(50));
-        let sent = http
-            .post(format!("https://{}:{port}{path}", self.name))
+        let sent = peer
+            .http
+            .post(format!("{}{path}", peer.base))
             .json(req)
             .timeout(timeout)
             .send()
@@ -185,7 +120,7 @@ impl PeerClient {
             Ok(r) => r,
             // Connection refused, TLS failure and the like: back off before trying again.
             Err(e) if e.is_connect() => {
-                self.forget();
+                self.peers.forget(self.target);
                 return Err(RPCError::Unreachable(Unreachable::new(&e)));
             }
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
@@ -213,7 +148,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(APPEND_PATH, &rpc, &option).await
+        self.call(paths::RAFT_APPEND, &rpc, &option).await
     }
 
     async fn install_snapshot(
@@ -224,7 +159,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(SNAPSHOT_PATH, &rpc, &option).await
+        self.call(paths::RAFT_SNAPSHOT, &rpc, &option).await
     }
 
     async fn vote(
@@ -232,7 +167,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(VOTE_PATH, &rpc, &option).await
+        self.call(paths::RAFT_VOTE, &rpc, &option).await
     }
 
     /// After an unreachable peer, retry soon and then back off: a node that was just admitted

@@ -12,9 +12,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::TypeConfig;
-use super::network::{APPEND_PATH, Network, PeerLiveness, SNAPSHOT_PATH, VOTE_PATH};
+use super::network::{Network, PeerLiveness};
 use super::store::{self, StateMachineStore, StoreError};
-use super::types::{ClusterState, Node, NodeId, Refusal, Request, Response};
+use crate::api::{ApiError, ErrorKind, paths};
+use crate::client::PeerClients;
+use crate::state::{ClusterState, Node, NodeId, Refusal, Request, Response};
 
 /// Every write and membership change gets at most this long: an isolated leader in openraft 0.9
 /// accepts writes that never commit, so an unbounded wait would hang the caller forever.
@@ -54,10 +56,23 @@ pub enum RaftNodeError {
     Other(String),
 }
 
+impl From<RaftNodeError> for ApiError {
+    fn from(e: RaftNodeError) -> Self {
+        let kind = match &e {
+            RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader => ErrorKind::NoLeader,
+            RaftNodeError::Timeout(_) | RaftNodeError::QuorumLost(_) => ErrorKind::QuorumLost,
+            RaftNodeError::Refused(refusal) => refusal.kind,
+            // Another membership change is still in flight: worth retrying shortly.
+            RaftNodeError::MembershipRefused(_) => ErrorKind::MembershipBusy,
+            _ => ErrorKind::Internal,
+        };
+        ApiError::new(kind, e.to_string())
+    }
+}
+
 /// What the agent needs to know about the raft group right now.
 #[derive(Debug, Clone)]
 pub struct RaftView {
-    pub id: NodeId,
     pub is_leader: bool,
     pub leader: Option<NodeId>,
     pub term: u64,
@@ -69,8 +84,6 @@ pub struct RaftView {
     pub membership_index: Option<u64>,
     /// Voter sets of the config in effect: one set normally, two in a joint config.
     pub voter_sets: Vec<BTreeSet<NodeId>>,
-    /// False after a fatal raft error: the node must be restarted.
-    pub running: bool,
     /// Leader only: highest log index replicated to each node.
     pub matched: BTreeMap<NodeId, Option<u64>>,
 }
@@ -100,8 +113,7 @@ impl RaftNode {
     pub async fn start(
         id: NodeId,
         dir: &Path,
-        tls: Arc<rustls::ClientConfig>,
-        cluster_id: String,
+        peers: PeerClients,
         timing: Timing,
     ) -> Result<Self, RaftNodeError> {
         let dir = dir.to_path_buf();
@@ -123,7 +135,7 @@ impl RaftNode {
         .validate()
         .map_err(|e| RaftNodeError::Other(format!("raft timing: {e}")))?;
         let liveness = PeerLiveness::default();
-        let network = Network::new(tls, cluster_id, liveness.clone());
+        let network = Network::new(peers, liveness.clone());
         let raft = Raft::new(
             id,
             Arc::new(config),
@@ -144,13 +156,6 @@ impl RaftNode {
 
     pub fn liveness(&self) -> &PeerLiveness {
         &self.liveness
-    }
-
-    pub async fn is_initialized(&self) -> Result<bool, RaftNodeError> {
-        self.raft
-            .is_initialized()
-            .await
-            .map_err(|e| RaftNodeError::Fatal(e.to_string()))
     }
 
     /// Makes this node a one-member cluster and waits until that membership is applied, so that
@@ -308,7 +313,6 @@ impl RaftNode {
         let m = self.raft.metrics().borrow().clone();
         let membership = m.membership_config.membership();
         RaftView {
-            id: self.id,
             is_leader: m.state == ServerState::Leader,
             leader: m.current_leader,
             term: m.current_term,
@@ -318,7 +322,6 @@ impl RaftNode {
             nodes: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
             membership_index: m.membership_config.log_id().map(|l| l.index),
             voter_sets: membership.get_joint_config().clone(),
-            running: m.running_state.is_ok(),
             matched: m
                 .replication
                 .map(|r| {
@@ -346,9 +349,9 @@ impl RaftNode {
     /// Serves one raft RPC received by the TLS listener: JSON in, JSON out.
     pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
         match path {
-            APPEND_PATH => rpc(body, |req| self.raft.append_entries(req)).await,
-            VOTE_PATH => rpc(body, |req| self.raft.vote(req)).await,
-            SNAPSHOT_PATH => rpc(body, |req| self.raft.install_snapshot(req)).await,
+            paths::RAFT_APPEND => rpc(body, |req| self.raft.append_entries(req)).await,
+            paths::RAFT_VOTE => rpc(body, |req| self.raft.vote(req)).await,
+            paths::RAFT_SNAPSHOT => rpc(body, |req| self.raft.install_snapshot(req)).await,
             other => Err(format!("no raft endpoint {other}")),
         }
     }

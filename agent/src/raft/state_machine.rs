@@ -17,8 +17,8 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::TypeConfig;
-use super::store::{StoreError, blocking, decode, encode};
-use super::types::{ClusterState, Node, NodeId, Response};
+use super::codec::{StoreError, blocking, decode, encode};
+use crate::state::{ClusterState, Node, NodeId, Response};
 
 const SNAPSHOT_META_KEY: &[u8] = b"meta";
 const SNAPSHOT_DATA_KEY: &[u8] = b"data";
@@ -166,6 +166,7 @@ impl StateMachineStore {
     }
 
     /// A copy of the replicated state as applied on this node (it may lag the leader).
+    #[cfg(test)]
     pub fn state(&self) -> Result<ClusterState, StoreError> {
         Ok(self.shared.read()?.cluster.clone())
     }
@@ -177,6 +178,7 @@ impl StateMachineStore {
     }
 
     /// The raft log index of the last applied entry, if any.
+    #[cfg(test)]
     pub fn last_applied_index(&self) -> Result<Option<u64>, StoreError> {
         Ok(self.shared.read()?.last_applied.as_ref().map(|l| l.index))
     }

@@ -19,15 +19,13 @@
 use std::path::Path;
 
 use muster_shared::storage;
-use openraft::{ErrorSubject, ErrorVerb, StorageError, StorageIOError};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
+pub use super::codec::StoreError;
 pub use super::log_store::LogStore;
 pub use super::state_machine::StateMachineStore;
 #[cfg(doc)]
-use super::types::ClusterState;
-use super::types::NodeId;
+#[cfg(doc)]
+use crate::state::ClusterState;
 
 /// Keyspace holding the raft log.
 pub(crate) const LOG_KEYSPACE: &str = "raft_log";
@@ -35,57 +33,6 @@ pub(crate) const LOG_KEYSPACE: &str = "raft_log";
 pub(crate) const META_KEYSPACE: &str = "raft_meta";
 /// Keyspace holding the current snapshot (meta + blob).
 pub(crate) const SNAPSHOT_KEYSPACE: &str = "raft_snapshot";
-
-/// The one envelope version this build writes and reads. A stored value is this byte followed
-/// by the JSON of the openraft type. When an openraft upgrade changes a stored type, bump the
-/// version and teach [`decode`] to transcode the old one.
-pub(crate) const ENVELOPE_V1: u8 = 1;
-
-/// Why the raft store failed. Any of these, surfaced to openraft, stops the raft node: storage
-/// errors are fatal in openraft 0.9 and the node has to be restarted.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Opening the database or a keyspace failed (includes "directory locked").
-    #[error(transparent)]
-    Open(#[from] storage::StorageError),
-    #[error("raft storage I/O: {0}")]
-    Fjall(#[from] fjall::Error),
-    #[error("cannot encode {what}: {source}")]
-    Encode {
-        what: &'static str,
-        source: serde_json::Error,
-    },
-    #[error("stored {what} is corrupt: {reason}")]
-    Corrupt { what: &'static str, reason: String },
-    #[error(
-        "stored {what} has format version {found}, this build reads version {supported}; \
-         was the data written by a newer muster?"
-    )]
-    UnsupportedVersion {
-        what: &'static str,
-        found: u64,
-        supported: u64,
-    },
-    #[error("raft log has a hole: expected index {expected}, found {found}")]
-    LogHole { expected: u64, found: u64 },
-    /// A thread panicked while holding the state machine lock; the in-memory state may be
-    /// half-updated, so it is not served any more.
-    #[error("raft state machine lock is poisoned")]
-    Poisoned,
-    #[error("blocking storage task failed: {0}")]
-    Join(#[from] tokio::task::JoinError),
-}
-
-impl StoreError {
-    /// Wraps this error into openraft's error, naming what was being done.
-    pub(crate) fn into_raft(
-        self,
-        subject: ErrorSubject<NodeId>,
-        verb: ErrorVerb,
-    ) -> StorageError<NodeId> {
-        StorageIOError::new(subject, verb, &self).into()
-    }
-}
 
 /// Opens (creating if needed) the raft store in `dir`, e.g. `<data-dir>/raft`, and restores the
 /// state machine from the persisted snapshot, if any.
@@ -105,47 +52,6 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
     Ok((log_store, state_machine))
 }
 
-/// Encodes `value` as envelope version 1: the version byte, then JSON.
-pub(crate) fn encode<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, StoreError> {
-    let mut buf = vec![ENVELOPE_V1];
-    serde_json::to_writer(&mut buf, value).map_err(|source| StoreError::Encode { what, source })?;
-    Ok(buf)
-}
-
-/// Decodes a value written by [`encode`].
-pub(crate) fn decode<T: DeserializeOwned>(
-    what: &'static str,
-    bytes: &[u8],
-) -> Result<T, StoreError> {
-    match bytes.split_first() {
-        None => Err(StoreError::Corrupt {
-            what,
-            reason: "empty value".into(),
-        }),
-        Some((&ENVELOPE_V1, json)) => {
-            serde_json::from_slice(json).map_err(|e| StoreError::Corrupt {
-                what,
-                reason: e.to_string(),
-            })
-        }
-        Some((&found, _)) => Err(StoreError::UnsupportedVersion {
-            what,
-            found: found.into(),
-            supported: ENVELOPE_V1.into(),
-        }),
-    }
-}
-
-/// Runs blocking fjall work (file I/O, fsync) off the async worker threads, so a slow disk
-/// stalls only this call and not the tokio runtime that also drives networking and timers.
-pub(crate) async fn blocking<T, F>(f: F) -> Result<T, StoreError>
-where
-    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(f).await?
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -160,11 +66,14 @@ mod tests {
     use tempfile::TempDir;
 
     use super::*;
+    use crate::raft::codec::{decode, encode};
+    use crate::state::NodeId;
+    use openraft::{ErrorSubject, ErrorVerb, StorageError};
 
     /// openraft's `StorageError` is too large for clippy's taste as an `Err` type; box it.
     type TestResult = Result<(), Box<dyn std::error::Error>>;
     use crate::raft::TypeConfig;
-    use crate::raft::types::{Request, Response};
+    use crate::state::{Request, Response};
 
     /// Opens a fresh store in its own temp dir for every suite case; the dir lives (and is
     /// deleted) with the guard.

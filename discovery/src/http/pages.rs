@@ -87,7 +87,7 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
     };
     match app.store.create_token(size, app.config.token_ttl).await {
         Ok(token) => {
-            tracing::debug!(token = %super::token::short(&token), size, "token created");
+            tracing::debug!(token = %crate::keys::short(&token), size, "token created");
             (
                 [(
                     header::CONTENT_TYPE,
@@ -261,7 +261,7 @@ pub fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
 {cluster}<table><tr><th>#</th><th>member id</th><th>name</th><th>peer URLs</th><th>role</th><th>registered</th></tr>{rows}</table>\
 <p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
 </body></html>",
-            short = super::token::short(token),
+            short = crate::keys::short(token),
             index = s.index,
             age = ago(now, s.meta.created_ms),
             expires = humanize_ms(s.meta.expires_ms.saturating_sub(now)),

@@ -242,7 +242,7 @@ async fn put<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
     match app.store.put(&path.token, request).await {
         Ok((response, status, index)) => {
             if status == 201 {
-                tracing::debug!(token = %short(&path.token), key = %path.key, index, "registered");
+                tracing::debug!(token = %crate::keys::short(&path.token), key = %path.key, index, "registered");
             }
             etcd_json(
                 status,
@@ -280,9 +280,4 @@ fn put_request(
         }
     }
     Ok(req)
-}
-
-/// Tokens are capabilities: logs carry only a prefix.
-pub fn short(token: &str) -> &str {
-    &token[..token.len().min(8)]
 }

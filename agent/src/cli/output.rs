@@ -18,10 +18,10 @@ pub fn out(line: std::fmt::Arguments<'_>) {
 #[macro_export]
 macro_rules! outln {
     () => {
-        $crate::cli_output::out(format_args!(""))
+        $crate::cli::output::out(format_args!(""))
     };
     ($($arg:tt)*) => {
-        $crate::cli_output::out(format_args!($($arg)*))
+        $crate::cli::output::out(format_args!($($arg)*))
     };
 }
 
@@ -83,7 +83,7 @@ fn relative(ms: u64, now: u64) -> String {
 }
 
 pub fn print_join_tokens(list: &[crate::api::types::JoinTokenInfo]) {
-    let now = crate::service::now_ms();
+    let now = crate::clock::now_ms();
     crate::outln!(
         "{:<16} {:<9} {:<9} {:<18} {:<18} {:<14} DESCRIPTION",
         "ID",
@@ -108,7 +108,7 @@ pub fn print_join_tokens(list: &[crate::api::types::JoinTokenInfo]) {
 }
 
 pub fn print_operator_tokens(list: &[crate::api::types::OperatorTokenInfo]) {
-    let now = crate::service::now_ms();
+    let now = crate::clock::now_ms();
     crate::outln!("{:<16} {:<8} {:<18} DESCRIPTION", "ID", "STATE", "CREATED");
     for t in list {
         crate::outln!(

@@ -2,13 +2,13 @@
 //! reused: a wiped machine comes back as a new node) and an Ed25519 node key generated here
 //! whose private half never leaves the data dir.
 
-use std::io::Write;
 use std::path::Path;
 
 use muster_shared::tls::NodeKey;
 use serde::{Deserialize, Serialize};
 
-use crate::raft::types::NodeId;
+use super::{DataDirError, write_private};
+use crate::state::NodeId;
 
 const IDENTITY_FILE: &str = "identity.json";
 const KEY_FILE: &str = "node.key";
@@ -27,31 +27,15 @@ pub struct Identity {
     pub key: NodeKey,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum IdentityError {
-    #[error("cannot use data dir {path}: {cause}")]
-    Io { path: String, cause: std::io::Error },
-    #[error(
-        "{path} is damaged ({why}); this data dir cannot be trusted — move it aside and join the cluster again as a new node"
-    )]
-    Damaged { path: String, why: String },
-    #[error(
-        "data dir {dir} belongs to node {existing:?}, not {requested:?}: start with --name {existing}, \
-         or give this machine an empty --data-dir to join as a new node"
-    )]
-    NameMismatch {
-        dir: String,
-        existing: String,
-        requested: String,
-    },
-}
-
 impl Identity {
     /// Loads the identity in `dir`, or creates one if the dir holds none.
-    pub fn load_or_create(dir: &Path, name: &str) -> Result<Self, IdentityError> {
+    pub fn load_or_create(dir: &Path, name: &str) -> Result<Self, DataDirError> {
         let io = |path: &Path| {
             let path = path.display().to_string();
-            move |cause| IdentityError::Io { path, cause }
+            move |cause| DataDirError::Io {
+                path,
+                source: cause,
+            }
         };
         // Fresh: no identity yet and nothing in the dir but the agent's lock file.
         let fresh = !dir.join(IDENTITY_FILE).exists()
@@ -71,7 +55,7 @@ impl Identity {
         let id_path = dir.join(IDENTITY_FILE);
         let key_path = dir.join(KEY_FILE);
         if id_path.exists() {
-            let damaged = |why: String| IdentityError::Damaged {
+            let damaged = |why: String| DataDirError::Damaged {
                 path: id_path.display().to_string(),
                 why,
             };
@@ -81,14 +65,14 @@ impl Identity {
             let node_id =
                 u64::from_str_radix(&file.node_id, 16).map_err(|e| damaged(e.to_string()))?;
             if file.name != name {
-                return Err(IdentityError::NameMismatch {
+                return Err(DataDirError::NameMismatch {
                     dir: dir.display().to_string(),
                     existing: file.name,
                     requested: name.to_string(),
                 });
             }
             let pem = std::fs::read_to_string(&key_path).map_err(io(&key_path))?;
-            let key = NodeKey::from_pem(&pem).map_err(|e| IdentityError::Damaged {
+            let key = NodeKey::from_pem(&pem).map_err(|e| DataDirError::Damaged {
                 path: key_path.display().to_string(),
                 why: e.to_string(),
             })?;
@@ -98,7 +82,7 @@ impl Identity {
                 key,
             });
         }
-        let key = NodeKey::generate().map_err(|e| IdentityError::Damaged {
+        let key = NodeKey::generate().map_err(|e| DataDirError::Damaged {
             path: key_path.display().to_string(),
             why: e.to_string(),
         })?;
@@ -115,7 +99,7 @@ impl Identity {
             node_id: format!("{node_id:x}"),
             name: name.to_string(),
         };
-        let json = serde_json::to_vec_pretty(&file).map_err(|e| IdentityError::Damaged {
+        let json = serde_json::to_vec_pretty(&file).map_err(|e| DataDirError::Damaged {
             path: id_path.display().to_string(),
             why: e.to_string(),
         })?;
@@ -132,25 +116,6 @@ impl Identity {
     pub fn member_id(&self) -> String {
         format!("{:x}", self.node_id)
     }
-}
-
-/// Writes a file readable by its owner only, durably (fsync of file and directory). The data goes
-/// to a fresh, unpredictably named 0600 file beside `path` first, so a crash never leaves a torn
-/// file and nothing can be planted at the temporary name beforehand.
-pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".muster-")
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(data)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(())
 }
 
 fn restrict_dir(dir: &Path) -> std::io::Result<()> {

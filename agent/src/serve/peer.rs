@@ -1,15 +1,15 @@
 //! The node's HTTPS listener (mutual TLS). Raft RPCs and leader forwarding require a client
-//! certificate issued by this cluster's CA; the join endpoint is open to nodes that have none
-//! yet (they pin the CA instead, and prove their registered key with a CSR).
+//! certificate issued by this cluster's CA to a current member; the join endpoints are open to
+//! nodes that have none yet (they pin the CA instead, and prove their key with a CSR); the
+//! operator API needs an operator token.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -17,60 +17,37 @@ use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use crate::admission::{JoinRequest, TokenJoinRequest};
-use crate::api::types::{ApiError, kind};
-use crate::raft::network::{APPEND_PATH, SNAPSHOT_PATH, VOTE_PATH};
-use crate::raft::types::Request as Command;
-use crate::service::{Agent, ForwardedOp, OpError};
-
-pub const FORWARD_PATH: &str = "/raft/client";
-/// A member asks a peer whether it is still a member (answered `410 removed` if not).
-pub const MEMBER_PATH: &str = "/raft/member";
-pub const JOIN_PATH: &str = "/v1/join";
-pub const TOKEN_JOIN_PATH: &str = "/v1/join/token";
+use super::http::{answer, error_response, json_response, parse_json, read_body};
+use crate::agent::Agent;
+use crate::api::join::{JoinRequest, TokenJoinRequest};
+use crate::api::{ApiError, ErrorKind, paths};
+use crate::leader::{self, LeaderOp};
+use crate::state::{NodeId, member_id};
 
 /// Snapshot chunks are the largest raft messages (3 MiB by default).
 const RAFT_BODY_LIMIT: usize = 32 * 1024 * 1024;
 /// Operator requests are small: a key and a value of at most 64 KiB.
 const OPERATOR_BODY_LIMIT: usize = 256 * 1024;
+/// A forwarded operation carries at most one operator request.
+const FORWARD_BODY_LIMIT: usize = 1024 * 1024;
+/// A join request is a CSR and a few names.
+const JOIN_BODY_LIMIT: usize = 64 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The verified identity of the connection's client certificate, if it sent one.
 #[derive(Debug, Clone)]
 struct Peer(Option<PeerIdentity>);
 
-pub fn error_response(e: &OpError) -> Response {
-    let body = serde_json::to_string(&ApiError {
-        kind: e.kind.to_string(),
-        message: e.message.clone(),
-    })
-    .unwrap_or_default();
-    (
-        StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        [(header::CONTENT_TYPE, "application/json")],
-        body,
-    )
-        .into_response()
-}
-
-fn json_response(value: &impl serde::Serialize) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        serde_json::to_string(value).unwrap_or_default(),
-    )
-        .into_response()
-}
-
 fn router(agent: Arc<Agent>) -> Router {
     let raft_routes = Router::new()
-        .route(APPEND_PATH, post(raft_rpc))
-        .route(VOTE_PATH, post(raft_rpc))
-        .route(SNAPSHOT_PATH, post(raft_rpc))
-        .route(FORWARD_PATH, post(forwarded))
-        .route(MEMBER_PATH, get(member_check))
+        .route(paths::RAFT_APPEND, post(raft_rpc))
+        .route(paths::RAFT_VOTE, post(raft_rpc))
+        .route(paths::RAFT_SNAPSHOT, post(raft_rpc))
+        .route(paths::FORWARD, post(forwarded))
+        .route(paths::MEMBER_CHECK, get(member_check))
         .layer(DefaultBodyLimit::max(RAFT_BODY_LIMIT));
     // The operator API, for callers with an operator token (the unix socket needs none).
-    let operator_routes = crate::operator::routes()
+    let operator_routes = super::operator::routes()
         .route_layer(axum::middleware::from_fn_with_state(
             agent.clone(),
             require_operator,
@@ -79,10 +56,10 @@ fn router(agent: Arc<Agent>) -> Router {
     Router::new()
         .merge(raft_routes)
         .merge(operator_routes)
-        .route(JOIN_PATH, post(join))
-        .route(TOKEN_JOIN_PATH, post(token_join))
+        .route(paths::JOIN, post(join))
+        .route(paths::TOKEN_JOIN, post(token_join))
         .route(
-            "/v1/health",
+            paths::HEALTH,
             get(|| async { json_response(&serde_json::json!({"status": "ok"})) }),
         )
         .with_state(agent)
@@ -99,7 +76,7 @@ async fn require_operator(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    match agent.authorize_operator(bearer) {
+    match leader::authorize_operator(&agent, bearer) {
         Ok(()) => next.run(req).await,
         Err(e) => {
             tracing::warn!(error = %e, "refused an operator call");
@@ -109,30 +86,31 @@ async fn require_operator(
 }
 
 /// True if `id` was removed from the cluster (per this node's applied state).
-fn is_tombstoned(agent: &Agent, id: crate::raft::types::NodeId) -> bool {
+fn is_tombstoned(agent: &Agent, id: NodeId) -> bool {
     agent
-        .raft
+        .raft()
         .read_local(|s| s.removed.contains(&id))
         .unwrap_or(false)
 }
 
 /// Refuses callers without a certificate from this cluster, and counts them. The error is the
 /// refusal to send back.
-fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError> {
+fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError> {
     let peer = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
+    let view = agent.raft().view();
     // A removed node is told so once it is out of the configuration. Until then it is still
     // served: a removed leader has to keep replicating until its successor takes over.
     if let Some(id) = &peer
-        && id.cluster_id == agent.cluster_id
-        && !agent.raft.view().nodes.contains_key(&id.node_id)
+        && id.cluster_id == agent.cluster_id()
+        && !view.nodes.contains_key(&id.node_id)
         && is_tombstoned(agent, id.node_id)
     {
-        agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
-        return Err(OpError::of_kind(
-            kind::REMOVED,
+        agent.count_refused();
+        return Err(ApiError::new(
+            ErrorKind::Removed,
             format!(
-                "node {:x} was removed from this cluster; it must stop (wipe its data dir to join again as a new node)",
-                id.node_id
+                "node {} was removed from this cluster; it must stop (wipe its data dir to join again as a new node)",
+                member_id(id.node_id)
             ),
         ));
     }
@@ -140,22 +118,23 @@ fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError>
         // A member, or anyone from this cluster while this node knows no membership yet (a
         // fresh joiner receives its first AppendEntries from a leader it has never heard of).
         Some(id)
-            if id.cluster_id == agent.cluster_id
-                && (agent.raft.view().nodes.is_empty()
-                    || agent.raft.view().nodes.contains_key(&id.node_id)) =>
+            if id.cluster_id == agent.cluster_id()
+                && (view.nodes.is_empty() || view.nodes.contains_key(&id.node_id)) =>
         {
             Ok(id)
         }
-        Some(id) if id.cluster_id == agent.cluster_id => {
-            agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
-            Err(OpError::new(
-                kind::UNAUTHORIZED,
-                403,
-                format!("node {:x} is not a member of this cluster", id.node_id),
+        Some(id) if id.cluster_id == agent.cluster_id() => {
+            agent.count_refused();
+            Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "node {} is not a member of this cluster",
+                    member_id(id.node_id)
+                ),
             ))
         }
         other => {
-            agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+            agent.count_refused();
             let why = match other {
                 Some(id) => format!(
                     "certificate belongs to cluster {}, not this one",
@@ -164,7 +143,7 @@ fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, OpError>
                 None => "a client certificate issued by this cluster's CA is required".into(),
             };
             tracing::warn!(%why, "refused a raft request");
-            Err(OpError::new(kind::UNAUTHORIZED, 401, why))
+            Err(ApiError::new(ErrorKind::Unauthenticated, why))
         }
     }
 }
@@ -174,20 +153,20 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         return error_response(&refused);
     }
     let path = req.uri().path().to_string();
-    if path == APPEND_PATH {
-        agent.removal.heard_from_leader();
+    if path == paths::RAFT_APPEND {
+        agent.removal().heard_from_leader();
     }
-    let body = match axum::body::to_bytes(req.into_body(), RAFT_BODY_LIMIT).await {
+    let body = match read_body(req.into_body(), RAFT_BODY_LIMIT).await {
         Ok(b) => b,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+        Err(e) => return error_response(&e),
     };
-    match agent.raft.handle_rpc(&path, &body).await {
+    match agent.raft().handle_rpc(&path, &body).await {
         Ok(out) => (
             [(header::CONTENT_TYPE, "application/json")],
             Bytes::from(out),
         )
             .into_response(),
-        Err(e) => error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e)),
+        Err(e) => error_response(&ApiError::invalid(e)),
     }
 }
 
@@ -204,94 +183,77 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         // A removed node still in the configuration (a voter being demoted) keeps replicating,
         // but it no longer acts for operators.
         Ok(caller) if is_tombstoned(&agent, caller.node_id) => {
-            agent.refused_rpcs.fetch_add(1, Ordering::Relaxed);
-            return error_response(&OpError::new(
-                kind::UNAUTHORIZED,
-                403,
+            agent.count_refused();
+            return error_response(&ApiError::new(
+                ErrorKind::Unauthorized,
                 format!(
-                    "node {:x} was removed from this cluster and may not act for operators",
-                    caller.node_id
+                    "node {} was removed from this cluster and may not act for operators",
+                    member_id(caller.node_id)
                 ),
             ));
         }
         Ok(_) => {}
     }
-    let body = match axum::body::to_bytes(req.into_body(), 1024 * 1024).await {
-        Ok(b) => b,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
-    };
-    let op: ForwardedOp = match serde_json::from_slice(&body) {
-        Ok(op) => op,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
-    };
-    // Members forward operator writes only; cluster bookkeeping (nodes, the CA) is written by
-    // the leader's own code paths, never on a peer's say-so.
-    if let ForwardedOp::Write { request } = &op
-        && !matches!(request, Command::KvPut { .. } | Command::KvDel { .. })
+    let op: LeaderOp = match read_body(req.into_body(), FORWARD_BODY_LIMIT)
+        .await
+        .and_then(|body| parse_json(&body, "a forwarded operation"))
     {
-        return error_response(&OpError::new(
-            kind::UNAUTHORIZED,
-            403,
+        Ok(op) => op,
+        Err(e) => return error_response(&e),
+    };
+    if !op.may_be_forwarded() {
+        return error_response(&ApiError::new(
+            ErrorKind::Unauthorized,
             "only key-value writes can be forwarded",
         ));
     }
-    if !agent.raft.view().is_leader {
-        return error_response(&OpError::new(
-            kind::NO_LEADER,
-            503,
+    if !agent.raft().view().is_leader {
+        return error_response(&ApiError::new(
+            ErrorKind::NoLeader,
             "this node is no longer the leader; retry",
         ));
     }
-    match agent.execute(op).await {
-        Ok(v) => json_response(&v),
-        Err(e) => error_response(&e),
-    }
+    answer(leader::execute(&agent, op).await)
 }
 
 async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let body = match axum::body::to_bytes(req.into_body(), 64 * 1024).await {
-        Ok(b) => b,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 413, e.to_string())),
-    };
-    let join: JoinRequest = match serde_json::from_slice(&body) {
+    let join: JoinRequest = match read_body(req.into_body(), JOIN_BODY_LIMIT)
+        .await
+        .and_then(|body| parse_json(&body, "a join request"))
+    {
         Ok(j) => j,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+        Err(e) => return error_response(&e),
     };
-    match agent.admit(join).await {
-        Ok(resp) => json_response(&resp),
-        Err(e) => {
-            tracing::warn!(error = %e, "join refused");
-            error_response(&e)
-        }
+    let result = leader::admit_registrant(&agent, join).await;
+    if let Err(e) = &result {
+        tracing::warn!(error = %e, "join refused");
     }
+    answer(result)
 }
 
 /// A node joining with a token. Any member answers: the secret is hashed here and the join
 /// runs on the leader.
 async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let body = match axum::body::to_bytes(req.into_body(), 64 * 1024).await {
-        Ok(b) => b,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 413, e.to_string())),
-    };
-    let request: TokenJoinRequest = match serde_json::from_slice(&body) {
+    let request: TokenJoinRequest = match read_body(req.into_body(), JOIN_BODY_LIMIT)
+        .await
+        .and_then(|body| parse_json(&body, "a token join request"))
+    {
         Ok(j) => j,
-        Err(e) => return error_response(&OpError::new(kind::INVALID_ARGUMENT, 400, e.to_string())),
+        Err(e) => return error_response(&e),
     };
     let (name, token_id) = (request.name.clone(), request.token_id.clone());
-    let join = ForwardedOp::TokenJoin {
+    let join = LeaderOp::TokenJoin {
         join: request.into(),
     };
-    match agent.on_leader(join).await {
-        Ok(v) => json_response(&v),
-        Err(e) => {
-            tracing::warn!(node = %name, token = %token_id, kind = e.kind, error = %e, "token join refused");
-            error_response(&e)
-        }
+    let result = leader::run(&agent, join).await;
+    if let Err(e) = &result {
+        tracing::warn!(node = %name, token = %token_id, kind = %e.kind, error = %e, "token join refused");
     }
+    answer(result)
 }
 
 /// Serves the peer API until `stop` resolves.
-pub async fn serve(
+pub async fn serve_peers(
     agent: Arc<Agent>,
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -314,14 +276,13 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
-        let cluster_id = agent.cluster_id.clone();
-        let agent_for_count = agent.clone();
+        let agent = agent.clone();
         tokio::spawn(async move {
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     // Most often a client certificate from another CA: refused and counted.
-                    agent_for_count.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+                    agent.count_refused();
                     tracing::debug!(%remote, error = %e, "TLS handshake failed");
                     return;
                 }
@@ -335,7 +296,7 @@ pub async fn serve(
                 .and_then(|chain| chain.first())
                 .and_then(|leaf| peer_identity(leaf.as_ref()).ok());
             if let Some(id) = &identity
-                && id.cluster_id != cluster_id
+                && id.cluster_id != agent.cluster_id()
             {
                 tracing::warn!(%remote, peer_cluster = %id.cluster_id, "peer from another cluster");
             }

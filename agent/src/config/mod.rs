@@ -6,6 +6,8 @@
 //! value may refer to them as `${NAME}`, so one identical config works on every machine:
 //! `--advertise '${COREOS_EC2_IPV4_LOCAL}:7000'`.
 
+mod env_file;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,6 +16,8 @@ use std::time::Duration;
 use clap::Args;
 use muster_shared::duration::parse_duration;
 use serde::Deserialize;
+
+pub use env_file::{expand, read_env_file};
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/muster";
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:7000";
@@ -303,96 +307,6 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
     })
 }
 
-/// Parses a systemd EnvironmentFile: `KEY=VALUE` lines, `#`/`;` comments, optional `export `,
-/// values optionally in single or double quotes.
-pub fn read_env_file(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
-        path: path.display().to_string(),
-        cause,
-    })?;
-    parse_env_file(&text).map_err(|message| ConfigError::File {
-        path: path.display().to_string(),
-        message,
-    })
-}
-
-fn parse_env_file(text: &str) -> Result<HashMap<String, String>, String> {
-    let mut vars = HashMap::new();
-    for (n, raw) in text.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        let Some((key, value)) = line.split_once('=') else {
-            return Err(format!("line {}: expected KEY=VALUE, found {raw:?}", n + 1));
-        };
-        let key = key.trim();
-        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(format!("line {}: {key:?} is not a variable name", n + 1));
-        }
-        let value = value.trim();
-        let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
-            .unwrap_or(value);
-        vars.insert(key.to_string(), value.to_string());
-    }
-    Ok(vars)
-}
-
-/// Expands `${NAME}` and `$NAME` from `env`. An unset variable is an error, never an empty
-/// string: an advertise address of ":7000" would be worse than refusing to start.
-pub fn expand(value: &str, env: &HashMap<String, String>) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut chars = value.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        if c != '$' {
-            out.push(c);
-            continue;
-        }
-        // `$$` is a literal dollar, as in systemd unit files.
-        if value[i + 1..].starts_with('$') {
-            chars.next();
-            out.push('$');
-            continue;
-        }
-        let name = if value[i + 1..].starts_with('{') {
-            let Some(close) = value[i + 2..].find('}') else {
-                return Err(format!("{value:?}: unclosed ${{"));
-            };
-            let name = &value[i + 2..i + 2 + close];
-            for _ in 0..close + 2 {
-                chars.next();
-            }
-            name
-        } else {
-            let rest = &value[i + 1..];
-            let len = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            if len == 0 {
-                out.push('$');
-                continue;
-            }
-            for _ in 0..len {
-                chars.next();
-            }
-            &rest[..len]
-        };
-        match env.get(name) {
-            Some(v) => out.push_str(v),
-            None => {
-                return Err(format!(
-                    "{value:?} refers to ${{{name}}}, which is not set (is --env-file right, e.g. /run/metadata/flatcar?)"
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
 pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
     let ok = (1..=63).contains(&name.len())
         && name
@@ -406,6 +320,13 @@ pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
             message: format!("{name:?}: use 1..=63 chars of [A-Za-z0-9._-], e.g. the hostname"),
         })
     }
+}
+
+/// The host part of `host:port` (brackets of an IPv6 literal removed).
+pub fn host_of(addr: &str) -> &str {
+    addr.rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
+        .unwrap_or(addr)
 }
 
 pub(crate) fn validate_host_port(setting: &'static str, value: &str) -> Result<(), ConfigError> {
@@ -432,138 +353,4 @@ pub(crate) fn validate_host_port(setting: &'static str, value: &str) -> Result<(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    fn flags() -> AgentFlags {
-        AgentFlags {
-            // An empty config file, so the host's /etc/muster/agent.toml never leaks in.
-            config: Some(PathBuf::from("/dev/null")),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn flag_beats_env_beats_file() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let file = dir.path().join("agent.toml");
-        std::fs::write(
-            &file,
-            "name = \"from-file\"\nadvertise = \"10.0.0.9:7000\"\nlisten = \"127.0.0.1:7100\"\n",
-        )
-        .expect("write");
-        let mut f = AgentFlags {
-            config: Some(file),
-            ..Default::default()
-        };
-        let c = resolve(&f, &env(&[])).expect("file only");
-        assert_eq!(
-            (c.name.as_str(), c.advertise.as_str()),
-            ("from-file", "10.0.0.9:7000")
-        );
-        assert_eq!(c.listen.to_string(), "127.0.0.1:7100");
-        let c = resolve(&f, &env(&[("MUSTER_NAME", "from-env")])).expect("env");
-        assert_eq!(c.name, "from-env");
-        f.name = Some("from-flag".into());
-        let c = resolve(&f, &env(&[("MUSTER_NAME", "from-env")])).expect("flag");
-        assert_eq!(c.name, "from-flag");
-        assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
-        assert_eq!(c.heartbeat, Duration::from_millis(50));
-        assert_eq!(c.election_timeout, Duration::from_millis(200));
-    }
-
-    #[test]
-    fn env_file_values_expand_and_real_env_wins() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let ef = dir.path().join("flatcar");
-        std::fs::write(
-            &ef,
-            "# written by coreos-metadata\nCOREOS_EC2_IPV4_LOCAL=10.1.2.3\nCOREOS_EC2_HOSTNAME=\"ip-10-1-2-3\"\n",
-        )
-        .expect("write");
-        let mut f = flags();
-        f.env_file = Some(ef);
-        f.advertise = Some("${COREOS_EC2_IPV4_LOCAL}:7000".into());
-        f.name = Some("$COREOS_EC2_HOSTNAME".into());
-        let c = resolve(&f, &env(&[])).expect("resolve");
-        assert_eq!(c.advertise, "10.1.2.3:7000");
-        assert_eq!(c.name, "ip-10-1-2-3");
-        let c = resolve(&f, &env(&[("COREOS_EC2_IPV4_LOCAL", "10.9.9.9")])).expect("resolve");
-        assert_eq!(c.advertise, "10.9.9.9:7000");
-        let c = resolve(&f, &env(&[("MUSTER_DISCOVERY", "")])).expect("empty is unset");
-        assert_eq!(c.discovery, None);
-    }
-
-    #[test]
-    fn clear_errors_for_missing_and_bad_values() {
-        let mut f = flags();
-        let e = resolve(&f, &env(&[])).expect_err("no name");
-        assert!(e.to_string().contains("MUSTER_NAME"), "{e}");
-        f.name = Some("n1".into());
-        f.advertise = Some("${NOPE}:7000".into());
-        let e = resolve(&f, &env(&[])).expect_err("unset var");
-        assert!(
-            e.to_string().contains("NOPE") && e.to_string().contains("env-file"),
-            "{e}"
-        );
-        f.advertise = Some("0.0.0.0:7000".into());
-        assert!(
-            resolve(&f, &env(&[]))
-                .expect_err("unroutable")
-                .to_string()
-                .contains("routable")
-        );
-        f.advertise = Some("10.0.0.1".into());
-        assert!(resolve(&f, &env(&[])).is_err());
-        f.advertise = Some("10.0.0.1:7000".into());
-        f.name = Some("bad name".into());
-        assert!(resolve(&f, &env(&[])).is_err());
-        f.name = Some("n1".into());
-        f.discovery = Some("discovery.example.com/abc".into());
-        assert!(resolve(&f, &env(&[])).is_err());
-        f.discovery = None;
-        f.heartbeat = Some("200ms".into());
-        f.election_timeout = Some("300ms".into());
-        assert!(
-            resolve(&f, &env(&[]))
-                .expect_err("flappy")
-                .to_string()
-                .contains("twice")
-        );
-    }
-
-    #[test]
-    fn toml_rejects_unknown_keys() {
-        let dir = tempfile::tempdir().expect("tmp");
-        let file = dir.path().join("agent.toml");
-        std::fs::write(&file, "nmae = \"typo\"\n").expect("write");
-        let f = AgentFlags {
-            config: Some(file),
-            ..Default::default()
-        };
-        let e = resolve(&f, &env(&[])).expect_err("typo");
-        assert!(e.to_string().contains("nmae"), "{e}");
-    }
-
-    #[test]
-    fn env_file_parser_handles_quotes_comments_and_errors() {
-        let vars =
-            parse_env_file("A=1\n; comment\nexport B='two words'\nC=\"x=y\"\n\n").expect("parse");
-        assert_eq!(vars.get("A").map(String::as_str), Some("1"));
-        assert_eq!(vars.get("B").map(String::as_str), Some("two words"));
-        assert_eq!(vars.get("C").map(String::as_str), Some("x=y"));
-        assert!(parse_env_file("NOEQUALS\n").is_err());
-        assert_eq!(
-            expand("$$A-${A}", &env(&[("A", "1")])).ok().as_deref(),
-            Some("$A-1")
-        );
-        assert!(expand("${A", &env(&[("A", "1")])).is_err());
-    }
-}
+mod tests;

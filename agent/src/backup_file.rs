@@ -1,5 +1,5 @@
-//! `muster backup` and `muster restore`: the committed cluster state in a checksummed file, and
-//! the state a restored one-node cluster starts from.
+//! The backup file of `muster backup` and `muster restore`: the committed cluster state in a
+//! checksummed file, and the state a restored one-node cluster starts from.
 //!
 //! File layout: one header line of JSON, then exactly `payload_bytes` bytes of payload (the
 //! replicated [`ClusterState`] as JSON). The header carries the payload's SHA-256, so a file that
@@ -10,8 +10,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::raft::types::{ClusterState, OperatorTokenRecord};
-use crate::service::{Agent, OpError};
+use crate::state::{ClusterState, OperatorTokenRecord};
 
 const FORMAT: &str = "muster-backup";
 const VERSION: u32 = 1;
@@ -141,26 +140,10 @@ pub fn restored_state(
     state
 }
 
-impl Agent {
-    /// Leader: the committed state, for `muster backup`.
-    pub async fn backup(&self) -> Result<BackupSnapshot, OpError> {
-        // Read before the state: the state then holds at least this index (a later read could
-        // name entries the copy does not hold).
-        let applied_index = self.raft.view().last_applied.unwrap_or(0);
-        let state = self.raft.read_linearizable(|s| s.clone()).await?;
-        tracing::info!(applied_index, "backup taken");
-        Ok(BackupSnapshot {
-            cluster_id: self.cluster_id.clone(),
-            applied_index,
-            state,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::raft::types::{CaMaterial, JoinTokenRecord, NodeRecord};
+    use crate::state::{CaMaterial, JoinTokenRecord, NodeRecord};
 
     fn snapshot() -> BackupSnapshot {
         let mut state = ClusterState {

@@ -1,0 +1,171 @@
+//! The running node's shared state as plain data: who this node is, its cluster, its raft
+//! handle and peer clients, the formation in progress, what it knows of its own removal, and
+//! counters. Behaviour lives in the modules that use it (`leader/`, `serve/`, `reconcile`,
+//! `watch`); this file only holds things and hands them out.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::client::PeerClients;
+use crate::datadir::Formation;
+use crate::raft::RaftNode;
+use crate::state::NodeId;
+
+/// Who this agent is and how it behaves; fixed for the life of the process.
+pub struct AgentInit {
+    pub data_dir: PathBuf,
+    pub node_id: NodeId,
+    pub name: String,
+    pub cluster_id: String,
+    /// SHA-256 of the cluster CA's SubjectPublicKeyInfo (goes into every token).
+    pub ca_pin: String,
+    /// Mutual-TLS clients for the peers (shared with raft).
+    pub peers: PeerClients,
+    /// A nonvoter is promoted only after it has been in the configuration this long.
+    pub promote_after: Duration,
+    /// Set on the initiator while its cohort is joining.
+    pub formation: Option<Formation>,
+}
+
+pub struct Agent {
+    raft: RaftNode,
+    data_dir: PathBuf,
+    node_id: NodeId,
+    name: String,
+    cluster_id: String,
+    ca_pin: String,
+    peers: PeerClients,
+    promote_after: Duration,
+    formation: Mutex<Option<Formation>>,
+    removal: RemovalSignal,
+    refused_rpcs: AtomicU64,
+    membership_ops: tokio::sync::Mutex<()>,
+}
+
+impl Agent {
+    pub fn new(raft: RaftNode, init: AgentInit) -> Self {
+        Self {
+            raft,
+            data_dir: init.data_dir,
+            node_id: init.node_id,
+            name: init.name,
+            cluster_id: init.cluster_id,
+            ca_pin: init.ca_pin,
+            peers: init.peers,
+            promote_after: init.promote_after,
+            formation: Mutex::new(init.formation),
+            removal: RemovalSignal::default(),
+            refused_rpcs: AtomicU64::new(0),
+            membership_ops: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn raft(&self) -> &RaftNode {
+        &self.raft
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn ca_pin(&self) -> &str {
+        &self.ca_pin
+    }
+
+    pub fn peers(&self) -> &PeerClients {
+        &self.peers
+    }
+
+    pub fn promote_after(&self) -> Duration {
+        self.promote_after
+    }
+
+    /// The formation in progress on this node (the initiator), if any.
+    pub fn formation(&self) -> Option<Formation> {
+        self.formation.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Forgets the formation: the cohort has joined.
+    pub fn end_formation(&self) {
+        if let Ok(mut f) = self.formation.lock() {
+            *f = None;
+        }
+    }
+
+    pub fn removal(&self) -> &RemovalSignal {
+        &self.removal
+    }
+
+    /// Counts a request refused because the caller had no certificate of this cluster, or was
+    /// not (or no longer) a member.
+    pub fn count_refused(&self) {
+        self.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn refused_rpcs(&self) -> u64 {
+        self.refused_rpcs.load(Ordering::Relaxed)
+    }
+
+    /// Held by a leader-side membership operation (`node remove`), so each quorum check sees
+    /// the one before it.
+    pub fn membership_ops(&self) -> &tokio::sync::Mutex<()> {
+        &self.membership_ops
+    }
+}
+
+/// What this node knows of its own removal: whether it has learnt it, and when a leader last
+/// sent it AppendEntries (a removed nonvoter simply stops hearing from one).
+pub struct RemovalSignal {
+    told: tokio::sync::watch::Sender<bool>,
+    last_heard: Mutex<Instant>,
+}
+
+impl Default for RemovalSignal {
+    fn default() -> Self {
+        Self {
+            told: tokio::sync::watch::channel(false).0,
+            last_heard: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl RemovalSignal {
+    pub fn heard_from_leader(&self) {
+        if let Ok(mut t) = self.last_heard.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    /// How long since a leader last sent AppendEntries.
+    pub fn silence(&self) -> Duration {
+        self.last_heard
+            .lock()
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+
+    /// This node now knows it was removed.
+    pub fn conclude(&self) {
+        self.told.send_replace(true);
+    }
+
+    /// Resolves once this node knows it was removed.
+    pub async fn wait(&self) {
+        let mut rx = self.told.subscribe();
+        let _ = rx.wait_for(|removed| *removed).await;
+    }
+}

@@ -1,0 +1,231 @@
+//! The agent API's one error: a stable `kind` that scripts match on, a message for people, and
+//! the HTTP status that follows from the kind. [`TABLE`] is the only place a kind meets a status.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Why an operation failed. The wire spelling ([`ErrorKind::as_str`]) is a public contract: a
+/// kind may be added, never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The cluster has no CA or id in its replicated state yet.
+    ClusterUninitialized,
+    /// No leader is known (an election is in progress, or this node is cut off).
+    NoLeader,
+    /// The leader cannot reach a majority of the voters; the outcome of a write is unknown.
+    QuorumLost,
+    /// The caller is known but may not do this (a refused join, a non-member certificate).
+    Unauthorized,
+    /// The caller brought no credentials or invalid ones. Spelled `unauthorized` on the wire,
+    /// answered with HTTP 401 instead of 403.
+    Unauthenticated,
+    NotFound,
+    InvalidArgument,
+    /// A request body over the route's limit.
+    PayloadTooLarge,
+    /// Too many requests from one client; retry later.
+    RateLimited,
+    /// A server that does not present the CA the caller pinned.
+    CaPinMismatch,
+    TokenExpired,
+    TokenConsumed,
+    TokenRevoked,
+    /// Another member has this name.
+    NameTaken,
+    /// A removal that would leave the voters without a reachable majority (`--force` overrides).
+    WouldLoseQuorum,
+    /// The caller is a node that was removed from the cluster.
+    Removed,
+    /// Another membership change is still in flight; retry shortly.
+    MembershipBusy,
+    /// Something this node depends on (the discovery service, its disk) cannot serve now.
+    Unavailable,
+    Internal,
+}
+
+/// Every kind with its wire spelling and HTTP status.
+const TABLE: &[(ErrorKind, &str, u16)] = &[
+    (
+        ErrorKind::ClusterUninitialized,
+        "cluster_uninitialized",
+        503,
+    ),
+    (ErrorKind::NoLeader, "no_leader", 503),
+    (ErrorKind::QuorumLost, "quorum_lost", 503),
+    (ErrorKind::Unauthorized, "unauthorized", 403),
+    (ErrorKind::Unauthenticated, "unauthorized", 401),
+    (ErrorKind::NotFound, "not_found", 404),
+    (ErrorKind::InvalidArgument, "invalid_argument", 400),
+    (ErrorKind::PayloadTooLarge, "payload_too_large", 413),
+    (ErrorKind::RateLimited, "rate_limited", 429),
+    (ErrorKind::CaPinMismatch, "ca_pin_mismatch", 403),
+    (ErrorKind::TokenExpired, "token_expired", 403),
+    (ErrorKind::TokenConsumed, "token_consumed", 403),
+    (ErrorKind::TokenRevoked, "token_revoked", 403),
+    (ErrorKind::NameTaken, "name_taken", 409),
+    (ErrorKind::WouldLoseQuorum, "would_lose_quorum", 409),
+    (ErrorKind::Removed, "removed", 410),
+    (ErrorKind::MembershipBusy, "membership_busy", 503),
+    (ErrorKind::Unavailable, "unavailable", 503),
+    (ErrorKind::Internal, "internal", 500),
+];
+
+impl ErrorKind {
+    fn row(self) -> (&'static str, u16) {
+        TABLE
+            .iter()
+            .find(|(k, _, _)| *k == self)
+            .map(|(_, name, status)| (*name, *status))
+            .unwrap_or(("internal", 500))
+    }
+
+    /// The stable spelling on the wire.
+    pub fn as_str(self) -> &'static str {
+        self.row().0
+    }
+
+    /// The HTTP status an answer with this kind carries.
+    pub fn status(self) -> u16 {
+        self.row().1
+    }
+
+    /// Reads a kind from the wire. `unauthorized` with status 401 is [`Unauthenticated`]; a
+    /// kind this build does not know (from a newer peer) becomes [`Internal`].
+    ///
+    /// [`Unauthenticated`]: ErrorKind::Unauthenticated
+    /// [`Internal`]: ErrorKind::Internal
+    pub fn from_wire(name: &str, status: u16) -> Self {
+        if name == "unauthorized" && status == 401 {
+            return ErrorKind::Unauthenticated;
+        }
+        TABLE
+            .iter()
+            .find(|(k, n, _)| *n == name && *k != ErrorKind::Unauthenticated)
+            .map(|(k, _, _)| *k)
+            .unwrap_or(ErrorKind::Internal)
+    }
+
+    /// Every kind, in table order.
+    pub fn all() -> impl Iterator<Item = ErrorKind> {
+        TABLE.iter().map(|(k, _, _)| *k)
+    }
+
+    /// True if the same request may succeed when sent again shortly (no leader yet, a
+    /// membership change in flight, a busy or restarting member).
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::NoLeader
+                | ErrorKind::QuorumLost
+                | ErrorKind::MembershipBusy
+                | ErrorKind::ClusterUninitialized
+                | ErrorKind::RateLimited
+                | ErrorKind::Unavailable
+                | ErrorKind::Internal
+        )
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorKind {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorKind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(ErrorKind::from_wire(&name, 0))
+    }
+}
+
+/// An error answer: `{"kind": …, "message": …}` with the kind's HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub fn status(&self) -> u16 {
+        self.kind.status()
+    }
+
+    /// Decodes an error answer: the body's `{kind, message}` if it has one, else the status
+    /// and the first part of the body. This is the one place a client reads an error answer.
+    pub fn from_response(status: u16, body: &[u8]) -> Self {
+        #[derive(Deserialize)]
+        struct Wire {
+            kind: String,
+            #[serde(default)]
+            message: String,
+        }
+        match serde_json::from_slice::<Wire>(body) {
+            Ok(w) => Self::new(ErrorKind::from_wire(&w.kind, status), w.message),
+            Err(_) => {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                let kind = match status {
+                    413 => ErrorKind::PayloadTooLarge,
+                    429 => ErrorKind::RateLimited,
+                    _ => ErrorKind::Internal,
+                };
+                Self::new(kind, format!("HTTP {status}: {text}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_through_the_wire_with_its_status() {
+        for kind in ErrorKind::all() {
+            let e = ApiError::new(kind, "m");
+            let body = serde_json::to_vec(&e).expect("encode");
+            let back = ApiError::from_response(kind.status(), &body);
+            assert_eq!(back.kind, kind, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn documented_statuses() {
+        assert_eq!(ErrorKind::Unauthenticated.as_str(), "unauthorized");
+        assert_eq!(ErrorKind::Unauthenticated.status(), 401);
+        assert_eq!(ErrorKind::Unauthorized.status(), 403);
+        assert_eq!(ErrorKind::Removed.status(), 410);
+        assert_eq!(ErrorKind::NameTaken.status(), 409);
+        assert_eq!(ErrorKind::NoLeader.status(), 503);
+    }
+
+    #[test]
+    fn unknown_kinds_and_non_json_bodies_decode_to_something_useful() {
+        let e = ApiError::from_response(500, br#"{"kind":"from_the_future","message":"x"}"#);
+        assert_eq!(e.kind, ErrorKind::Internal);
+        let e = ApiError::from_response(413, b"length limit exceeded");
+        assert_eq!(e.kind, ErrorKind::PayloadTooLarge);
+        assert!(e.message.contains("length limit"), "{e}");
+    }
+}

@@ -1,0 +1,50 @@
+//! What a joining node sends and what it gets back, on both ways in (a discovery registrant of
+//! the first N, or a node holding a join token).
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/join`: a registrant of the discovery URL asking the initiator to admit it. The
+/// CSR's key must be the one its member id was derived from.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinRequest {
+    pub discovery_url: String,
+    pub member_id: String,
+    pub name: String,
+    pub addr: String,
+    pub csr_pem: String,
+}
+
+/// `POST /v1/join/token`. It carries the token's secret, so it only ever travels inside TLS to
+/// a server that proved the pinned CA, and is hashed on arrival.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct TokenJoinRequest {
+    pub token_id: String,
+    pub secret: String,
+    pub node_id: String,
+    pub name: String,
+    pub addr: String,
+    /// SHA-256 of the node key's SubjectPublicKeyInfo; the CSR must carry this key.
+    pub key_fingerprint: String,
+    pub csr_pem: String,
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for TokenJoinRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenJoinRequest")
+            .field("token_id", &self.token_id)
+            .field("node_id", &self.node_id)
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What an admitted node receives: everything it needs to start as a member.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinResponse {
+    pub cluster_id: String,
+    pub ca_cert_pem: String,
+    pub cert_pem: String,
+    pub node_id: String,
+}

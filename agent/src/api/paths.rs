@@ -1,0 +1,26 @@
+//! Route paths of the agent's two HTTP surfaces, shared by the servers and their clients.
+
+/// Raft RPCs between members (mutual TLS).
+pub const RAFT_APPEND: &str = "/raft/append";
+pub const RAFT_VOTE: &str = "/raft/vote";
+pub const RAFT_SNAPSHOT: &str = "/raft/snapshot";
+/// A follower forwarding an operation to the leader (mutual TLS).
+pub const FORWARD: &str = "/raft/client";
+/// A member asks a peer whether it is still a member (answered `410 removed` if not).
+pub const MEMBER_CHECK: &str = "/raft/member";
+
+/// A first-N registrant of the discovery URL joining the initiator (no client certificate).
+pub const JOIN: &str = "/v1/join";
+/// A node joining with a join token (no client certificate).
+pub const TOKEN_JOIN: &str = "/v1/join/token";
+/// Liveness of the node's TLS listener (no authentication).
+pub const HEALTH: &str = "/v1/health";
+
+/// The operator API (unix socket as is; the TLS port with an operator token).
+pub const STATUS: &str = "/v1/status";
+pub const KV: &str = "/v1/kv";
+pub const KV_LIST: &str = "/v1/kv/list";
+pub const TOKENS: &str = "/v1/tokens";
+pub const OPERATOR_TOKENS: &str = "/v1/operator-tokens";
+pub const MEMBERS: &str = "/v1/members";
+pub const BACKUP: &str = "/v1/backup";

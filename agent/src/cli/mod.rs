@@ -1,0 +1,336 @@
+//! The operator commands: where they send their request (the local unix socket, or a member's
+//! TLS port with an operator token) and what they print (`output.rs`).
+
+pub mod output;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use muster_shared::form::urlencode;
+use muster_shared::token::{SecretToken, TokenKind};
+use serde::de::DeserializeOwned;
+
+use crate::api::types::{JoinTokenInfo, NodeRemoved, OperatorTokenInfo, Status, TokenCreated};
+use crate::api::{ApiError, paths};
+use crate::backup_file::BackupSnapshot;
+use crate::client::{self, CallError};
+use crate::{config, datadir, outln};
+
+/// How long one operator call may take (the leader's longest answer, `node remove`, takes 25 s).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why an operator command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A command-line mistake.
+    #[error("{0}")]
+    Usage(String),
+    /// The agent answered with an error.
+    #[error("{} ({})", .0.message, .0.kind)]
+    Api(ApiError),
+    /// The agent could not be reached, or something local failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(e: serde_json::Error) -> Self {
+        CliError::Failed(format!("cannot encode JSON: {e}"))
+    }
+}
+
+/// Where an operator command sends its request.
+pub enum Target {
+    /// `<data-dir>/muster.sock`: the socket's permissions are the access control.
+    Socket(PathBuf),
+    /// `--server HOST:PORT`: any member's TLS port, with the operator token from MUSTER_TOKEN.
+    /// The server must present the CA the token pins.
+    Tcp { server: String, token: SecretToken },
+}
+
+impl Target {
+    /// `--data-dir` wins, then `--server`, then `MUSTER_SERVER`, then `MUSTER_DATA_DIR`, then
+    /// the default data dir.
+    pub fn resolve(data_dir: Option<PathBuf>, server: Option<String>) -> Result<Self, CliError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if let Some(dir) = data_dir {
+            return Ok(Target::Socket(datadir::socket_path(&dir)));
+        }
+        if let Some(server) = server.or_else(|| env("MUSTER_SERVER")) {
+            let text = env("MUSTER_TOKEN").ok_or_else(|| {
+                CliError::Failed(format!(
+                    "--server {server} needs an operator token in MUSTER_TOKEN (printed at formation, \
+                     or `muster operator-token create` on a member); it is read from the environment \
+                     so that it never shows in `ps`"
+                ))
+            })?;
+            let token = SecretToken::parse(TokenKind::Operator, &text)
+                .map_err(|e| CliError::Failed(format!("MUSTER_TOKEN: {e}")))?;
+            return Ok(Target::Tcp { server, token });
+        }
+        let dir = env("MUSTER_DATA_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR));
+        Ok(Target::Socket(datadir::socket_path(&dir)))
+    }
+
+    /// One request, answered with `T` or the agent's error.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<T, CliError> {
+        let answer = match self {
+            Target::Socket(sock) => {
+                let (status, bytes) =
+                    client::socket_call(sock, method, path, body, CALL_TIMEOUT)
+                        .await
+                        .map_err(|e| {
+                            CliError::Failed(format!(
+                                "cannot reach the agent at {} ({e}): is `muster agent` running with this \
+                                 --data-dir? are you its user or root? from another machine use --server \
+                                 HOST:PORT with MUSTER_TOKEN",
+                                sock.display()
+                            ))
+                        })?;
+                client::decode_answer(status, &bytes)
+            }
+            Target::Tcp { server, token } => {
+                let http = client::pinned(token.ca_pin(), CALL_TIMEOUT)
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                let method = reqwest::Method::from_bytes(method.as_bytes())
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                let mut req = http
+                    .request(method, format!("https://{server}{path}"))
+                    .bearer_auth(token.reveal());
+                if let Some(body) = body {
+                    req = req.header("content-type", "application/json").body(body);
+                }
+                client::send_json(server, req).await
+            }
+        };
+        answer.map_err(|e| match e {
+            CallError::Api(e) => CliError::Api(e),
+            CallError::PinMismatch { addr } => CliError::Failed(format!(
+                "{addr} does not present the CA of the operator token's cluster; refusing to send it the token (ca_pin_mismatch)"
+            )),
+            CallError::Unreachable { addr, reason, .. } => CliError::Failed(format!(
+                "cannot reach the agent at {addr}: {reason} (is it running, and is the port open from here?)"
+            )),
+            CallError::Setup(m) => CliError::Failed(m),
+        })
+    }
+}
+
+fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {
+    outln!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub async fn status(target: &Target) -> Result<Status, CliError> {
+    target.call("GET", paths::STATUS, None).await
+}
+
+fn key_path(base: &str, key: &str) -> String {
+    format!("{base}?key={}", urlencode(key))
+}
+
+pub async fn kv_get(target: &Target, key: &str, json: bool) -> Result<(), CliError> {
+    let v: serde_json::Value = target.call("GET", &key_path(paths::KV, key), None).await?;
+    if json {
+        outln!("{v}");
+    } else {
+        outln!("{}", v["value"].as_str().unwrap_or_default());
+    }
+    Ok(())
+}
+
+pub async fn kv_put(target: &Target, key: &str, value: &str, json: bool) -> Result<(), CliError> {
+    let body = serde_json::json!({ "value": value }).to_string();
+    let v: serde_json::Value = target
+        .call("PUT", &key_path(paths::KV, key), Some(body))
+        .await?;
+    if json {
+        outln!("{v}");
+    }
+    Ok(())
+}
+
+pub async fn kv_del(target: &Target, key: &str, json: bool) -> Result<(), CliError> {
+    let v: serde_json::Value = target
+        .call("DELETE", &key_path(paths::KV, key), None)
+        .await?;
+    if json {
+        outln!("{v}");
+    }
+    Ok(())
+}
+
+pub async fn kv_list(target: &Target, prefix: &str, json: bool) -> Result<(), CliError> {
+    let path = format!("{}?prefix={}", paths::KV_LIST, urlencode(prefix));
+    let v: serde_json::Value = target.call("GET", &path, None).await?;
+    if json {
+        outln!("{v}");
+    } else if let Some(entries) = v.as_array() {
+        for e in entries {
+            outln!(
+                "{}\t{}",
+                e["key"].as_str().unwrap_or_default(),
+                e["value"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `muster token create`: the token alone on stdout (so `$(muster token create)` captures just
+/// it), what it is on stderr.
+pub async fn token_create(
+    target: &Target,
+    ttl: Duration,
+    uses: u32,
+    description: String,
+    json: bool,
+) -> Result<(), CliError> {
+    let body = serde_json::json!({
+        "ttl_ms": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        "uses": uses,
+        "description": description,
+    });
+    let Some(created) = create_token(target, paths::TOKENS, body, json).await? else {
+        return Ok(());
+    };
+    eprintln!(
+        "join token {}: admits {} node(s), expires in {}. It is shown only this once. \
+         Use it as: muster agent --join <member> --token <TOKEN> …",
+        created.id,
+        created.uses.unwrap_or(1),
+        muster_shared::duration::format_duration(Duration::from_secs(ttl.as_secs()))
+    );
+    Ok(())
+}
+
+/// Creates a token and prints it: the token alone on stdout (or everything as JSON). Returns
+/// what was created when the caller should add its note on stderr.
+async fn create_token(
+    target: &Target,
+    path: &str,
+    body: serde_json::Value,
+    json: bool,
+) -> Result<Option<TokenCreated>, CliError> {
+    let created: TokenCreated = target.call("POST", path, Some(body.to_string())).await?;
+    if json {
+        print_json(&created)?;
+        return Ok(None);
+    }
+    outln!("{}", created.token);
+    Ok(Some(created))
+}
+
+pub async fn token_list(target: &Target, json: bool) -> Result<(), CliError> {
+    let list: Vec<JoinTokenInfo> = target.call("GET", paths::TOKENS, None).await?;
+    if json {
+        return print_json(&list);
+    }
+    output::print_join_tokens(&list);
+    Ok(())
+}
+
+pub async fn token_revoke(target: &Target, id: &str, json: bool) -> Result<(), CliError> {
+    let path = format!("{}/{}", paths::TOKENS, urlencode(id));
+    let info: JoinTokenInfo = target.call("DELETE", &path, None).await?;
+    if json {
+        return print_json(&info);
+    }
+    outln!("join token {} revoked", info.id);
+    Ok(())
+}
+
+pub async fn operator_token_create(
+    target: &Target,
+    description: String,
+    json: bool,
+) -> Result<(), CliError> {
+    let body = serde_json::json!({ "description": description });
+    let Some(created) = create_token(target, paths::OPERATOR_TOKENS, body, json).await? else {
+        return Ok(());
+    };
+    eprintln!(
+        "operator token {}: full operator access over TCP. It is shown only this once. \
+         Use it as: MUSTER_TOKEN=<TOKEN> muster status --server <member>:<port>",
+        created.id
+    );
+    Ok(())
+}
+
+pub async fn operator_token_list(target: &Target, json: bool) -> Result<(), CliError> {
+    let list: Vec<OperatorTokenInfo> = target.call("GET", paths::OPERATOR_TOKENS, None).await?;
+    if json {
+        return print_json(&list);
+    }
+    output::print_operator_tokens(&list);
+    Ok(())
+}
+
+pub async fn operator_token_revoke(target: &Target, id: &str, json: bool) -> Result<(), CliError> {
+    let path = format!("{}/{}", paths::OPERATOR_TOKENS, urlencode(id));
+    let info: OperatorTokenInfo = target.call("DELETE", &path, None).await?;
+    if json {
+        return print_json(&info);
+    }
+    outln!("operator token {} revoked", info.id);
+    Ok(())
+}
+
+pub async fn node_remove(
+    target: &Target,
+    name: &str,
+    force: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let path = format!("{}/{}?force={force}", paths::MEMBERS, urlencode(name));
+    let removed: NodeRemoved = target.call("DELETE", &path, None).await?;
+    if json {
+        return print_json(&removed);
+    }
+    outln!("{}", removed.message);
+    Ok(())
+}
+
+/// `muster backup FILE`: the committed state, checksummed, written atomically with mode 0600
+/// (it holds the CA's private key).
+pub async fn backup(target: &Target, file: &Path, json: bool) -> Result<(), CliError> {
+    let snapshot: BackupSnapshot = target.call("GET", paths::BACKUP, None).await?;
+    let bytes = crate::backup_file::encode(&snapshot, crate::clock::now_ms())
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    datadir::write_private(file, &bytes)
+        .map_err(|e| CliError::Failed(format!("writing {}: {e}", file.display())))?;
+    let summary = serde_json::json!({
+        "file": file.display().to_string(),
+        "cluster_id": snapshot.cluster_id,
+        "applied_index": snapshot.applied_index,
+        "members": snapshot.state.nodes.len(),
+        "keys": snapshot.state.kv.len(),
+        "bytes": bytes.len(),
+    });
+    if json {
+        return print_json(&summary);
+    }
+    outln!(
+        "backup of cluster {} (index {}, {} members, {} keys) written to {} ({} bytes, mode 0600: it holds the CA key)",
+        snapshot.cluster_id,
+        snapshot.applied_index,
+        snapshot.state.nodes.len(),
+        snapshot.state.kv.len(),
+        file.display(),
+        bytes.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! The one way the agent and the CLI talk HTTP as a client: how each kind of client is built
+//! (pinned to a CA, mutual TLS to a peer, plain or public HTTPS to a discovery service, the
+//! local unix socket), how an answer or an error is read back, and how a retry waits
+//! ([`Backoff`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::BodyExt;
+use muster_shared::tls;
+use serde::de::DeserializeOwned;
+
+use crate::api::ApiError;
+use crate::state::NodeId;
+
+/// Why a call got no usable answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The server answered with an error.
+    #[error("{0} ({kind})", kind = .0.kind)]
+    Api(ApiError),
+    /// The server presented another CA than the one pinned; nothing was sent to it.
+    #[error("{addr} does not present the pinned cluster CA (ca_pin_mismatch)")]
+    PinMismatch { addr: String },
+    /// No answer: refused, timed out, cut off. `connect` is true when the request never left
+    /// this machine, so sending it again cannot apply it twice.
+    #[error("{addr}: {reason}")]
+    Unreachable {
+        addr: String,
+        reason: String,
+        connect: bool,
+    },
+    /// A client could not be set up at all.
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl CallError {
+    fn from_reqwest(addr: &str, e: reqwest::Error) -> Self {
+        if tls::is_ca_pin_mismatch(&e) {
+            return CallError::PinMismatch {
+                addr: addr.to_string(),
+            };
+        }
+        CallError::Unreachable {
+            addr: addr.to_string(),
+            connect: e.is_connect(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Sends `req` and reads a JSON answer of type `T`, or the error the server answered with.
+pub async fn send_json<T: DeserializeOwned>(
+    addr: &str,
+    req: reqwest::RequestBuilder,
+) -> Result<T, CallError> {
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| CallError::from_reqwest(addr, e))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| CallError::from_reqwest(addr, e))?;
+    decode_answer(status, &body)
+}
+
+/// Reads an answer: `T` from a 2xx body, else the error it carries.
+pub fn decode_answer<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, CallError> {
+    if !(200..300).contains(&status) {
+        return Err(CallError::Api(ApiError::from_response(status, body)));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        CallError::Api(ApiError::internal(format!(
+            "the answer is not what this version expects ({e})"
+        )))
+    })
+}
+
+/// An HTTPS client that talks only to servers whose chain holds the CA with `ca_pin` (from a
+/// join or operator token, or a discovery record). No client certificate.
+pub fn pinned(ca_pin: &str, timeout: Duration) -> Result<reqwest::Client, CallError> {
+    let config = tls::pinned_client_config(ca_pin).map_err(|e| CallError::Setup(e.to_string()))?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured((*config).clone())
+        .no_proxy()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| CallError::Setup(e.to_string()))
+}
+
+/// A client for a discovery service. Over HTTPS it trusts the system's roots, like etcd's own
+/// discovery client; plain HTTP never loads them, so hosts (or FROM-scratch images) without a
+/// CA bundle still work.
+pub fn discovery(url: &str, connect_timeout: Duration) -> Result<reqwest::Client, CallError> {
+    let mut builder = reqwest::Client::builder().connect_timeout(connect_timeout);
+    if url.starts_with("http://") {
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| CallError::Setup(e.to_string()))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+        builder = builder.tls_backend_preconfigured(tls);
+    } else {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    builder.build().map_err(|e| {
+        CallError::Setup(format!(
+            "cannot set up HTTPS for the discovery service ({e}); is a CA bundle installed (ca-certificates)?"
+        ))
+    })
+}
+
+/// A keep-alive mutual-TLS client for one peer, and the base URL that reaches it by its
+/// identity name: only the certificate the cluster CA issued to that node id carries the name,
+/// so a message for node X is never delivered to another node now sitting at X's address.
+#[derive(Clone)]
+pub struct PeerClient {
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+/// One keep-alive client per peer, shared by raft's RPCs and forwarded operations. A client is
+/// rebuilt when the peer's address changes or after [`PeerClients::forget`] (its address is
+/// resolved again, so a peer back on a new IP is found).
+#[derive(Clone)]
+pub struct PeerClients {
+    tls: Arc<rustls::ClientConfig>,
+    cluster_id: String,
+    cached: Arc<Mutex<HashMap<NodeId, (String, PeerClient)>>>,
+}
+
+impl PeerClients {
+    pub fn new(tls: Arc<rustls::ClientConfig>, cluster_id: &str) -> Self {
+        Self {
+            tls,
+            cluster_id: cluster_id.to_string(),
+            cached: Arc::default(),
+        }
+    }
+
+    /// The client for peer `id` at `addr` (`host:port`).
+    pub async fn get(&self, id: NodeId, addr: &str) -> Result<PeerClient, CallError> {
+        if let Ok(cached) = self.cached.lock()
+            && let Some((cached_addr, client)) = cached.get(&id)
+            && cached_addr == addr
+        {
+            return Ok(client.clone());
+        }
+        let unreachable = |reason: String| CallError::Unreachable {
+            addr: addr.to_string(),
+            reason,
+            connect: true,
+        };
+        let resolved: SocketAddr = tokio::net::lookup_host(addr)
+            .await
+            .map_err(|e| unreachable(format!("cannot resolve {addr}: {e}")))?
+            .next()
+            .ok_or_else(|| unreachable(format!("{addr} resolves to no address")))?;
+        let name = tls::node_dns_name(id, &self.cluster_id);
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured((*self.tls).clone())
+            .resolve(&name, resolved)
+            .http1_only()
+            .no_proxy()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(2)
+            .build()
+            .map_err(|e| CallError::Setup(e.to_string()))?;
+        let client = PeerClient {
+            http,
+            base: format!("https://{name}:{}", resolved.port()),
+        };
+        if let Ok(mut cached) = self.cached.lock() {
+            cached.insert(id, (addr.to_string(), client.clone()));
+        }
+        Ok(client)
+    }
+
+    /// Drops the cached client of `id`: the next call resolves its address again.
+    pub fn forget(&self, id: NodeId) {
+        if let Ok(mut cached) = self.cached.lock() {
+            cached.remove(&id);
+        }
+    }
+}
+
+/// One HTTP/1.1 request over the agent's unix socket. Returns status and body.
+pub async fn socket_call(
+    socket: &Path,
+    method: &str,
+    path_and_query: &str,
+    body: Option<String>,
+    timeout: Duration,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    let call = async {
+        let stream = tokio::net::UnixStream::connect(socket).await?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(std::io::Error::other)?;
+        tokio::spawn(conn);
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header(hyper::header::HOST, "muster")
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(
+                body.unwrap_or_default(),
+            )))
+            .map_err(std::io::Error::other)?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(std::io::Error::other)?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(std::io::Error::other)?
+            .to_bytes();
+        Ok((status, bytes.to_vec()))
+    };
+    tokio::time::timeout(timeout, call).await.map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {timeout:?}"),
+        )
+    })?
+}
+
+/// Exponential backoff between attempts, with an optional deadline: the one retry schedule.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    next: Duration,
+    max: Duration,
+    deadline: Option<Instant>,
+}
+
+impl Backoff {
+    /// Waits `first`, doubling up to `max` after each attempt.
+    pub fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            next: first,
+            max,
+            deadline: None,
+        }
+    }
+
+    /// Stops allowing attempts `within` from now.
+    pub fn until(mut self, within: Duration) -> Self {
+        self.deadline = Some(Instant::now() + within);
+        self
+    }
+
+    /// True once the deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The delay before the next attempt (and doubles the one after).
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        match self.deadline {
+            Some(d) => delay.min(d.saturating_duration_since(Instant::now())),
+            None => delay,
+        }
+    }
+
+    /// Sleeps before the next attempt; false (at once) if the deadline has passed.
+    pub async fn wait(&mut self) -> bool {
+        if self.expired() {
+            return false;
+        }
+        tokio::time::sleep(self.next_delay()).await;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_and_respects_its_deadline() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
+        let delays: Vec<u128> = (0..4).map(|_| b.next_delay().as_millis()).collect();
+        assert_eq!(delays, vec![100, 200, 350, 350]);
+        let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(5))
+            .until(Duration::from_millis(20));
+        assert!(b.next_delay() <= Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(25));
+        assert!(b.expired());
+    }
+
+    #[test]
+    fn answers_decode_to_their_type_or_their_error() {
+        let ok: Result<serde_json::Value, _> = decode_answer(200, br#"{"a":1}"#);
+        assert_eq!(ok.ok().map(|v| v["a"].clone()), Some(serde_json::json!(1)));
+        let err: Result<serde_json::Value, _> =
+            decode_answer(409, br#"{"kind":"name_taken","message":"taken"}"#);
+        match err {
+            Err(CallError::Api(e)) => {
+                assert_eq!(e.kind, crate::api::ErrorKind::NameTaken);
+                assert_eq!(e.message, "taken");
+            }
+            other => panic!("expected an API error, got {other:?}"),
+        }
+    }
+}

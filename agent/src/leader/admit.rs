@@ -1,0 +1,239 @@
+//! Admission: how a new node gets its certificate and its place in the raft configuration.
+//!
+//! Two credentials, one procedure ([`admit_node`]), answered by the leader only:
+//! * **Registrant**: one of the discovery URL's first N registrants, while the initiator's
+//!   formation is in progress.
+//! * **Join token**: anyone holding a valid token. The token check, the use it takes and the
+//!   member record are one replicated command, so two joiners racing for the last use can
+//!   never both win.
+//!
+//! Either way the node's key never leaves it: the leader signs a certificate for the key in the
+//! node's CSR, then adds the node as a nonvoter; the reconciler promotes it later.
+
+use muster_shared::tls::ClusterCa;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::Agent;
+use crate::api::join::{JoinRequest, JoinResponse, TokenJoinRequest};
+use crate::api::{ApiError, ErrorKind};
+use crate::clock::now_ms;
+use crate::config;
+use crate::discovery::DiscoveryClient;
+use crate::state::{Node, NodeId, NodeRecord, Request, member_id, parse_member_id};
+
+/// Node certificates are valid this long: as long as the CA, because certificate rotation does
+/// not exist yet and an expired certificate would silently cut a node off its cluster.
+pub const CERT_VALIDITY: std::time::Duration = std::time::Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// A token join as the leader handles it: the secret replaced by its hash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenJoin {
+    pub token_id: String,
+    pub secret_sha256: String,
+    pub node_id: String,
+    pub name: String,
+    pub addr: String,
+    pub key_fingerprint: String,
+    pub csr_pem: String,
+}
+
+impl From<TokenJoinRequest> for TokenJoin {
+    fn from(r: TokenJoinRequest) -> Self {
+        Self {
+            secret_sha256: muster_shared::token::hash_secret(&r.secret),
+            token_id: r.token_id,
+            node_id: r.node_id,
+            name: r.name,
+            addr: r.addr,
+            key_fingerprint: r.key_fingerprint,
+            csr_pem: r.csr_pem,
+        }
+    }
+}
+
+/// A node asking to be admitted, once its credential has been checked.
+struct Candidate {
+    id: NodeId,
+    name: String,
+    addr: String,
+    /// The key the certificate is issued for: the CSR must carry it.
+    key_fingerprint: String,
+    csr_pem: String,
+    /// The replicated command that records it (and, for a token, takes a use).
+    record: Request,
+}
+
+/// Signs the candidate's certificate, records it and adds it as a nonvoter.
+async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse, ApiError> {
+    let ca = cluster_ca(agent)?;
+    let cert_pem = ca
+        .sign_node(
+            &candidate.csr_pem,
+            candidate.id,
+            agent.cluster_id(),
+            &candidate.key_fingerprint,
+            crate::config::host_of(&candidate.addr),
+            CERT_VALIDITY,
+        )
+        .map_err(|e| {
+            ApiError::new(
+                ErrorKind::Unauthorized,
+                format!("certificate request refused: {e}"),
+            )
+        })?;
+    agent.raft().write(candidate.record).await?;
+    agent
+        .raft()
+        .add_learner(
+            candidate.id,
+            Node {
+                name: candidate.name.clone(),
+                addr: candidate.addr.clone(),
+            },
+        )
+        .await?;
+    Ok(JoinResponse {
+        cluster_id: agent.cluster_id().to_string(),
+        ca_cert_pem: ca.cert_pem().to_string(),
+        cert_pem,
+        node_id: member_id(candidate.id),
+    })
+}
+
+/// Admits a first-N registrant of this cluster's discovery URL.
+pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinResponse, ApiError> {
+    let Some(formation) = agent.formation() else {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "this cluster is not admitting discovery registrants; use a join token",
+        ));
+    };
+    if !agent.raft().view().is_leader {
+        return Err(ApiError::new(
+            ErrorKind::NoLeader,
+            "this node is not the leader; retry",
+        ));
+    }
+    if req.discovery_url.trim_end_matches('/') != formation.discovery_url.trim_end_matches('/') {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "this cluster formed through another discovery URL",
+        ));
+    }
+    let id =
+        parse_member_id(&req.member_id).ok_or_else(|| ApiError::invalid("member id is not hex"))?;
+    // Check the registration and the key it registered, straight from the discovery service.
+    let unavailable =
+        |e: crate::discovery::DiscoveryError| ApiError::new(ErrorKind::Unavailable, e.to_string());
+    let discovery = DiscoveryClient::new(&formation.discovery_url).map_err(unavailable)?;
+    let listing = discovery.listing().await.map_err(unavailable)?;
+    let registered = listing
+        .cohort()
+        .iter()
+        .find(|r| r.id == req.member_id)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "member {} is not one of the first registrants of the discovery URL",
+                    req.member_id
+                ),
+            )
+        })?;
+    if registered.name != req.name || registered.addr != req.addr {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "registration says {}@{}, request says {}@{}",
+                registered.name, registered.addr, req.name, req.addr
+            ),
+        ));
+    }
+    let meta = discovery
+        .meta(&req.member_id)
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| {
+            ApiError::new(ErrorKind::Unauthorized, "no key registered for this member")
+        })?;
+    let record = NodeRecord {
+        name: req.name.clone(),
+        addr: req.addr.clone(),
+        key_fingerprint: meta.key_fingerprint.clone(),
+        joined_ms: now_ms(),
+        joined_with: None,
+    };
+    let response = admit_node(
+        agent,
+        Candidate {
+            id,
+            name: req.name.clone(),
+            addr: req.addr.clone(),
+            key_fingerprint: meta.key_fingerprint,
+            csr_pem: req.csr_pem,
+            record: Request::UpsertNode { id, node: record },
+        },
+    )
+    .await?;
+    tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as nonvoter");
+    Ok(response)
+}
+
+/// Admits a node holding a join token. Checks run on the leader's state first so that a
+/// refused joiner costs no signature and no raft write; the replicated command checks again,
+/// and that check is the one that counts.
+pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResponse, ApiError> {
+    config::validate_name(&join.name).map_err(|e| ApiError::invalid(e.to_string()))?;
+    config::validate_host_port("advertise", &join.addr)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let id = parse_member_id(&join.node_id)
+        .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+    let now = now_ms();
+    let record = NodeRecord {
+        name: join.name.clone(),
+        addr: join.addr.clone(),
+        key_fingerprint: join.key_fingerprint.clone(),
+        joined_ms: now,
+        joined_with: Some(join.token_id.clone()),
+    };
+    // Linearizable: a leader elected a moment ago may not have applied the token's creation
+    // yet, and a refusal here is final for the joiner.
+    agent
+        .raft()
+        .read_linearizable(|s| {
+            s.check_admission(&join.token_id, &join.secret_sha256, now, id, &record)
+        })
+        .await?
+        .map_err(|r| ApiError::new(r.kind, r.message))?;
+    let response = admit_node(
+        agent,
+        Candidate {
+            id,
+            name: join.name.clone(),
+            addr: join.addr.clone(),
+            key_fingerprint: join.key_fingerprint.clone(),
+            csr_pem: join.csr_pem,
+            record: Request::AdmitWithToken {
+                token_id: join.token_id.clone(),
+                secret_sha256: join.secret_sha256,
+                now_ms: now,
+                id,
+                node: record,
+            },
+        },
+    )
+    .await?;
+    tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, "admitted a node with a join token as nonvoter");
+    Ok(response)
+}
+
+/// The cluster CA, with its key, from the replicated state.
+pub fn cluster_ca(agent: &Agent) -> Result<ClusterCa, ApiError> {
+    let ca = agent.raft().read_local(|s| s.ca.clone())?.ok_or_else(|| {
+        ApiError::new(
+            ErrorKind::ClusterUninitialized,
+            "cluster CA not yet replicated",
+        )
+    })?;
+    ClusterCa::from_pem(&ca.cert_pem, &ca.key_pem).map_err(|e| ApiError::internal(e.to_string()))
+}

@@ -1,0 +1,84 @@
+//! Reaching the leader: run an operation here when this node leads, else forward it to the
+//! leader over mutual TLS. While an election is in progress it waits instead of failing.
+
+use std::time::Duration;
+
+use super::{LeaderOp, execute};
+use crate::agent::Agent;
+use crate::api::{ApiError, ErrorKind, paths};
+use crate::client::{Backoff, CallError, send_json};
+
+/// How long a follower waits for the leader to answer a forwarded operation: longer than the
+/// leader's own longest wait (`node remove` waits for the node to leave), shorter than the
+/// CLI's 30 s.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(25);
+/// How long an operation waits for a leader before answering `no_leader`.
+const ELECTION_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs `op` on the leader: here if this node leads, else forwarded over mutual TLS.
+pub async fn run(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+    let mut backoff =
+        Backoff::new(Duration::from_millis(100), Duration::from_millis(100)).until(ELECTION_GRACE);
+    loop {
+        match run_once(agent, op.clone()).await {
+            Err(e) if e.kind == ErrorKind::NoLeader && backoff.wait().await => {}
+            other => return other,
+        }
+    }
+}
+
+async fn run_once(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+    let view = agent.raft().view();
+    if view.is_leader {
+        return execute(agent, op).await;
+    }
+    let Some((leader, node)) = view
+        .leader
+        .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())))
+    else {
+        return Err(ApiError::new(
+            ErrorKind::NoLeader,
+            "no leader is known right now; retry in a moment",
+        ));
+    };
+    let peer = agent
+        .peers()
+        .get(leader, &node.addr)
+        .await
+        .map_err(|e| ApiError::new(ErrorKind::NoLeader, e.to_string()))?;
+    let request = peer
+        .http
+        .post(format!("{}{}", peer.base, paths::FORWARD))
+        .json(&op)
+        .timeout(FORWARD_TIMEOUT);
+    match send_json(&node.addr, request).await {
+        Ok(value) => Ok(value),
+        Err(CallError::Api(e)) => {
+            if e.kind == ErrorKind::Removed {
+                // The leader says this node was removed: stop like on any other sign of it.
+                agent.removal().conclude();
+            }
+            Err(e)
+        }
+        // Only a request that never reached the leader may be retried; after that a write may
+        // have been applied, and sending it again would apply it twice.
+        Err(CallError::Unreachable {
+            connect: true,
+            reason,
+            ..
+        }) => {
+            agent.peers().forget(leader);
+            Err(ApiError::new(
+                ErrorKind::NoLeader,
+                format!("leader {} is not reachable ({reason})", node.name),
+            ))
+        }
+        Err(e) => Err(ApiError::new(
+            ErrorKind::QuorumLost,
+            format!(
+                "leader {} did not answer ({e}); the outcome is unknown, read before retrying",
+                node.name
+            ),
+        )),
+    }
+}

@@ -1,0 +1,98 @@
+//! Leader-side operations: everything that reads the replicated state linearizably or writes
+//! it. One file per action (admission, tokens, removal, backup, key-value, status); this file
+//! is the one dispatcher ([`execute`]) and the one way to reach the leader ([`run`]), which
+//! runs an operation here when this node leads and forwards it over mutual TLS otherwise.
+//!
+//! A new leader-side feature adds a [`LeaderOp`] variant, a file with its function, and an
+//! arm in [`execute`].
+
+mod admit;
+mod backup;
+mod forward;
+mod kv;
+mod remove;
+mod status;
+mod tokens;
+mod view;
+
+use serde::{Deserialize, Serialize};
+
+pub use admit::{CERT_VALIDITY, TokenJoin, admit_registrant};
+pub use forward::run;
+pub use status::status;
+pub use tokens::{
+    NewToken, authorize_operator, issue_join_token, issue_operator_token, new_operator_token,
+};
+pub use view::{Sightings, cluster_view};
+
+use crate::agent::Agent;
+use crate::api::ApiError;
+use crate::state::Request;
+
+/// An operation that runs on the leader, sent there over mutual TLS when this node is a
+/// follower. The leader does every check again: a member can ask for nothing it could not ask
+/// through the operator API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum LeaderOp {
+    Write { request: Request },
+    KvGet { key: String },
+    KvList { prefix: String },
+    Status,
+    TokenJoin { join: TokenJoin },
+    CreateJoinToken { create: NewToken },
+    ListJoinTokens,
+    RevokeJoinToken { id: String },
+    CreateOperatorToken { create: NewToken },
+    ListOperatorTokens,
+    RevokeOperatorToken { id: String },
+    RemoveNode { name: String, force: bool },
+    Backup,
+}
+
+impl LeaderOp {
+    /// Operations a peer may forward. Raw replicated writes are limited to key-value puts and
+    /// deletes: member records, tokens and the CA are written only by the leader's own code
+    /// paths, which check them, never on a peer's say-so.
+    pub fn may_be_forwarded(&self) -> bool {
+        match self {
+            LeaderOp::Write { request } => {
+                matches!(request, Request::KvPut { .. } | Request::KvDel { .. })
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Executes `op` on this node, which must be the leader.
+pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+    match op {
+        LeaderOp::Write { request } => kv::write(agent, request).await,
+        LeaderOp::KvGet { key } => json(kv::get(agent, key).await?),
+        LeaderOp::KvList { prefix } => json(kv::list(agent, prefix).await?),
+        LeaderOp::Status => json(status::local(agent)?),
+        LeaderOp::TokenJoin { join } => json(admit::admit_with_token(agent, join).await?),
+        LeaderOp::CreateJoinToken { create } => json(tokens::create_join(agent, create).await?),
+        LeaderOp::ListJoinTokens => json(tokens::list_join(agent).await?),
+        LeaderOp::RevokeJoinToken { id } => json(tokens::revoke_join(agent, &id).await?),
+        LeaderOp::CreateOperatorToken { create } => {
+            json(tokens::create_operator(agent, create).await?)
+        }
+        LeaderOp::ListOperatorTokens => json(tokens::list_operator(agent).await?),
+        LeaderOp::RevokeOperatorToken { id } => json(tokens::revoke_operator(agent, &id).await?),
+        LeaderOp::RemoveNode { name, force } => {
+            json(remove::remove_node(agent, &name, force).await?)
+        }
+        LeaderOp::Backup => json(backup::snapshot(agent).await?),
+    }
+}
+
+/// Answers travel as JSON values (they may be forwarded); typed shapes go in here.
+fn json(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Reads a typed answer back from the JSON an operation returned (possibly from the leader).
+pub fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| ApiError::internal(format!("unexpected answer: {e}")))
+}

@@ -1,0 +1,86 @@
+//! `muster status`: this node's view, with the leader's view of the members merged in.
+
+use std::time::Duration;
+
+use super::{LeaderOp, run};
+use crate::agent::Agent;
+use crate::api::ApiError;
+use crate::api::types::{Member, Status};
+use crate::policy;
+use crate::state::{NodeId, member_id};
+
+/// Status as this node sees it. On the leader it includes replication progress.
+pub fn local(agent: &Agent) -> Result<Status, ApiError> {
+    let view = agent.raft().view();
+    let records = agent.raft().read_local(|s| s.nodes.clone())?;
+    let name_of = |id: NodeId| {
+        records
+            .get(&id)
+            .map(|r| r.name.clone())
+            .or_else(|| view.nodes.get(&id).map(|n| n.name.clone()))
+            .unwrap_or_else(|| member_id(id))
+    };
+    let liveness = agent.raft().liveness();
+    let mut members: Vec<Member> = view
+        .nodes
+        .iter()
+        .map(|(id, node)| {
+            let me = *id == agent.node_id();
+            let (reachable, last_seen_ms, match_index) = if view.is_leader {
+                let seen = if me {
+                    Some(0)
+                } else {
+                    liveness.last_seen_ms(*id)
+                };
+                let fresh = policy::is_reachable(seen.map(Duration::from_millis));
+                (
+                    Some(me || fresh),
+                    seen,
+                    view.matched.get(id).copied().flatten(),
+                )
+            } else {
+                (None, None, None)
+            };
+            Member {
+                name: name_of(*id),
+                id: member_id(*id),
+                address: node.addr.clone(),
+                suffrage: if view.voters.contains(id) {
+                    "voter"
+                } else {
+                    "nonvoter"
+                }
+                .into(),
+                reachable,
+                last_seen_ms,
+                match_index,
+            }
+        })
+        .collect();
+    members.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Status {
+        cluster_id: agent.cluster_id().to_string(),
+        self_name: agent.name().to_string(),
+        leader: view.leader.map(name_of),
+        term: view.term,
+        commit_index: view.last_applied.unwrap_or(0),
+        members,
+        refused_rpcs: agent.refused_rpcs(),
+    })
+}
+
+/// Status with the leader's view of the members (falls back to the local view).
+pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
+    let mut local = local(agent)?;
+    if agent.raft().view().is_leader {
+        return Ok(local);
+    }
+    if let Ok(value) = run(agent, LeaderOp::Status).await
+        && let Ok(leader) = serde_json::from_value::<Status>(value)
+    {
+        local.members = leader.members;
+        local.leader = leader.leader;
+        local.commit_index = local.commit_index.max(leader.commit_index);
+    }
+    Ok(local)
+}

@@ -1,0 +1,99 @@
+//! The leader's picture of the cluster for the policy: the raft configuration, the replicated
+//! state's records and tombstones, and what the leader has seen of each peer.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::agent::Agent;
+use crate::api::ApiError;
+use crate::policy::{self, ClusterView, MemberView, RemovalView};
+use crate::raft::RaftView;
+use crate::state::NodeId;
+
+/// What the reconciler remembers between steps: when this leader first saw each member in the
+/// configuration, and when each removed member became a nonvoter (with the leader's last log
+/// index at that moment, which holds the removal and the demotion).
+#[derive(Debug, Default)]
+pub struct Sightings {
+    first_seen: HashMap<NodeId, Instant>,
+    nonvoter_since: HashMap<NodeId, (Instant, u64)>,
+}
+
+impl Sightings {
+    /// Brings the memory up to date with the configuration in `raft` and the tombstones.
+    pub fn observe(&mut self, raft: &RaftView, removed: &BTreeSet<NodeId>) {
+        let now = Instant::now();
+        self.first_seen.retain(|id, _| raft.nodes.contains_key(id));
+        for id in raft.nodes.keys() {
+            self.first_seen.entry(*id).or_insert(now);
+        }
+        let leaving_nonvoter = |id: &NodeId| {
+            raft.nodes.contains_key(id) && removed.contains(id) && !raft.voters.contains(id)
+        };
+        self.nonvoter_since.retain(|id, _| leaving_nonvoter(id));
+        for id in raft.nodes.keys().filter(|id| leaving_nonvoter(id)) {
+            self.nonvoter_since
+                .entry(*id)
+                .or_insert((now, raft.last_log_index.unwrap_or(0)));
+        }
+    }
+}
+
+/// The cluster as the policy sees it, from this node's raft view and applied state. Only
+/// meaningful on the leader (replication progress exists only there). `sightings` may be
+/// empty (a member then counts as new, and a removed one as just demoted).
+pub fn cluster_view(
+    agent: &Agent,
+    raft: &RaftView,
+    sightings: &Sightings,
+) -> Result<ClusterView, ApiError> {
+    let (records, removed, forced) = agent.raft().read_local(|s| {
+        (
+            s.nodes.clone(),
+            s.removed.clone(),
+            s.forced_removals.clone(),
+        )
+    })?;
+    let liveness = agent.raft().liveness();
+    let now = Instant::now();
+    let members = raft
+        .nodes
+        .iter()
+        .map(|(id, node)| {
+            let matched = raft.matched.get(id).copied().flatten();
+            let removal = removed.contains(id).then(|| {
+                let since = sightings.nonvoter_since.get(id);
+                RemovalView {
+                    forced: forced.contains(id),
+                    nonvoter_for: since.map(|(t, _)| now.duration_since(*t)),
+                    informed: since.is_some_and(|(_, index)| matched.is_some_and(|m| m >= *index)),
+                }
+            });
+            MemberView {
+                id: *id,
+                name: records
+                    .get(id)
+                    .map(|r| r.name.clone())
+                    .unwrap_or_else(|| node.name.clone()),
+                voter: raft.voters.contains(id),
+                reachable: *id == agent.node_id()
+                    || policy::is_reachable(liveness.last_seen_ms(*id).map(Duration::from_millis)),
+                caught_up: policy::is_caught_up(matched, raft.last_log_index),
+                in_config_for: sightings
+                    .first_seen
+                    .get(id)
+                    .map(|t| now.duration_since(*t))
+                    .unwrap_or_default(),
+                removal,
+            }
+        })
+        .collect();
+    Ok(ClusterView {
+        leader: agent.node_id(),
+        members,
+        joint_target: (raft.voter_sets.len() > 1)
+            .then(|| raft.voter_sets.last().cloned().unwrap_or_default()),
+        promote_after: agent.promote_after(),
+        formation: None,
+    })
+}

@@ -1,0 +1,215 @@
+//! A started node: raft and the tasks around it (the peer listener, the operator socket, the
+//! reconciler, the removal watch), run until something stops it, then shut down in order.
+//! `start/` decides how the node comes up and calls [`start`]; only `main` ends the process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_shared::tls;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use crate::agent::{Agent, AgentInit};
+use crate::client::PeerClients;
+use crate::config::AgentConfig;
+use crate::datadir::{self, ClusterFile, Formation, Identity};
+use crate::error::{AgentError, Context};
+use crate::raft::{RaftNode, Timing};
+
+/// What a node starts from once `start/` has decided.
+pub struct NodeSpec<'a> {
+    pub config: &'a AgentConfig,
+    pub identity: &'a Identity,
+    pub cluster_id: &'a str,
+    /// The initiator's formation in progress, if any.
+    pub formation: Option<Formation>,
+    /// The node's TLS port, bound before anything was registered or joined.
+    pub listener: TcpListener,
+}
+
+/// Handles of a started node.
+pub struct RunningNode {
+    agent: Arc<Agent>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    refusals: mpsc::UnboundedReceiver<String>,
+    refuse: mpsc::UnboundedSender<String>,
+}
+
+/// Lets a background task of the start path end the node with a refusal (exit code 2), say an
+/// initiator that finds someone else's bootstrap record after a restart.
+#[derive(Clone)]
+pub struct Refuser(mpsc::UnboundedSender<String>);
+
+impl Refuser {
+    pub fn refuse(&self, why: String) {
+        let _ = self.0.send(why);
+    }
+}
+
+/// Why a running node stopped.
+enum Stop {
+    Signal,
+    Removed,
+    Fatal(String),
+    Refused(String),
+}
+
+/// Starts raft, the peer listener, the operator socket, the reconciler and the removal watch.
+pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
+    let config = spec.config;
+    let dir = &config.data_dir;
+    let files = datadir::read_tls(dir)?;
+    let key_pem = spec.identity.key.to_pem();
+    let server_tls = tls::server_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
+    let client_tls = tls::client_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
+    let peers = PeerClients::new(client_tls, spec.cluster_id);
+    let timing = Timing {
+        heartbeat: config.heartbeat,
+        election_timeout: config.election_timeout,
+    };
+    let raft = RaftNode::start(
+        spec.identity.node_id,
+        &datadir::raft_dir(dir),
+        peers.clone(),
+        timing,
+    )
+    .await?;
+    let agent = Arc::new(Agent::new(
+        raft,
+        AgentInit {
+            data_dir: dir.clone(),
+            node_id: spec.identity.node_id,
+            name: spec.identity.name.clone(),
+            cluster_id: spec.cluster_id.to_string(),
+            ca_pin: tls::spki_pin(&files.ca_pem)?,
+            peers,
+            promote_after: config.promote_after,
+            formation: spec.formation,
+        },
+    ));
+    let (stop, stop_rx) = watch::channel(false);
+    let tasks = vec![
+        tokio::spawn(crate::serve::serve_peers(
+            agent.clone(),
+            spec.listener,
+            server_tls,
+            stop_rx.clone(),
+        )),
+        tokio::spawn({
+            let (agent, dir, stop) = (agent.clone(), dir.clone(), stop_rx.clone());
+            async move {
+                if let Err(e) = crate::serve::serve_socket(agent, &dir, stop).await {
+                    tracing::error!(error = %e, "operator socket failed");
+                }
+            }
+        }),
+        tokio::spawn(crate::reconcile::reconcile_loop(agent.clone())),
+        tokio::spawn(crate::watch::removal_watch(agent.clone())),
+    ];
+    tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
+    let (refuse, refusals) = mpsc::unbounded_channel();
+    Ok(RunningNode {
+        agent,
+        stop,
+        tasks,
+        refusals,
+        refuse,
+    })
+}
+
+impl RunningNode {
+    pub fn agent(&self) -> &Arc<Agent> {
+        &self.agent
+    }
+
+    pub fn refuser(&self) -> Refuser {
+        Refuser(self.refuse.clone())
+    }
+
+    /// Stops the tasks, then raft.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.agent.raft().shutdown().await;
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+
+    /// Serves until SIGTERM/SIGINT, until this node learns it was removed, until raft fails,
+    /// or until the start path refuses to go on.
+    pub async fn run_until_stopped(mut self) -> Result<(), AgentError> {
+        let agent = self.agent.clone();
+        let stop = tokio::select! {
+            _ = wait_for_signal() => Stop::Signal,
+            _ = agent.removal().wait() => Stop::Removed,
+            why = agent.raft().fatal() => Stop::Fatal(why),
+            Some(why) = self.refusals.recv() => Stop::Refused(why),
+        };
+        match stop {
+            Stop::Signal => {
+                tracing::info!("stopping");
+                self.stop().await;
+                Ok(())
+            }
+            Stop::Removed => {
+                let dir = agent.data_dir().to_path_buf();
+                // Not being able to record it must not end in a restart loop: a restart would
+                // only learn the same again. Exit 2 keeps systemd away.
+                let marked = ClusterFile::mark_removed(&dir);
+                tracing::warn!(cluster_id = %agent.cluster_id(), "removed from cluster; stopping");
+                println!(
+                    "removed from cluster {}: this node stops and will not rejoin on restart. Its data dir \
+                     still holds the cluster's CA key: wipe it (rm -rf {}). To bring this machine back, \
+                     join it as a new node: muster agent --join <member> --token <token>",
+                    agent.cluster_id(),
+                    dir.display()
+                );
+                // Let answers in flight (the operator's `node remove`, say) get out first.
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                self.stop().await;
+                marked.map_err(|e| {
+                    AgentError::Refused(format!(
+                        "removed from the cluster, but cluster.json could not record it ({e}); \
+                         wipe {} before this machine starts again",
+                        dir.display()
+                    ))
+                })
+            }
+            Stop::Fatal(why) => {
+                self.stop().await;
+                Err(AgentError::failed(format!(
+                    "raft has stopped: {why}; check the disk (dmesg), then restart the agent"
+                )))
+            }
+            Stop::Refused(why) => {
+                self.stop().await;
+                Err(AgentError::Refused(why))
+            }
+        }
+    }
+}
+
+/// Binds the node's TLS port; done first, so a taken port is found before this node
+/// registers or joins anywhere.
+pub async fn bind(config: &AgentConfig) -> Result<TcpListener, AgentError> {
+    TcpListener::bind(config.listen).await.context(&format!(
+        "cannot listen on {} (another agent running? choose --listen)",
+        config.listen
+    ))
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = tokio::signal::ctrl_c() => {},
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

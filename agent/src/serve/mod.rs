@@ -1,0 +1,10 @@
+//! The node's servers: the mutual-TLS listener for peers and joiners (`peer.rs`, which also
+//! serves the operator API to token holders) and the operator API on the unix socket
+//! (`operator.rs`). `http.rs` holds the answer and body helpers both use.
+
+mod http;
+mod operator;
+mod peer;
+
+pub use operator::serve_socket;
+pub use peer::serve_peers;

@@ -1,0 +1,214 @@
+//! The operator API: its routes, and its unix socket in the data dir. Access to the socket is
+//! controlled by its file permissions (0600: the agent's user and root), so no token is needed
+//! there; the same routes on the node's TLS port need an operator token (see `peer.rs`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::response::Response;
+use axum::routing::{delete, get};
+use serde::Deserialize;
+
+use super::http::{answer, error_response, parse_json};
+use crate::agent::Agent;
+use crate::api::types::KvPut;
+use crate::api::{ApiError, paths};
+use crate::leader::{self, LeaderOp};
+use crate::state::Request;
+
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+
+#[derive(Deserialize)]
+struct KeyQuery {
+    key: String,
+}
+
+#[derive(Deserialize)]
+struct PrefixQuery {
+    #[serde(default)]
+    prefix: String,
+}
+
+/// `POST /v1/tokens`.
+#[derive(Deserialize)]
+struct CreateJoinToken {
+    ttl_ms: u64,
+    #[serde(default = "one")]
+    uses: u32,
+    #[serde(default)]
+    description: String,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `POST /v1/operator-tokens`.
+#[derive(Deserialize)]
+struct CreateOperatorToken {
+    #[serde(default)]
+    description: String,
+}
+
+#[derive(Deserialize)]
+struct RemoveQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+fn check_key(key: &str) -> Result<(), ApiError> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(ApiError::invalid(format!(
+            "keys are 1..={MAX_KEY_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+async fn status(State(agent): State<Arc<Agent>>) -> Response {
+    answer(leader::status(&agent).await)
+}
+
+async fn kv_get(State(agent): State<Arc<Agent>>, Query(q): Query<KeyQuery>) -> Response {
+    if let Err(e) = check_key(&q.key) {
+        return error_response(&e);
+    }
+    answer(leader::run(&agent, LeaderOp::KvGet { key: q.key }).await)
+}
+
+async fn kv_put(
+    State(agent): State<Arc<Agent>>,
+    Query(q): Query<KeyQuery>,
+    body: Bytes,
+) -> Response {
+    if let Err(e) = check_key(&q.key) {
+        return error_response(&e);
+    }
+    let put: KvPut = match parse_json(&body, "{\"value\": …}") {
+        Ok(p) => p,
+        Err(e) => return error_response(&e),
+    };
+    if put.value.len() > MAX_VALUE_BYTES {
+        return error_response(&ApiError::invalid("values are at most 64 KiB"));
+    }
+    let request = Request::KvPut {
+        key: q.key,
+        value: put.value,
+    };
+    answer(leader::run(&agent, LeaderOp::Write { request }).await)
+}
+
+async fn kv_del(State(agent): State<Arc<Agent>>, Query(q): Query<KeyQuery>) -> Response {
+    if let Err(e) = check_key(&q.key) {
+        return error_response(&e);
+    }
+    let request = Request::KvDel { key: q.key };
+    answer(leader::run(&agent, LeaderOp::Write { request }).await)
+}
+
+async fn kv_list(State(agent): State<Arc<Agent>>, Query(q): Query<PrefixQuery>) -> Response {
+    answer(leader::run(&agent, LeaderOp::KvList { prefix: q.prefix }).await)
+}
+
+async fn token_create(State(agent): State<Arc<Agent>>, bytes: Bytes) -> Response {
+    let req: CreateJoinToken =
+        match parse_json(&bytes, r#"{"ttl_ms": …, "uses": …, "description": …}"#) {
+            Ok(r) => r,
+            Err(e) => return error_response(&e),
+        };
+    let ttl = std::time::Duration::from_millis(req.ttl_ms);
+    answer(leader::issue_join_token(&agent, ttl, req.uses, req.description).await)
+}
+
+async fn token_list(State(agent): State<Arc<Agent>>) -> Response {
+    answer(leader::run(&agent, LeaderOp::ListJoinTokens).await)
+}
+
+async fn token_revoke(State(agent): State<Arc<Agent>>, UrlPath(id): UrlPath<String>) -> Response {
+    answer(leader::run(&agent, LeaderOp::RevokeJoinToken { id }).await)
+}
+
+async fn operator_token_create(State(agent): State<Arc<Agent>>, bytes: Bytes) -> Response {
+    let req: CreateOperatorToken = match parse_json(&bytes, r#"{"description": …}"#) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    answer(leader::issue_operator_token(&agent, req.description).await)
+}
+
+async fn operator_token_list(State(agent): State<Arc<Agent>>) -> Response {
+    answer(leader::run(&agent, LeaderOp::ListOperatorTokens).await)
+}
+
+async fn operator_token_revoke(
+    State(agent): State<Arc<Agent>>,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    answer(leader::run(&agent, LeaderOp::RevokeOperatorToken { id }).await)
+}
+
+async fn member_remove(
+    State(agent): State<Arc<Agent>>,
+    UrlPath(name): UrlPath<String>,
+    Query(q): Query<RemoveQuery>,
+) -> Response {
+    let op = LeaderOp::RemoveNode {
+        name,
+        force: q.force,
+    };
+    answer(leader::run(&agent, op).await)
+}
+
+async fn backup(State(agent): State<Arc<Agent>>) -> Response {
+    answer(leader::run(&agent, LeaderOp::Backup).await)
+}
+
+/// The operator API. The unix socket serves it as is; the node's TLS port serves it behind an
+/// operator-token check.
+pub fn routes() -> Router<Arc<Agent>> {
+    Router::new()
+        .route(paths::STATUS, get(status))
+        .route(paths::KV, get(kv_get).put(kv_put).delete(kv_del))
+        .route(paths::KV_LIST, get(kv_list))
+        .route(paths::TOKENS, get(token_list).post(token_create))
+        .route(&format!("{}/{{id}}", paths::TOKENS), delete(token_revoke))
+        .route(
+            paths::OPERATOR_TOKENS,
+            get(operator_token_list).post(operator_token_create),
+        )
+        .route(
+            &format!("{}/{{id}}", paths::OPERATOR_TOKENS),
+            delete(operator_token_revoke),
+        )
+        .route(
+            &format!("{}/{{name}}", paths::MEMBERS),
+            delete(member_remove),
+        )
+        .route(paths::BACKUP, get(backup))
+}
+
+/// Serves the operator API on the data dir's socket until `stop` flips.
+pub async fn serve_socket(
+    agent: Arc<Agent>,
+    data_dir: &Path,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = crate::datadir::socket_path(data_dir);
+    // A socket left by a previous run (we hold the data dir's lock, so it is not in use).
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let app = routes().with_state(agent);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.changed().await;
+        })
+        .await
+}

@@ -1,0 +1,250 @@
+//! Forming a cluster through a discovery URL, as a registrant.
+//!
+//! Like etcd, a node reads the URL first, so one that would be refused never registers. It
+//! registers `name=https://advertise` plus its key fingerprint under the token's hidden keys,
+//! then waits: the first registrant by index initiates (`initiate.rs`); the others wait for the
+//! bootstrap record, pin the CA from it and join the initiator with a CSR. A node that finds
+//! the URL formed (or full) without it joins with its token if it has one, else stops with the
+//! commands that would add it: a node never forms a second cluster.
+
+use std::time::{Duration, Instant};
+
+use muster_shared::bootstrap::{BootstrapRecord, RECORD_KEY, RecordState, RegistrantMeta};
+use muster_shared::token::SecretToken;
+use tokio::net::TcpListener;
+
+use super::initiate::initiate;
+use super::join::{Joiner, finish, join_with_token};
+use crate::api::join::JoinRequest;
+use crate::api::paths;
+use crate::config::{AgentConfig, host_of};
+use crate::datadir::Identity;
+use crate::discovery::{DiscoveryClient, DiscoveryError, Listing, retrying};
+use crate::error::AgentError;
+use crate::node::RunningNode;
+
+/// How often a waiting registrant re-reads the registrations (it wakes at once when the
+/// record appears).
+const POLL_EVERY: Duration = Duration::from_secs(1);
+
+pub async fn start(
+    config: &AgentConfig,
+    identity: &Identity,
+    url: &str,
+    token: Option<&SecretToken>,
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    let discovery = DiscoveryClient::new(url)?;
+    let me = identity.member_id();
+    let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
+    if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
+        return join_or_refuse(config, identity, &discovery, elsewhere, token, listener).await;
+    }
+    match retrying("registering", || {
+        discovery.register(&me, &identity.name, &config.advertise)
+    })
+    .await
+    {
+        Ok(_) | Err(DiscoveryError::Exists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let meta = RegistrantMeta {
+        name: identity.name.clone(),
+        key_fingerprint: identity.key.fingerprint(),
+    };
+    match retrying("publishing the node key", || discovery.put_meta(&me, &meta)).await {
+        Ok(()) => {}
+        Err(DiscoveryError::Exists(_)) => {
+            let stored = discovery.meta(&me).await?;
+            if stored.as_ref() != Some(&meta) {
+                return Err(AgentError::failed(format!(
+                    "the discovery URL holds another key for member {me}; someone else used this id. Mint a new URL."
+                )));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // The discovery URL is a credential: log only the service, not the token.
+    tracing::info!(service = %discovery.url().rsplit_once('/').map(|(s, _)| s).unwrap_or(""), member = %me, "registered");
+    let mut last_progress = 0;
+    loop {
+        let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
+        if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
+            return join_or_refuse(config, identity, &discovery, elsewhere, token, listener).await;
+        }
+        let cohort = listing.cohort();
+        if cohort.first().is_some_and(|r| r.id == me) {
+            return initiate(config, identity, &discovery, &listing, listener).await;
+        }
+        // Progress first: a registrant that finds the record at once still says where it stands.
+        if cohort.len() != last_progress {
+            last_progress = cohort.len();
+            println!("waiting for peers {}/{} …", cohort.len(), listing.size);
+        }
+        if let Some((record, _)) =
+            retrying("reading the bootstrap record", || discovery.record()).await?
+        {
+            return join_initiator(config, identity, &discovery, &listing, record, listener).await;
+        }
+        // Wake as soon as the record appears (a watch on the hidden key itself; watches on the
+        // token directory never report hidden keys), and re-read registrations every second;
+        // never faster, even when the watch fails at once (a 503, a service shutting down).
+        let round = Instant::now();
+        let waited = tokio::time::timeout(
+            POLL_EVERY,
+            discovery.wait(RECORD_KEY, false, listing.index + 1),
+        )
+        .await;
+        if !matches!(waited, Ok(Ok(Some(_)))) {
+            tokio::time::sleep(POLL_EVERY.saturating_sub(round.elapsed())).await;
+        }
+    }
+}
+
+/// A cluster that a discovery URL formed (or filled up) without this node.
+struct FormedWithoutMe {
+    formed: bool,
+    /// `name (host:port)` of the URL's first N registrants.
+    members: Vec<String>,
+    /// Where to join it: the record's peers, then the registrants' addresses.
+    peers: Vec<String>,
+    /// The CA pin from the record, if it has one.
+    ca_pin: Option<String>,
+}
+
+/// `Some` when the URL already formed, or filled up, without this node.
+async fn formed_without_me(
+    discovery: &DiscoveryClient,
+    listing: &Listing,
+    me: &str,
+) -> Option<FormedWithoutMe> {
+    let cohort = listing.cohort();
+    let full_without_me = cohort.len() >= listing.size && !cohort.iter().any(|r| r.id == me);
+    let record = discovery.record().await.ok().flatten().map(|(r, _)| r);
+    let formed = record
+        .as_ref()
+        .is_some_and(|r| r.state == RecordState::Formed);
+    if !(full_without_me || formed) {
+        return None;
+    }
+    let mut peers: Vec<String> = record.as_ref().map(|r| r.peers.clone()).unwrap_or_default();
+    for r in cohort {
+        if !peers.contains(&r.addr) {
+            peers.push(r.addr.clone());
+        }
+    }
+    Some(FormedWithoutMe {
+        formed,
+        members: cohort
+            .iter()
+            .map(|r| format!("{} ({})", r.name, r.addr))
+            .collect(),
+        peers,
+        ca_pin: record.map(|r| r.ca_pin),
+    })
+}
+
+/// A node on a URL that formed without it: joins with `--token` if it has one (the autoscaling
+/// recipe), else stops with exit code 2 and the commands that would add it.
+async fn join_or_refuse(
+    config: &AgentConfig,
+    identity: &Identity,
+    discovery: &DiscoveryClient,
+    elsewhere: FormedWithoutMe,
+    token: Option<&SecretToken>,
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    let state = if elsewhere.formed {
+        "already formed a cluster"
+    } else {
+        "is full"
+    };
+    if let Some(token) = token {
+        if let Some(pin) = &elsewhere.ca_pin
+            && pin != token.ca_pin()
+        {
+            return Err(AgentError::Refused(format!(
+                "ca_pin_mismatch: --token is for another cluster than the one the discovery URL formed \
+                 (token pins CA {}, the record pins {pin}); use a token created on a member of that cluster",
+                token.ca_pin()
+            )));
+        }
+        println!(
+            "the discovery URL {state} without this node; joining it with --token (token {}) through {}",
+            token.id(),
+            elsewhere.peers.join(", ")
+        );
+        return join_with_token(config, identity, token, &elsewhere.peers, listener).await;
+    }
+    let first = elsewhere
+        .peers
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "MEMBER:7000".into());
+    Err(AgentError::Refused(format!(
+        "discovery URL {} {state} without this node; members: {}.\n\
+         A node never forms a second cluster. To add this machine to that cluster:\n  \
+         on a member:    muster token create --ttl 1h\n  \
+         on this node:   muster agent --name {} --advertise {} --data-dir {} --join {first} --token <TOKEN>\n\
+         (or keep --discovery and add --token <TOKEN>: a node that finds the URL formed joins with it)",
+        discovery.url(),
+        elsewhere.members.join(", "),
+        config.name,
+        config.advertise,
+        config.data_dir.display(),
+    )))
+}
+
+/// Registrants 2..N: pin the CA from the record and join the initiator with a CSR.
+async fn join_initiator(
+    config: &AgentConfig,
+    identity: &Identity,
+    discovery: &DiscoveryClient,
+    listing: &Listing,
+    record: BootstrapRecord,
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    let initiator = listing
+        .members
+        .iter()
+        .find(|r| r.id == record.initiator)
+        .ok_or_else(|| {
+            AgentError::failed(format!(
+                "the bootstrap record names initiator {} which is not registered",
+                record.initiator
+            ))
+        })?;
+    println!(
+        "joining cluster {} through {} ({})",
+        record.cluster_id, initiator.name, initiator.addr
+    );
+    let request = JoinRequest {
+        discovery_url: discovery.url().to_string(),
+        member_id: identity.member_id(),
+        name: identity.name.clone(),
+        addr: config.advertise.clone(),
+        csr_pem: identity
+            .key
+            .csr_pem(&identity.name, host_of(&config.advertise))?,
+    };
+    let peers = [initiator.addr.clone()];
+    // The CA itself comes back in the answer and is checked against the pin there.
+    let (response, via) = Joiner::new(&record.ca_pin, &peers, paths::JOIN, &request)?
+        .join()
+        .await?;
+    let running = finish(
+        config,
+        identity,
+        &record.ca_pin,
+        Some(&record.cluster_id),
+        response,
+        &via,
+        listener,
+    )
+    .await?;
+    println!(
+        "joined cluster {} as a nonvoter; the leader promotes the cohort once it has caught up",
+        record.cluster_id
+    );
+    Ok(running)
+}

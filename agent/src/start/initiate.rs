@@ -1,0 +1,231 @@
+//! The first registrant of a discovery URL creates the cluster: its CA and id, a raft group of
+//! itself, and the bootstrap record that the other registrants read (published by
+//! compare-and-set, so two initiators can never both win). A restarted initiator finishes
+//! whatever it had not done yet ([`resume`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use muster_shared::bootstrap::{BootstrapRecord, RecordState};
+use muster_shared::tls::{self, ClusterCa};
+use muster_shared::token::random_hex;
+use tokio::net::TcpListener;
+
+use super::{print_operator_token, sign_own_certificate};
+use crate::agent::Agent;
+use crate::clock::now_ms;
+use crate::config::AgentConfig;
+use crate::datadir::{self, ClusterFile, Formation, Identity};
+use crate::discovery::{DiscoveryClient, DiscoveryError, Listing, retrying};
+use crate::error::AgentError;
+use crate::leader::new_operator_token;
+use crate::node::{self, NodeSpec, RunningNode};
+use crate::state::{CaMaterial, Node, NodeId, NodeRecord, Request};
+
+/// How often a restarted initiator tries again to finish its formation.
+const RESUME_EVERY: Duration = Duration::from_secs(5);
+
+/// Who initiates, as the steps below need it (owned, so a background task can keep it).
+#[derive(Clone)]
+struct Initiator {
+    node_id: NodeId,
+    member_id: String,
+    name: String,
+    key_fingerprint: String,
+    advertise: String,
+    data_dir: PathBuf,
+}
+
+impl Initiator {
+    fn new(config: &AgentConfig, identity: &Identity) -> Self {
+        Self {
+            node_id: identity.node_id,
+            member_id: identity.member_id(),
+            name: identity.name.clone(),
+            key_fingerprint: identity.key.fingerprint(),
+            advertise: config.advertise.clone(),
+            data_dir: config.data_dir.clone(),
+        }
+    }
+}
+
+/// Creates the cluster as the URL's first registrant and publishes the record.
+pub async fn initiate(
+    config: &AgentConfig,
+    identity: &Identity,
+    discovery: &DiscoveryClient,
+    listing: &Listing,
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    let cluster_id = random_hex(16);
+    let ca = ClusterCa::generate(&cluster_id)?;
+    let cert = sign_own_certificate(&ca, identity, &cluster_id, &config.advertise)?;
+    // Persist everything before raft exists, so a crash from here on resumes instead of forking.
+    datadir::write_tls(&config.data_dir, ca.cert_pem(), &cert)?;
+    let formation = Formation {
+        discovery_url: discovery.url().to_string(),
+        size: listing.size,
+        initiator: true,
+        ca: Some(CaMaterial {
+            cert_pem: ca.cert_pem().to_string(),
+            key_pem: ca.key_pem(),
+        }),
+    };
+    ClusterFile::new(&cluster_id, &config.advertise, Some(formation.clone()))
+        .write(&config.data_dir)?;
+    println!("this node initiates the cluster (first registrant); cluster id {cluster_id}");
+    let running = node::start(NodeSpec {
+        config,
+        identity,
+        cluster_id: &cluster_id,
+        formation: Some(formation.clone()),
+        listener,
+    })
+    .await?;
+    let me = Initiator::new(config, identity);
+    init_raft_group(&me, running.agent(), &formation).await?;
+    publish_record(&me, &cluster_id, &formation, running.agent()).await?;
+    Ok(running)
+}
+
+/// An initiator restarted mid-formation: creates the raft group if it crashed before that and
+/// makes sure the record is published. Runs in the background with retries, so a discovery
+/// outage delays formation but never stops this node; someone else's record ends the node.
+pub fn resume(
+    config: &AgentConfig,
+    identity: &Identity,
+    cluster_id: &str,
+    formation: &Formation,
+    running: &RunningNode,
+) -> Result<(), AgentError> {
+    let agent = running.agent().clone();
+    let refuser = running.refuser();
+    let me = Initiator::new(config, identity);
+    let (formation, cluster_id) = (formation.clone(), cluster_id.to_string());
+    tokio::spawn(async move {
+        loop {
+            let step = async {
+                init_raft_group(&me, &agent, &formation).await?;
+                publish_record(&me, &cluster_id, &formation, &agent).await
+            };
+            match step.await {
+                Ok(()) => return,
+                Err(AgentError::Refused(why)) => {
+                    // Someone else's record: this node's one-member cluster must not live on.
+                    refuser.refuse(why);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot finish initiating yet; retrying in {RESUME_EVERY:?}");
+                    tokio::time::sleep(RESUME_EVERY).await;
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Creates the raft group and records the cluster in it. Idempotent: a restarted initiator may
+/// run it again.
+async fn init_raft_group(
+    me: &Initiator,
+    agent: &Agent,
+    formation: &Formation,
+) -> Result<(), AgentError> {
+    let raft = agent.raft();
+    raft.initialize(Node {
+        name: me.name.clone(),
+        addr: me.advertise.clone(),
+    })
+    .await?;
+    // Decided by the replicated state, not by whether raft exists: a crash right after
+    // `initialize` must still get the CA and this node into the state machine.
+    let (has_cluster, has_self) =
+        raft.read_local(|s| (s.cluster_id.is_some(), s.nodes.contains_key(&me.node_id)))?;
+    if !has_cluster {
+        let ca = formation
+            .ca
+            .clone()
+            .ok_or_else(|| AgentError::failed("formation state lacks the CA"))?;
+        let (operator_token, record) = new_operator_token(agent.ca_pin(), "created at formation");
+        raft.write(Request::InitCluster {
+            cluster_id: agent.cluster_id().to_string(),
+            ca,
+            operator_token: Some((operator_token.id().to_string(), record)),
+        })
+        .await?;
+        print_operator_token(&operator_token, &me.advertise);
+    }
+    if !has_self {
+        raft.write(Request::UpsertNode {
+            id: me.node_id,
+            node: NodeRecord {
+                name: me.name.clone(),
+                addr: me.advertise.clone(),
+                key_fingerprint: me.key_fingerprint.clone(),
+                joined_ms: now_ms(),
+                joined_with: None,
+            },
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Publishes the bootstrap record by compare-and-set (or finds our own from before a restart).
+async fn publish_record(
+    me: &Initiator,
+    cluster_id: &str,
+    formation: &Formation,
+    agent: &Agent,
+) -> Result<(), AgentError> {
+    let ca = formation
+        .ca
+        .as_ref()
+        .ok_or_else(|| AgentError::failed("formation state lacks the CA"))?;
+    let record = BootstrapRecord {
+        cluster_id: cluster_id.to_string(),
+        ca_pin: tls::spki_pin(&ca.cert_pem)?,
+        initiator: me.member_id.clone(),
+        state: if formation.size == 1 {
+            RecordState::Formed
+        } else {
+            RecordState::Open
+        },
+        peers: vec![me.advertise.clone()],
+    };
+    let discovery = DiscoveryClient::new(&formation.discovery_url)?;
+    match retrying("publishing the bootstrap record", || {
+        discovery.create_record(&record)
+    })
+    .await
+    {
+        Ok(_) => {}
+        Err(DiscoveryError::Exists(_)) => {
+            // Ours from before a restart, or someone else's: only ours is acceptable.
+            let existing = discovery.record().await?.map(|(r, _)| r);
+            if existing.as_ref().map(|r| (&r.cluster_id, &r.ca_pin))
+                != Some((&record.cluster_id, &record.ca_pin))
+            {
+                return Err(AgentError::Refused(
+                    "the discovery URL already holds a bootstrap record that this node did not write; \
+                     someone else used the URL. Mint a new URL and start this machine with an empty --data-dir."
+                        .into(),
+                ));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if formation.size == 1 {
+        ClusterFile::clear_formation(&me.data_dir)?;
+        agent.end_formation();
+        println!("cluster formed: 1 member");
+    } else {
+        println!(
+            "cluster {} created; waiting for the other {} registrants to join",
+            record.cluster_id,
+            formation.size - 1
+        );
+    }
+    Ok(())
+}

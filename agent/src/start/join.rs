@@ -1,0 +1,205 @@
+//! Joining a cluster: the one [`Joiner`] that asks members to admit this node, with one retry
+//! policy, used by a token join (`--join HOST:PORT --token T`, or a URL that formed without
+//! this node) and by a discovery registrant joining its initiator.
+//!
+//! The joiner trusts nothing but a CA pin (from its token, or from the discovery record): it
+//! talks only to servers whose chain holds a CA with that pin, sends its request and a CSR for
+//! its own key, and gets back the CA, its certificate and its place as a nonvoter.
+
+use std::time::Duration;
+
+use muster_shared::tls;
+use muster_shared::token::SecretToken;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::api::join::{JoinResponse, TokenJoinRequest};
+use crate::api::paths;
+use crate::client::{self, Backoff, CallError};
+use crate::config::{AgentConfig, host_of};
+use crate::datadir::{self, ClusterFile, Identity};
+use crate::error::AgentError;
+use crate::node::{self, NodeSpec, RunningNode};
+
+/// How long a joiner keeps trying while no member answers (or none has a leader).
+const JOIN_DEADLINE: Duration = Duration::from_secs(300);
+/// One request's ceiling.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Asks `peers` in turn to admit this node until one does, one refuses for good, or the
+/// deadline passes.
+pub struct Joiner<'a, B> {
+    http: reqwest::Client,
+    peers: &'a [String],
+    path: &'static str,
+    request: &'a B,
+}
+
+/// What one round of asking every peer came to.
+enum Round {
+    Admitted(JoinResponse, String),
+    /// Worth asking again (no leader, unreachable, a membership change in flight).
+    Retry(String),
+}
+
+impl<'a, B: Serialize> Joiner<'a, B> {
+    pub fn new(
+        ca_pin: &str,
+        peers: &'a [String],
+        path: &'static str,
+        request: &'a B,
+    ) -> Result<Self, AgentError> {
+        Ok(Self {
+            http: client::pinned(ca_pin, REQUEST_TIMEOUT)?,
+            peers,
+            path,
+            request,
+        })
+    }
+
+    /// Returns the admission and the peer that gave it.
+    pub async fn join(&self) -> Result<(JoinResponse, String), AgentError> {
+        let mut backoff =
+            Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).until(JOIN_DEADLINE);
+        loop {
+            match self.round().await? {
+                Round::Admitted(response, via) => return Ok((response, via)),
+                Round::Retry(why) => {
+                    if !backoff.wait().await {
+                        return Err(AgentError::failed(format!(
+                            "could not join through {} within {JOIN_DEADLINE:?} (last: {why}); are the \
+                             members running and is their port reachable from here \
+                             (curl -k https://<member>/v1/health)?",
+                            self.peers.join(", ")
+                        )));
+                    }
+                    tracing::info!(%why, "cannot join yet; retrying");
+                }
+            }
+        }
+    }
+
+    /// Asks each peer once. A refusal that cannot change (an expired token, a taken name) ends
+    /// the join unless another peer admits it in the same round; so does a round in which every
+    /// peer presented another CA than the one pinned.
+    async fn round(&self) -> Result<Round, AgentError> {
+        let mut last = String::from("no peer answered");
+        let mut mismatched = 0;
+        let mut refused: Option<String> = None;
+        for peer in self.peers {
+            let request = self
+                .http
+                .post(format!("https://{peer}{}", self.path))
+                .json(self.request);
+            match client::send_json::<JoinResponse>(peer, request).await {
+                Ok(response) => return Ok(Round::Admitted(response, peer.clone())),
+                // Final unless another peer admits us this round: one odd member (one being
+                // removed, say) must not end a join the others would allow.
+                Err(CallError::Api(e)) if !e.kind.is_transient() => {
+                    refused.get_or_insert(format!(
+                        "{peer} refused to admit this node ({}): {}",
+                        e.kind, e.message
+                    ));
+                }
+                Err(CallError::PinMismatch { .. }) => {
+                    mismatched += 1;
+                    last = format!(
+                        "ca_pin_mismatch: {peer} does not present the pinned cluster CA; refusing to join it"
+                    );
+                }
+                Err(e) => last = format!("{peer}: {e}"),
+            }
+        }
+        if let Some(refused) = refused {
+            return Err(AgentError::Refused(refused));
+        }
+        if mismatched == self.peers.len() {
+            return Err(AgentError::Refused(format!(
+                "{last}. The credential belongs to another cluster than the one at {} (or the address \
+                 now belongs to another machine); use one created on a member of the cluster you mean to join",
+                self.peers.join(", ")
+            )));
+        }
+        Ok(Round::Retry(last))
+    }
+}
+
+/// Joins through `peers` (any members) with `token`, then starts as a member.
+pub async fn join_with_token(
+    config: &AgentConfig,
+    identity: &Identity,
+    token: &SecretToken,
+    peers: &[String],
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    if peers.is_empty() {
+        return Err(AgentError::Usage(
+            "no member address to join through: give --join HOST:PORT[,HOST:PORT…] (any members of the cluster)".into(),
+        ));
+    }
+    let request = TokenJoinRequest {
+        token_id: token.id().to_string(),
+        secret: token.secret().to_string(),
+        node_id: identity.member_id(),
+        name: identity.name.clone(),
+        addr: config.advertise.clone(),
+        key_fingerprint: identity.key.fingerprint(),
+        csr_pem: identity
+            .key
+            .csr_pem(&identity.name, host_of(&config.advertise))?,
+    };
+    println!(
+        "joining with token {} through {} …",
+        token.id(),
+        peers.join(", ")
+    );
+    let (response, via) = Joiner::new(token.ca_pin(), peers, paths::TOKEN_JOIN, &request)?
+        .join()
+        .await?;
+    let running = finish(
+        config,
+        identity,
+        token.ca_pin(),
+        None,
+        response,
+        &via,
+        listener,
+    )
+    .await?;
+    println!(
+        "joined cluster {} through {via} as a nonvoter; the leader promotes it when the voter table asks for another voter",
+        running.agent().cluster_id()
+    );
+    Ok(running)
+}
+
+/// Checks an admission against what the joiner pinned, persists it, and starts the node.
+pub async fn finish(
+    config: &AgentConfig,
+    identity: &Identity,
+    ca_pin: &str,
+    cluster_id: Option<&str>,
+    response: JoinResponse,
+    via: &str,
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    if response.node_id != identity.member_id()
+        || tls::spki_pin(&response.ca_cert_pem)? != ca_pin
+        || cluster_id.is_some_and(|c| c != response.cluster_id)
+    {
+        return Err(AgentError::Refused(format!(
+            "ca_pin_mismatch: {via} answered with a CA, cluster or node id that does not match what \
+             this node pinned; refusing it"
+        )));
+    }
+    datadir::write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
+    ClusterFile::new(&response.cluster_id, &config.advertise, None).write(&config.data_dir)?;
+    node::start(NodeSpec {
+        config,
+        identity,
+        cluster_id: &response.cluster_id,
+        formation: None,
+        listener,
+    })
+    .await
+}

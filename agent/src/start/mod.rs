@@ -1,0 +1,186 @@
+//! How this node comes up. [`decide`] looks at the settings and at what the data dir holds and
+//! returns a typed [`Plan`] without touching anything; [`run`] then takes the data dir's lock,
+//! binds the node's port, and carries the plan out through one file per path:
+//!
+//! 1. the data dir belongs to a cluster → [`restart`]: static membership, discovery is never
+//!    contacted again;
+//! 2. `--token` with `--join` → [`join`]: join an existing cluster through those members;
+//! 3. `--discovery` → [`formation`]: register; the first registrant initiates ([`initiate`]),
+//!    the other first-N join it; a node that finds the URL formed without it joins with its
+//!    token, or stops with the commands that would add it;
+//! 4. `muster restore FILE` → [`restore`]: a one-node cluster from a backup;
+//! 5. nothing of these → an error naming every way to start.
+
+mod formation;
+mod initiate;
+mod join;
+mod restart;
+mod restore;
+
+use std::path::{Path, PathBuf};
+
+use muster_shared::tls::ClusterCa;
+use muster_shared::token::{SecretToken, TokenKind};
+
+use crate::config::{AgentConfig, host_of};
+use crate::datadir::{self, ClusterFile, DataDirLock, Identity};
+use crate::error::AgentError;
+use crate::leader::CERT_VALIDITY;
+use crate::node;
+
+/// What the data dir holds, read before deciding.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    pub cluster: Option<ClusterFile>,
+    /// `<data-dir>/raft` exists.
+    pub raft_state: bool,
+}
+
+impl Found {
+    pub fn read(dir: &Path) -> Result<Self, AgentError> {
+        Ok(Self {
+            cluster: ClusterFile::read(dir)?,
+            raft_state: datadir::raft_dir(dir).exists(),
+        })
+    }
+}
+
+/// How this node starts, decided before anything is started.
+#[derive(Debug)]
+pub enum Plan {
+    /// The data dir belongs to a cluster: restart on static membership.
+    Restart(ClusterFile),
+    /// Join an existing cluster through `peers` with a join token.
+    TokenJoin {
+        token: SecretToken,
+        peers: Vec<String>,
+    },
+    /// Register with the discovery URL; join with `token` if it formed without this node.
+    Discovery {
+        url: String,
+        token: Option<SecretToken>,
+    },
+    /// Start a new one-node cluster from a verified backup.
+    Restore(Box<restore::Verified>),
+}
+
+/// Decides how this node starts from its settings and what its data dir holds. Pure: reads
+/// and writes nothing.
+pub fn decide(
+    config: &AgentConfig,
+    found: Found,
+    restore: Option<restore::Verified>,
+) -> Result<Plan, AgentError> {
+    if let Some(backup) = restore {
+        if found.cluster.is_some() || found.raft_state {
+            return Err(AgentError::Usage(format!(
+                "{} already holds cluster state; restore into an empty --data-dir (move this one aside first)",
+                config.data_dir.display()
+            )));
+        }
+        return Ok(Plan::Restore(Box::new(backup)));
+    }
+    if let Some(cluster) = found.cluster {
+        return Ok(Plan::Restart(cluster));
+    }
+    if found.raft_state {
+        return Err(AgentError::Failed(format!(
+            "{} holds raft state but no cluster.json: the data dir is damaged, or a `muster restore` \
+             into it was interrupted. Move it aside (keep it for recovery) and start this machine \
+             with an empty --data-dir",
+            config.data_dir.display()
+        )));
+    }
+    let token = config
+        .token
+        .as_deref()
+        .map(|t| SecretToken::parse(TokenKind::Join, t))
+        .transpose()
+        .map_err(|e| AgentError::Usage(format!("--token: {e}")))?;
+    match (token, &config.discovery) {
+        (Some(token), _) if !config.join.is_empty() => Ok(Plan::TokenJoin {
+            token,
+            peers: config.join.clone(),
+        }),
+        (token, Some(url)) => Ok(Plan::Discovery {
+            url: url.clone(),
+            token,
+        }),
+        (Some(_), None) => Err(AgentError::Usage(
+            "--token needs somewhere to join: --join HOST:PORT[,HOST:PORT…] of one or more members \
+             (or --discovery URL of the cluster's formation, whose record lists its peers)"
+                .into(),
+        )),
+        (None, None) => Err(AgentError::Usage(
+            "nothing to start from. Use one of:\n  \
+             muster agent --discovery URL …              (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
+             muster agent --join HOST:PORT --token T …  (join an existing cluster; token from `muster token create`)\n  \
+             an existing --data-dir                       (restart a member)\n  \
+             muster restore FILE …                        (a new cluster from a backup)"
+                .into(),
+        )),
+    }
+}
+
+/// Runs `muster agent` (or, with `restore`, `muster restore FILE`) until it is stopped.
+pub async fn run(config: AgentConfig, restore: Option<PathBuf>) -> Result<(), AgentError> {
+    // A backup is verified whole before anything is written.
+    let verified = restore.as_deref().map(restore::verify).transpose()?;
+    let config = match verified {
+        Some(_) => restore::settings(config),
+        None => config,
+    };
+    let plan = decide(&config, Found::read(&config.data_dir)?, verified)?;
+    let _lock = DataDirLock::acquire(&config.data_dir)?;
+    let listener = node::bind(&config).await?;
+    let identity = Identity::load_or_create(&config.data_dir, &config.name)?;
+    tracing::info!(name = %identity.name, id = %identity.member_id(), "node identity");
+    let running = match plan {
+        Plan::Restart(cluster) => restart::start(&config, &identity, cluster, listener).await?,
+        Plan::TokenJoin { token, peers } => {
+            join::join_with_token(&config, &identity, &token, &peers, listener).await?
+        }
+        Plan::Discovery { url, token } => {
+            formation::start(&config, &identity, &url, token.as_ref(), listener).await?
+        }
+        Plan::Restore(backup) => restore::start(&config, &identity, *backup, listener).await?,
+    };
+    running.run_until_stopped().await
+}
+
+/// The certificate a node that holds the CA (the initiator, a restore) issues to itself.
+fn sign_own_certificate(
+    ca: &ClusterCa,
+    identity: &Identity,
+    cluster_id: &str,
+    advertise: &str,
+) -> Result<String, AgentError> {
+    let host = host_of(advertise);
+    let csr = identity.key.csr_pem(&identity.name, host)?;
+    Ok(ca.sign_node(
+        &csr,
+        identity.node_id,
+        cluster_id,
+        &identity.key.fingerprint(),
+        host,
+        CERT_VALIDITY,
+    )?)
+}
+
+/// Prints an operator token: the only time its secret is shown. The token is alone on its line
+/// so scripts can pick it out (`grep '^OP1\.'`).
+fn print_operator_token(token: &SecretToken, advertise: &str) {
+    println!(
+        "operator token (shown once; it grants full operator access over TCP, keep it in a secret store):"
+    );
+    println!("{}", token.reveal());
+    println!(
+        "use it as: MUSTER_TOKEN=<token> muster status --server {advertise}. This output may be \
+         kept in a log (the journal under systemd): once the token is in your secret store, \
+         rotate it (muster operator-token create, then muster operator-token revoke {})",
+        token.id()
+    );
+}
+
+#[cfg(test)]
+mod tests;

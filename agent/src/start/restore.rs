@@ -1,0 +1,147 @@
+//! `muster restore FILE`: a new one-node cluster holding a backup's state, run like `muster
+//! agent` afterwards (later starts use `muster agent` with the same --data-dir). The file is
+//! verified whole before anything is written: a corrupt or foreign file leaves no trace.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use muster_shared::tls::ClusterCa;
+use muster_shared::token::random_hex;
+use tokio::net::TcpListener;
+
+use super::{print_operator_token, sign_own_certificate};
+use crate::backup_file::{self, BackupHeader, MAX_BACKUP_BYTES};
+use crate::clock::now_ms;
+use crate::config::AgentConfig;
+use crate::datadir::{self, ClusterFile, Identity};
+use crate::error::{AgentError, Context};
+use crate::leader::new_operator_token;
+use crate::node::{self, NodeSpec, RunningNode};
+use crate::state::{ClusterState, Node, NodeRecord, Request};
+
+/// A backup that decoded and passed its checksum.
+#[derive(Debug)]
+pub struct Verified {
+    file: PathBuf,
+    header: BackupHeader,
+    state: ClusterState,
+}
+
+/// Reads and checks `file`; writes nothing.
+pub fn verify(file: &Path) -> Result<Verified, AgentError> {
+    let size = std::fs::metadata(file)
+        .context(&format!("reading {}", file.display()))?
+        .len();
+    if size > MAX_BACKUP_BYTES {
+        return Err(AgentError::Usage(format!(
+            "{} is {size} bytes, more than any muster backup; is it the right file?",
+            file.display()
+        )));
+    }
+    let bytes = std::fs::read(file).context(&format!("reading {}", file.display()))?;
+    let (header, state) = backup_file::decode(&bytes).context(&format!(
+        "{} cannot be restored; nothing was written",
+        file.display()
+    ))?;
+    Ok(Verified {
+        file: file.to_path_buf(),
+        header,
+        state,
+    })
+}
+
+/// A restored cluster forms from the backup alone; settings for forming or joining (say from
+/// /etc/muster/agent.toml, or an operator's MUSTER_TOKEN) do not apply to it.
+pub fn settings(config: AgentConfig) -> AgentConfig {
+    AgentConfig {
+        discovery: None,
+        join: Vec::new(),
+        token: None,
+        ..config
+    }
+}
+
+pub async fn start(
+    config: &AgentConfig,
+    identity: &Identity,
+    backup: Verified,
+    listener: TcpListener,
+) -> Result<RunningNode, AgentError> {
+    let Verified {
+        file,
+        header,
+        state,
+    } = backup;
+    let dir = &config.data_dir;
+    let ca_material = state
+        .ca
+        .clone()
+        .ok_or_else(|| AgentError::failed("the backup holds no CA"))?;
+    let ca = ClusterCa::from_pem(&ca_material.cert_pem, &ca_material.key_pem)
+        .context("the backup's CA does not load")?;
+    if state.nodes.contains_key(&identity.node_id) || state.removed.contains(&identity.node_id) {
+        return Err(AgentError::Usage(format!(
+            "{} holds the identity of node {} of the backed-up cluster; a restored cluster starts \
+             from a new node. Restore into an empty --data-dir (move this one aside first)",
+            dir.display(),
+            identity.member_id()
+        )));
+    }
+    let cluster_id = random_hex(16);
+    let cert = sign_own_certificate(&ca, identity, &cluster_id, &config.advertise)?;
+    datadir::write_tls(dir, ca.cert_pem(), &cert)?;
+    let (operator_token, record) = new_operator_token(ca.pin(), "created by muster restore");
+    let restored = backup_file::restored_state(
+        state,
+        &cluster_id,
+        now_ms(),
+        (operator_token.id().to_string(), record),
+    );
+    let running = node::start(NodeSpec {
+        config,
+        identity,
+        cluster_id: &cluster_id,
+        formation: None,
+        listener,
+    })
+    .await?;
+    let raft = running.agent().raft();
+    raft.initialize(Node {
+        name: identity.name.clone(),
+        addr: config.advertise.clone(),
+    })
+    .await?;
+    raft.write(Request::RestoreState {
+        state: Box::new(restored),
+    })
+    .await?;
+    raft.write(Request::UpsertNode {
+        id: identity.node_id,
+        node: NodeRecord {
+            name: identity.name.clone(),
+            addr: config.advertise.clone(),
+            key_fingerprint: identity.key.fingerprint(),
+            joined_ms: now_ms(),
+            joined_with: None,
+        },
+    })
+    .await?;
+    // The restored state is one log entry, possibly larger than one AppendEntries may carry;
+    // members that join later catch up from a snapshot instead.
+    raft.compact_log(Duration::from_secs(60))
+        .await
+        .context("compacting the raft log after the restore")?;
+    // Written last: until it exists the data dir counts as unfinished (see `decide`).
+    ClusterFile::new(&cluster_id, &config.advertise, None).write(dir)?;
+    println!(
+        "restored cluster {} (backup of {} at index {}, {} keys) as new cluster {cluster_id}; \
+         this node is its only member. Join tokens from the backup are revoked: create new ones \
+         with `muster token create`.",
+        header.cluster_id,
+        file.display(),
+        header.applied_index,
+        header.keys
+    );
+    print_operator_token(&operator_token, &config.advertise);
+    Ok(running)
+}

@@ -1,0 +1,161 @@
+//! Table tests of the start decision: settings and data-dir contents in, a plan (or the
+//! refusal and its exit class) out.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use muster_shared::token::{SecretToken, TokenKind};
+
+use super::*;
+
+fn config() -> AgentConfig {
+    AgentConfig {
+        name: "n1".into(),
+        advertise: "10.0.0.1:7000".into(),
+        listen: "0.0.0.0:7000".parse().expect("addr"),
+        data_dir: PathBuf::from("/tmp/n1"),
+        discovery: None,
+        join: Vec::new(),
+        token: None,
+        heartbeat: Duration::from_millis(50),
+        election_timeout: Duration::from_millis(200),
+        promote_after: Duration::from_secs(3),
+    }
+}
+
+fn token() -> String {
+    SecretToken::generate(TokenKind::Join, &"ab".repeat(32)).reveal()
+}
+
+fn member() -> Found {
+    Found {
+        cluster: Some(ClusterFile::new("c1", "10.0.0.1:7000", None)),
+        raft_state: true,
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Restart,
+    TokenJoin,
+    Discovery { with_token: bool },
+    Usage(&'static str),
+    Failed(&'static str),
+}
+
+fn outcome(result: Result<Plan, AgentError>) -> (Outcome, String) {
+    match result {
+        Ok(Plan::Restart(_)) => (Outcome::Restart, String::new()),
+        Ok(Plan::TokenJoin { .. }) => (Outcome::TokenJoin, String::new()),
+        Ok(Plan::Discovery { token, .. }) => (
+            Outcome::Discovery {
+                with_token: token.is_some(),
+            },
+            String::new(),
+        ),
+        Ok(Plan::Restore(_)) => panic!("no restore in these cases"),
+        Err(AgentError::Usage(m)) => (Outcome::Usage(""), m),
+        Err(AgentError::Failed(m)) => (Outcome::Failed(""), m),
+        Err(AgentError::Refused(m)) => panic!("unexpected refusal: {m}"),
+    }
+}
+
+#[test]
+fn the_start_decision() {
+    let url = "http://d:8087/0123456789abcdef0123456789abcdef";
+    let with = |f: &dyn Fn(&mut AgentConfig)| {
+        let mut c = config();
+        f(&mut c);
+        c
+    };
+    // (what, settings, data dir, expected outcome, a phrase the message must hold)
+    let cases: Vec<(&str, AgentConfig, Found, Outcome, &str)> = vec![
+        (
+            "a member restarts from its data dir whatever else is set",
+            with(&|c| {
+                c.discovery = Some(url.into());
+                c.token = Some(token());
+            }),
+            member(),
+            Outcome::Restart,
+            "",
+        ),
+        (
+            "a token with --join joins",
+            with(&|c| {
+                c.token = Some(token());
+                c.join = vec!["10.0.0.2:7000".into()];
+            }),
+            Found::default(),
+            Outcome::TokenJoin,
+            "",
+        ),
+        (
+            "--join wins over --discovery when a token is given",
+            with(&|c| {
+                c.token = Some(token());
+                c.join = vec!["10.0.0.2:7000".into()];
+                c.discovery = Some(url.into());
+            }),
+            Found::default(),
+            Outcome::TokenJoin,
+            "",
+        ),
+        (
+            "a discovery URL forms",
+            with(&|c| c.discovery = Some(url.into())),
+            Found::default(),
+            Outcome::Discovery { with_token: false },
+            "",
+        ),
+        (
+            "a discovery URL with a token keeps the token for a formed URL",
+            with(&|c| {
+                c.discovery = Some(url.into());
+                c.token = Some(token());
+            }),
+            Found::default(),
+            Outcome::Discovery { with_token: true },
+            "",
+        ),
+        (
+            "a token with nowhere to join is a usage error",
+            with(&|c| c.token = Some(token())),
+            Found::default(),
+            Outcome::Usage(""),
+            "--token needs somewhere to join",
+        ),
+        (
+            "a malformed token is a usage error naming the flag",
+            with(&|c| {
+                c.token = Some("K1.nope".into());
+                c.join = vec!["10.0.0.2:7000".into()];
+            }),
+            Found::default(),
+            Outcome::Usage(""),
+            "--token",
+        ),
+        (
+            "nothing to start from names every way to start",
+            config(),
+            Found::default(),
+            Outcome::Usage(""),
+            "muster restore FILE",
+        ),
+        (
+            "raft state without cluster.json is a damaged data dir",
+            with(&|c| c.discovery = Some(url.into())),
+            Found {
+                cluster: None,
+                raft_state: true,
+            },
+            Outcome::Failed(""),
+            "damaged",
+        ),
+    ];
+    for (what, config, found, want, phrase) in cases {
+        let (got, message) = outcome(decide(&config, found, None));
+        assert_eq!(got, want, "{what}: {message}");
+        assert!(message.contains(phrase), "{what}: {message}");
+    }
+}

@@ -1,0 +1,107 @@
+//! The commands that change the replicated state, and the state machine's answers.
+
+use serde::{Deserialize, Serialize};
+
+use super::records::{CaMaterial, JoinTokenRecord, NodeRecord, OperatorTokenRecord};
+use super::{ClusterState, NodeId};
+use crate::api::ErrorKind;
+
+/// A change to the replicated state. Every variant is deterministic: no clocks or randomness
+/// are read while applying; callers put them into the command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Written once, by the initiator, as the first command of a new cluster.
+    InitCluster {
+        cluster_id: String,
+        ca: CaMaterial,
+        /// The operator token printed at formation (its hash).
+        #[serde(default)]
+        operator_token: Option<(String, OperatorTokenRecord)>,
+    },
+    /// Written once, by `muster restore`, as the first command of a restored cluster.
+    RestoreState {
+        state: Box<ClusterState>,
+    },
+    /// Records (or updates the address of) a member.
+    UpsertNode {
+        id: NodeId,
+        node: NodeRecord,
+    },
+    /// Removes a member for good: its record goes and its id is tombstoned, so it can never come
+    /// back. Taking it out of the raft configuration follows (the leader's reconciler).
+    RemoveNode {
+        id: NodeId,
+        /// The operator overrode the quorum check (`--force`): the reconciler then demotes the
+        /// node even while the voters left lack a reachable majority.
+        #[serde(default)]
+        force: bool,
+    },
+    /// Admits a node with a join token: checks the token, takes one use and records the node, in
+    /// one step, so two joiners can never both win the last use.
+    AdmitWithToken {
+        token_id: String,
+        /// SHA-256 of the secret the joiner presented (the secret itself never enters the log).
+        secret_sha256: String,
+        now_ms: u64,
+        id: NodeId,
+        node: NodeRecord,
+    },
+    CreateJoinToken {
+        id: String,
+        token: JoinTokenRecord,
+    },
+    RevokeJoinToken {
+        id: String,
+        now_ms: u64,
+    },
+    CreateOperatorToken {
+        id: String,
+        token: OperatorTokenRecord,
+    },
+    RevokeOperatorToken {
+        id: String,
+        now_ms: u64,
+    },
+    KvPut {
+        key: String,
+        value: String,
+    },
+    KvDel {
+        key: String,
+    },
+}
+
+/// Why the state machine refused a command: a stable error kind and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The answer to an applied [`Request`] (and the `R` for blank and membership entries).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// For `KvPut`/`KvDel`: the value the key held before.
+    pub previous: Option<String>,
+    /// Set when the command was refused by the state machine (e.g. a second `InitCluster`).
+    pub refused: Option<Refusal>,
+}
+
+impl Response {
+    pub(super) fn refused(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            previous: None,
+            refused: Some(Refusal::new(kind, message)),
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Unit tests of the state machine's commands.
+
+use super::*;
+use muster_shared::token::hash_secret;
+
+fn node(name: &str, key: &str) -> NodeRecord {
+    NodeRecord {
+        name: name.into(),
+        addr: "127.0.0.1:7000".into(),
+        key_fingerprint: key.into(),
+        joined_ms: 0,
+        joined_with: None,
+    }
+}
+
+fn token(uses: u32, expires_ms: u64) -> JoinTokenRecord {
+    JoinTokenRecord {
+        secret_sha256: hash_secret("s3cret"),
+        description: String::new(),
+        created_ms: 0,
+        expires_ms,
+        uses_total: uses,
+        uses_left: uses,
+        consumed_ms: None,
+        revoked_ms: None,
+        last_used_by: None,
+    }
+}
+
+fn admit(id: NodeId, name: &str, key: &str, secret: &str, now_ms: u64) -> Request {
+    Request::AdmitWithToken {
+        token_id: "t".into(),
+        secret_sha256: hash_secret(secret),
+        now_ms,
+        id,
+        node: NodeRecord {
+            joined_with: Some("t".into()),
+            ..node(name, key)
+        },
+    }
+}
+
+fn refused_kind(r: Response) -> Option<ErrorKind> {
+    r.refused.map(|r| r.kind)
+}
+
+#[test]
+fn init_is_once_and_names_are_unique() {
+    let mut s = ClusterState::default();
+    let ca = CaMaterial {
+        cert_pem: "c".into(),
+        key_pem: "k".into(),
+    };
+    let init = Request::InitCluster {
+        cluster_id: "abc".into(),
+        ca: ca.clone(),
+        operator_token: None,
+    };
+    assert_eq!(s.apply(&init).refused, None);
+    assert!(s.apply(&init).refused.is_some());
+    let upsert = |id, name| Request::UpsertNode {
+        id,
+        node: node(name, "f"),
+    };
+    assert_eq!(s.apply(&upsert(1, "a")).refused, None);
+    assert_eq!(
+        refused_kind(s.apply(&upsert(2, "a"))),
+        Some(ErrorKind::NameTaken)
+    );
+    assert_eq!(
+        s.apply(&upsert(1, "a")).refused,
+        None,
+        "same node may update"
+    );
+    let impostor = s.apply(&Request::UpsertNode {
+        id: 1,
+        node: node("a", "another key"),
+    });
+    assert_eq!(
+        refused_kind(impostor),
+        Some(ErrorKind::Unauthorized),
+        "an id never changes hands"
+    );
+    assert_eq!(s.nodes[&1].key_fingerprint, "f");
+    let put = s.apply(&Request::KvPut {
+        key: "k".into(),
+        value: "v1".into(),
+    });
+    assert_eq!(put.previous, None);
+    let put = s.apply(&Request::KvPut {
+        key: "k".into(),
+        value: "v2".into(),
+    });
+    assert_eq!(put.previous.as_deref(), Some("v1"));
+}
+
+#[test]
+fn a_single_use_token_admits_exactly_one_node() {
+    let mut s = ClusterState::default();
+    s.join_tokens.insert("t".into(), token(1, 1_000));
+    assert_eq!(s.apply(&admit(1, "a", "ka", "s3cret", 10)).refused, None);
+    let t = &s.join_tokens["t"];
+    assert_eq!((t.uses_left, t.consumed_ms), (0, Some(10)));
+    assert_eq!(t.last_used_by.as_deref(), Some("a"));
+    assert_eq!(t.state(10), "consumed");
+    let before = s.clone();
+    assert_eq!(
+        refused_kind(s.apply(&admit(2, "b", "kb", "s3cret", 11))),
+        Some(ErrorKind::TokenConsumed)
+    );
+    assert_eq!(s, before, "a refused admission changes nothing");
+    // The admitted node retrying (its answer was lost) is admitted again without a use.
+    assert_eq!(s.apply(&admit(1, "a", "ka", "s3cret", 12)).refused, None);
+    assert_eq!(s, before);
+    // … and so is a retry with another valid token, which keeps its uses.
+    s.join_tokens.insert("t2".into(), token(1, 1_000));
+    let mut with_t2 = admit(1, "a", "ka", "s3cret", 12);
+    if let Request::AdmitWithToken { token_id, .. } = &mut with_t2 {
+        *token_id = "t2".into();
+    }
+    assert_eq!(s.apply(&with_t2).refused, None);
+    assert_eq!(s.join_tokens["t2"].uses_left, 1);
+    // … but another key under its id is not.
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "other", "s3cret", 12))),
+        Some(ErrorKind::Unauthorized)
+    );
+}
+
+#[test]
+fn wrong_expired_and_revoked_tokens_are_refused_with_their_kinds() {
+    let mut s = ClusterState::default();
+    s.join_tokens.insert("t".into(), token(5, 1_000));
+    let before = s.clone();
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "k", "guess", 10))),
+        Some(ErrorKind::Unauthorized),
+        "a wrong secret tells nothing about the token"
+    );
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "k", "s3cret", 1_000))),
+        Some(ErrorKind::TokenExpired)
+    );
+    assert_eq!(s, before);
+    s.apply(&Request::RevokeJoinToken {
+        id: "t".into(),
+        now_ms: 20,
+    });
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "k", "s3cret", 30))),
+        Some(ErrorKind::TokenRevoked)
+    );
+    assert_eq!(
+        refused_kind(s.apply(&Request::RevokeJoinToken {
+            id: "nope".into(),
+            now_ms: 20,
+        })),
+        Some(ErrorKind::NotFound)
+    );
+}
+
+#[test]
+fn removed_ids_never_come_back_and_free_their_name() {
+    let mut s = ClusterState::default();
+    s.join_tokens.insert("t".into(), token(5, 1_000));
+    s.apply(&Request::UpsertNode {
+        id: 1,
+        node: node("a", "k1"),
+    });
+    assert_eq!(
+        refused_kind(s.apply(&admit(2, "a", "k2", "s3cret", 10))),
+        Some(ErrorKind::NameTaken)
+    );
+    s.apply(&Request::RemoveNode {
+        id: 1,
+        force: false,
+    });
+    assert!(s.nodes.is_empty() && s.removed.contains(&1));
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "k1", "s3cret", 10))),
+        Some(ErrorKind::Unauthorized),
+        "a removed id is never admitted again"
+    );
+    assert_eq!(
+        s.apply(&admit(2, "a", "k2", "s3cret", 10)).refused,
+        None,
+        "the name is free for a new node"
+    );
+}
+
+#[test]
+fn dead_tokens_are_dropped_a_week_after_they_stopped_working() {
+    let mut s = ClusterState::default();
+    s.join_tokens.insert("old".into(), token(1, 1_000));
+    s.join_tokens.insert("live".into(), token(1, u64::MAX));
+    let create = |created_ms| Request::CreateJoinToken {
+        id: format!("n{created_ms}"),
+        token: JoinTokenRecord {
+            created_ms,
+            ..token(1, u64::MAX)
+        },
+    };
+    s.apply(&create(1_000 + DEAD_TOKEN_RETENTION_MS - 1));
+    assert!(s.join_tokens.contains_key("old"));
+    s.apply(&create(1_000 + DEAD_TOKEN_RETENTION_MS));
+    assert!(!s.join_tokens.contains_key("old"));
+    assert!(s.join_tokens.contains_key("live"));
+}
