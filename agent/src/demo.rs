@@ -1,7 +1,7 @@
 //! `muster demo`: a discovery service and N agents on loopback in a temp dir, so anyone can
 //! watch a cluster form in seconds without any setup.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -14,9 +14,12 @@ use crate::discovery::DiscoveryClient;
 
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// An agent the demo started.
 struct Child2 {
     name: String,
     child: Child,
+    /// Set once it has exited on its own.
+    exited: Option<std::process::ExitStatus>,
 }
 
 /// Runs the demo. With `exit`, stops everything once the cluster has formed.
@@ -61,7 +64,14 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
         let name = format!("node{i}");
         let addr = format!("127.0.0.1:{}", free_port()?);
         let log = std::fs::File::create(root.join(format!("{name}.log")))?;
-        let child = Command::new(&exe)
+        let mut command = Command::new(&exe);
+        // The demo's agents get only the settings given here, whatever the caller exported.
+        for (var, _) in std::env::vars_os() {
+            if var.to_string_lossy().starts_with("MUSTER_") {
+                command.env_remove(var);
+            }
+        }
+        let child = command
             .args([
                 "agent",
                 "--name",
@@ -84,13 +94,18 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
             .spawn()
             .map_err(|e| CliError::Failed(format!("starting an agent: {e}")))?;
         crate::outln!("  {name} listening on {addr}");
-        children.push(Child2 { name, child });
+        children.push(Child2 {
+            name,
+            child,
+            exited: None,
+        });
     }
     crate::outln!();
 
     let discovery = DiscoveryClient::new(&url).map_err(|e| CliError::Failed(e.to_string()))?;
     let first = root.join("node1");
     let mut last_line = String::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let status = loop {
         if started.elapsed() > FORM_TIMEOUT {
             return Err(CliError::Failed(format!(
@@ -128,7 +143,19 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
         {
             break s;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if let Some(dead) = first_exited(&mut children, &root) {
+            stop(children).await;
+            discovery_task.abort();
+            return Err(CliError::Failed(format!(
+                "{dead}\nthe cluster cannot form without it; logs are in {}",
+                root.display()
+            )));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = tokio::signal::ctrl_c() => { stop(children).await; discovery_task.abort(); return Ok(()); }
+            _ = term.recv() => { stop(children).await; discovery_task.abort(); return Ok(()); }
+        }
     };
     crate::outln!(
         "\ncluster {} formed in {:.2}s\n",
@@ -141,20 +168,94 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
         discovery_task.abort();
         return Ok(());
     }
-    crate::outln!("\ntry:  muster status --data-dir {}", first.display());
+    let muster = command_name(&exe);
+    crate::outln!("\ntry:  {muster} status --data-dir {}", first.display());
     crate::outln!(
-        "      muster kv put greeting hello --data-dir {}",
+        "      {muster} kv put greeting hello --data-dir {}",
         first.display()
     );
     crate::outln!("press Ctrl-C to stop the demo");
-    let _ = tokio::signal::ctrl_c().await;
+    let outcome = watch_until_stopped(&mut children, &root, &mut term).await;
     stop(children).await;
     discovery_task.abort();
-    Ok(())
+    outcome
+}
+
+/// How to spell this binary in the hints: `muster` when that is what the PATH finds, else the
+/// full path (a `cargo run` build is not on the PATH).
+fn command_name(exe: &Path) -> String {
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            let candidate = dir.join("muster");
+            candidate.is_file()
+                && std::fs::canonicalize(&candidate).ok() == std::fs::canonicalize(exe).ok()
+        })
+    });
+    if on_path {
+        "muster".into()
+    } else {
+        exe.display().to_string()
+    }
+}
+
+/// Runs until Ctrl-C or SIGTERM, saying so when an agent dies (with the end of its log); ends
+/// with an error once every agent has died.
+async fn watch_until_stopped(
+    children: &mut [Child2],
+    root: &Path,
+    term: &mut tokio::signal::unix::Signal,
+) -> Result<(), CliError> {
+    let mut check = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = term.recv() => return Ok(()),
+            _ = check.tick() => {}
+        }
+        while let Some(dead) = first_exited(children, root) {
+            crate::outln!("\n{dead}\nthe other agents keep running");
+        }
+        if children.iter().all(|c| c.exited.is_some()) {
+            return Err(CliError::Failed(format!(
+                "every agent has exited; logs are in {}",
+                root.display()
+            )));
+        }
+    }
+}
+
+/// The first agent found to have exited since the last look, described with the end of its log.
+fn first_exited(children: &mut [Child2], root: &Path) -> Option<String> {
+    let c = children
+        .iter_mut()
+        .filter(|c| c.exited.is_none())
+        .find_map(|c| match c.child.try_wait() {
+            Ok(Some(status)) => {
+                c.exited = Some(status);
+                Some(c)
+            }
+            _ => None,
+        })?;
+    let log = root.join(format!("{}.log", c.name));
+    let tail = std::fs::read_to_string(&log)
+        .map(|text| {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(5)..].join("\n    ")
+        })
+        .unwrap_or_default();
+    let status = c.exited.map(|s| s.to_string()).unwrap_or_default();
+    Some(format!(
+        "{} exited ({status}). Last lines of {}:\n    {tail}",
+        c.name,
+        log.display()
+    ))
 }
 
 async fn stop(children: Vec<Child2>) {
     for mut c in children {
+        if c.exited.is_some() {
+            continue;
+        }
         if let Some(pid) = c.child.id() {
             let _ = std::process::Command::new("kill")
                 .arg("-TERM")

@@ -17,6 +17,7 @@
 //! | `leader/`     | operations that run on the leader (admission, tokens, removal, backup, kv, status), the dispatcher and the forwarder |
 //! | `agent`       | the running node's shared state, as plain data |
 //! | `error`       | how an agent run fails, and its exit code |
+//! | `logging`     | what the agent logs by default |
 //! | `discovery`   | the client of a discovery URL and its retry policy |
 //! | `raft/`       | everything that touches openraft: the node facade, network, fjall storage |
 //! | `client`      | the one way to build HTTP clients, read answers and errors, and back off |
@@ -44,6 +45,7 @@ pub mod demo;
 pub(crate) mod discovery;
 pub mod error;
 pub(crate) mod leader;
+pub(crate) mod logging;
 pub(crate) mod node;
 pub(crate) mod policy;
 pub(crate) mod raft;

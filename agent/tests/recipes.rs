@@ -437,7 +437,7 @@ fn membership_autoscaling_recipe_parses() {
         fetch["content"]
             .as_str()
             .unwrap_or_default()
-            .contains("MUSTER_TOKEN="),
-        "the token service writes MUSTER_TOKEN"
+            .contains("MUSTER_JOIN_TOKEN="),
+        "the token service writes MUSTER_JOIN_TOKEN, the agent's variable"
     );
 }

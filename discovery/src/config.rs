@@ -35,60 +35,121 @@ pub struct ServeConfig {
     #[arg(
         long,
         env = "MUSTER_DISCOVERY_LISTEN",
+        hide_env_values = true,
         default_value = "127.0.0.1:8087"
     )]
     pub listen: SocketAddr,
 
-    /// Directory for the embedded database (created if missing).
+    /// Directory for the embedded database (created if missing). Default: /var/lib/muster-discovery
+    /// as root, else $XDG_STATE_HOME/muster-discovery (~/.local/state/muster-discovery)
     #[arg(
         long,
-        env = "MUSTER_DISCOVERY_DATA_DIR",
-        default_value = "./muster-discovery-data"
+        env = "MUSTER_DISCOVERY_DATA_DIR", hide_env_values = true,
+        default_value_os_t = default_data_dir(),
+        hide_default_value = true
     )]
     pub data_dir: PathBuf,
 
     /// Base URL that /new puts in front of tokens, e.g. https://discovery.example.com. Without it,
     /// the Host header of the /new request is used.
-    #[arg(long, env = "MUSTER_DISCOVERY_PUBLIC_URL", value_parser = parse_public_url)]
+    #[arg(long, env = "MUSTER_DISCOVERY_PUBLIC_URL", hide_env_values = true, value_parser = parse_public_url)]
     pub public_url: Option<String>,
 
     /// Largest cluster size /new accepts.
-    #[arg(long, env = "MUSTER_DISCOVERY_MAX_SIZE", default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, env = "MUSTER_DISCOVERY_MAX_SIZE", hide_env_values = true, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_size: u32,
 
     /// How long a token lives after /new (e.g. 12h, 7d). Expired tokens answer like unknown ones.
-    #[arg(long, env = "MUSTER_DISCOVERY_TOKEN_TTL", default_value = "7d", value_parser = parse_ttl)]
+    #[arg(long, env = "MUSTER_DISCOVERY_TOKEN_TTL", hide_env_values = true, default_value = "7d", value_parser = parse_ttl)]
     pub token_ttl: Duration,
 
     /// How long a watch is held before it ends with 200 and an empty body (etcd then re-issues
     /// it). Keep it below your reverse proxy's idle timeout.
-    #[arg(long, env = "MUSTER_DISCOVERY_HOLD", default_value = "30s", value_parser = parse_hold)]
+    #[arg(long, env = "MUSTER_DISCOVERY_HOLD", hide_env_values = true, default_value = "30s", value_parser = parse_hold)]
     pub hold: Duration,
 
     /// PEM certificate chain for HTTPS. etcd trusts only the system roots for discovery, so use a
     /// publicly trusted certificate (or plain HTTP on a private network).
-    #[arg(long, env = "MUSTER_DISCOVERY_TLS_CERT", requires = "tls_key")]
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_TLS_CERT",
+        hide_env_values = true,
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM private key for --tls-cert.
-    #[arg(long, env = "MUSTER_DISCOVERY_TLS_KEY", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_TLS_KEY",
+        hide_env_values = true,
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
 
     /// Tokens per second each client IP may mint with /new (0 = unlimited).
-    #[arg(long, env = "MUSTER_DISCOVERY_NEW_RATE", default_value_t = 20)]
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_NEW_RATE",
+        hide_env_values = true,
+        default_value_t = 20
+    )]
     pub new_rate: u32,
 
     /// Burst of /new requests a client IP may make at once.
-    #[arg(long, env = "MUSTER_DISCOVERY_NEW_BURST", default_value_t = 200)]
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_NEW_BURST",
+        hide_env_values = true,
+        default_value_t = 200
+    )]
     pub new_burst: u32,
 
     /// Most watches held at once; beyond it watches get 503 and etcd retries with backoff.
-    #[arg(long, env = "MUSTER_DISCOVERY_MAX_WATCHES", default_value_t = 10_000)]
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_MAX_WATCHES",
+        hide_env_values = true,
+        default_value_t = 10_000
+    )]
     pub max_watches: usize,
 
     /// Log format: text or json.
-    #[arg(long, env = "MUSTER_DISCOVERY_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    #[arg(long, env = "MUSTER_DISCOVERY_LOG_FORMAT", hide_env_values = true, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+}
+
+/// Where the embedded database lives by default: the system's state directory when run as root
+/// (a service), the user's state directory otherwise (XDG), so that running the service from a
+/// checkout never writes into the checkout.
+pub fn default_data_dir() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    data_dir_for(
+        root,
+        std::env::var_os("XDG_STATE_HOME"),
+        std::env::var_os("HOME"),
+    )
+}
+
+fn data_dir_for(
+    root: bool,
+    xdg_state_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> PathBuf {
+    const NAME: &str = "muster-discovery";
+    let absolute = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
+    if root {
+        return PathBuf::from("/var/lib").join(NAME);
+    }
+    if let Some(state) = absolute(xdg_state_home) {
+        return state.join(NAME);
+    }
+    if let Some(home) = absolute(home) {
+        return home.join(".local/state").join(NAME);
+    }
+    PathBuf::from("/var/lib").join(NAME)
 }
 
 fn parse_ttl(s: &str) -> Result<Duration, String> {
@@ -128,5 +189,45 @@ fn parse_public_url(s: &str) -> Result<String, String> {
 impl ServeConfig {
     pub fn tls(&self) -> Option<(&PathBuf, &PathBuf)> {
         self.tls_cert.as_ref().zip(self.tls_key.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_data_dir_follows_the_platform_convention() {
+        let os = |s: &str| Some(std::ffi::OsString::from(s));
+        let cases = [
+            (
+                true,
+                os("/x/state"),
+                os("/home/u"),
+                "/var/lib/muster-discovery",
+            ),
+            (
+                false,
+                os("/x/state"),
+                os("/home/u"),
+                "/x/state/muster-discovery",
+            ),
+            (
+                false,
+                None,
+                os("/home/u"),
+                "/home/u/.local/state/muster-discovery",
+            ),
+            (
+                false,
+                os("relative"),
+                os("/home/u"),
+                "/home/u/.local/state/muster-discovery",
+            ),
+            (false, None, None, "/var/lib/muster-discovery"),
+        ];
+        for (root, xdg, home, want) in cases {
+            assert_eq!(data_dir_for(root, xdg, home), PathBuf::from(want));
+        }
     }
 }

@@ -20,13 +20,48 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
 }
 
 /// Formats a duration the way `parse_duration` reads it back.
+/// A duration the way operators write them, in the units `parse_duration` reads back: `365d`,
+/// `1d 2h`, `30s`, `250ms`. Whole seconds only from one second up (humantime's own format
+/// would print 365 days as "11months 30days 3h 50m 24s").
 pub fn format_duration(d: Duration) -> String {
-    humantime::format_duration(d).to_string()
+    let secs = d.as_secs();
+    if secs == 0 {
+        return format!("{}ms", d.subsec_millis());
+    }
+    let parts = [
+        (secs / 86_400, "d"),
+        (secs % 86_400 / 3_600, "h"),
+        (secs % 3_600 / 60, "m"),
+        (secs % 60, "s"),
+    ];
+    parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_in_units_that_parse_back() {
+        let cases = [
+            (Duration::from_secs(365 * 86_400), "365d"),
+            (Duration::from_secs(86_400), "1d"),
+            (Duration::from_secs(93_784), "1d 2h 3m 4s"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_millis(1_500), "1s"),
+            (Duration::from_millis(250), "250ms"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(format_duration(d), want);
+            let back = parse_duration(want).expect("parses back");
+            assert_eq!(back.as_secs(), d.as_secs(), "{want}");
+        }
+    }
 
     #[test]
     fn parses_common_operator_spellings() {

@@ -9,7 +9,10 @@ pub use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("data directory {path} is in use by another process (fjall holds a lock on it)")]
+    #[error(
+        "data directory {path} is in use by another process (another instance running?); stop it, \
+         or give this one its own directory with --data-dir"
+    )]
     Locked { path: String },
     #[error("storage error: {0}")]
     Fjall(#[from] fjall::Error),

@@ -54,11 +54,12 @@ impl TokenKind {
         }
     }
 
+    /// The kind with its article, for messages: "a join token …", "an operator token …".
     fn what(self) -> &'static str {
         match self {
-            TokenKind::Join => "join token (from `muster token create`)",
+            TokenKind::Join => "a join token (from `muster token create`)",
             TokenKind::Operator => {
-                "operator token (from formation or `muster operator-token create`)"
+                "an operator token (from formation or `muster operator-token create`)"
             }
         }
     }
@@ -67,12 +68,12 @@ impl TokenKind {
 /// Why a token's text was refused. The messages say what was expected, never echo the secret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenFormatError {
-    #[error("this is a {found}, but a {expected} is needed here")]
+    #[error("this is {found}, but {expected} is needed here")]
     WrongKind {
         expected: &'static str,
         found: &'static str,
     },
-    #[error("not a {expected}: expected {prefix}.<ca-pin: 64 hex>.<id: 16 hex>.<secret: 64 hex>")]
+    #[error("not {expected}: expected {prefix}.<ca-pin: 64 hex>.<id: 16 hex>.<secret: 64 hex>")]
     Shape {
         expected: &'static str,
         prefix: &'static str,

@@ -4,6 +4,7 @@
 //! Binaries are found next to the running test or bench executable (`target/<profile>/`), or in
 //! `$MUSTER_BIN_DIR`. `cargo test --workspace` builds them before any test runs.
 
+pub mod history;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -121,7 +122,9 @@ impl Discovery {
             .create(true)
             .append(true)
             .open(&self.log_path)?;
-        let mut child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        clear_muster_env(&mut command);
+        let mut child = command
             .arg("serve")
             .arg("--listen")
             .arg(listen)
@@ -580,9 +583,45 @@ pub struct AgentProc {
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
     args: Vec<String>,
+    /// `RUST_LOG` for the process; `None` leaves the agent's own default.
+    log_filter: Option<String>,
 }
 
 impl AgentProc {
+    /// Starts `muster agent --name NAME --data-dir DIR --config /dev/null ARGS…` and nothing
+    /// more: the test gives `--advertise` (which must be `addr`) and `--listen` itself, and with
+    /// `log_filter` `None` the agent logs with its own defaults.
+    pub fn start_bare(
+        root: &Path,
+        name: &str,
+        addr: &str,
+        args: &[&str],
+        log_filter: Option<&str>,
+    ) -> Result<Self> {
+        let data_dir = root.join(name);
+        let mut all: Vec<String> = vec![
+            "agent".into(),
+            "--name".into(),
+            name.into(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--config".into(),
+            "/dev/null".into(),
+        ];
+        all.extend(args.iter().map(|s| s.to_string()));
+        let mut a = Self {
+            child: None,
+            name: name.into(),
+            addr: addr.into(),
+            data_dir,
+            log_path: root.join(format!("{name}.log")),
+            args: all,
+            log_filter: log_filter.map(String::from),
+        };
+        a.spawn()?;
+        Ok(a)
+    }
+
     /// Starts `muster agent --name NAME` under `root` with `extra` flags (e.g. `--discovery URL`).
     pub fn start(root: &Path, name: &str, extra: &[&str]) -> Result<Self> {
         Self::start_command(root, name, &["agent"], extra)
@@ -619,6 +658,7 @@ impl AgentProc {
             data_dir,
             log_path: root.join(format!("{name}.log")),
             args,
+            log_filter: Some("info,openraft=error".into()),
         };
         a.spawn()?;
         Ok(a)
@@ -637,9 +677,14 @@ impl AgentProc {
             .append(true)
             .open(&self.log_path)?;
         let log_err = log.try_clone()?;
-        let child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        clear_muster_env(&mut command);
+        match &self.log_filter {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let child = command
             .args(&self.args)
-            .env("RUST_LOG", "info,openraft=error")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
@@ -665,6 +710,10 @@ impl AgentProc {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
     }
 
     pub async fn kill9(&mut self) -> Result<()> {
@@ -731,21 +780,39 @@ impl AgentProc {
     }
 }
 
-/// Runs `muster ARGS` with extra environment variables (and without any MUSTER_TOKEN or
-/// MUSTER_SERVER of the test's own environment); returns (exit code, stdout, stderr).
+/// The longest any one `muster` CLI call may take in a test (the agent's longest answer,
+/// `node remove`, takes 25 s): a wedged agent fails the test instead of hanging it.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(45);
+
+/// Runs `muster ARGS` with extra environment variables and none of the test process's own
+/// `MUSTER_*` settings; returns (exit code, stdout, stderr). Fails after [`CLI_TIMEOUT`].
 pub async fn run_muster(args: &[&str], env: &[(&str, &str)]) -> Result<(i32, String, String)> {
-    let out = Command::new(bin_path("muster"))
-        .args(args)
-        .env_remove("MUSTER_TOKEN")
-        .env_remove("MUSTER_SERVER")
-        .envs(env.iter().copied())
-        .output()
-        .await?;
+    let mut command = Command::new(bin_path("muster"));
+    command.args(args).kill_on_drop(true);
+    clear_muster_env(&mut command);
+    let out = tokio::time::timeout(CLI_TIMEOUT, command.envs(env.iter().copied()).output())
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "muster {} did not finish within {CLI_TIMEOUT:?}",
+                args.join(" ")
+            )
+        })??;
     Ok((
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     ))
+}
+
+/// Removes every `MUSTER_*` variable of the test's own environment from `command`, so a
+/// developer's exported settings never change what a test runs.
+pub fn clear_muster_env(command: &mut Command) {
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("MUSTER_") {
+            command.env_remove(var);
+        }
+    }
 }
 
 impl Drop for AgentProc {

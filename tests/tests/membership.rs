@@ -547,7 +547,7 @@ async fn operator_commands_over_tcp_need_a_valid_operator_token() {
     let a = &agents[0];
     let formation_token = a.printed_operator_token().expect("printed at formation");
     let server = a.addr.as_str();
-    let with = |token: &str| vec![("MUSTER_TOKEN", token.to_string())];
+    let with = |token: &str| vec![("MUSTER_OPERATOR_TOKEN", token.to_string())];
     let run = |args: Vec<&'static str>, env: Vec<(&'static str, String)>| async move {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let mut all = args.clone();
@@ -562,7 +562,7 @@ async fn operator_commands_over_tcp_need_a_valid_operator_token() {
 
     let (code, _, err) = run(vec!["status"], vec![]).await;
     assert_eq!(code, 1);
-    assert!(err.contains("MUSTER_TOKEN"), "{err}");
+    assert!(err.contains("MUSTER_OPERATOR_TOKEN"), "{err}");
     let mut wrong: Vec<String> = formation_token.split('.').map(str::to_string).collect();
     wrong[3] = "1".repeat(64);
     let (code, _, err) = run(vec!["status"], with(&wrong.join("."))).await;

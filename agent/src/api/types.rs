@@ -2,7 +2,15 @@
 //! token).
 //! These are a public contract: fields may be added, never renamed.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+/// Shortest and longest join-token lifetime.
+pub const JOIN_TOKEN_MIN_TTL: Duration = Duration::from_secs(1);
+pub const JOIN_TOKEN_MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Most nodes one join token may admit.
+pub const JOIN_TOKEN_MAX_USES: u32 = 10_000;
 
 /// `muster status --json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

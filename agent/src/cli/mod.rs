@@ -1,19 +1,29 @@
 //! The operator commands: where they send their request (the local unix socket, or a member's
 //! TLS port with an operator token) and what they print (`output.rs`).
 
+mod args;
 pub mod output;
+mod run;
+
+pub use args::Cli;
+pub use run::{Failure, run};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use muster_shared::duration::{format_duration, parse_duration};
 use muster_shared::form::urlencode;
 use muster_shared::token::{SecretToken, TokenKind};
 use serde::de::DeserializeOwned;
 
-use crate::api::types::{JoinTokenInfo, NodeRemoved, OperatorTokenInfo, Status, TokenCreated};
-use crate::api::{ApiError, paths};
+use crate::api::types::{
+    JOIN_TOKEN_MAX_TTL, JOIN_TOKEN_MAX_USES, JOIN_TOKEN_MIN_TTL, JoinTokenInfo, NodeRemoved,
+    OperatorTokenInfo, Status, TokenCreated,
+};
+use crate::api::{ApiError, ErrorKind, paths};
 use crate::backup_file::BackupSnapshot;
 use crate::client::{self, CallError};
+use crate::config::LEGACY_TOKEN_ENV;
 use crate::{config, datadir, outln};
 
 /// How long one operator call may take (the leader's longest answer, `node remove`, takes 25 s).
@@ -28,7 +38,10 @@ pub enum CliError {
     /// The agent answered with an error.
     #[error("{} ({})", .0.message, .0.kind)]
     Api(ApiError),
-    /// The agent could not be reached, or something local failed.
+    /// The agent could not be reached.
+    #[error("{0}")]
+    Unreachable(String),
+    /// Something local failed.
     #[error("{0}")]
     Failed(String),
 }
@@ -45,11 +58,48 @@ impl From<serde_json::Error> for CliError {
     }
 }
 
+/// The environment variable operator commands read their operator token from (never a flag,
+/// so that it does not show in `ps`).
+pub const OPERATOR_TOKEN_ENV: &str = "MUSTER_OPERATOR_TOKEN";
+
+/// The operator token for `--server`: `MUSTER_OPERATOR_TOKEN`, else the old shared name
+/// `MUSTER_TOKEN` (read for one more release, with a warning) when it holds an operator token.
+fn operator_token(
+    server: &str,
+    current: Option<String>,
+    legacy: Option<String>,
+) -> Result<SecretToken, CliError> {
+    let (source, text) = match (current, legacy) {
+        (Some(text), _) => (OPERATOR_TOKEN_ENV, text),
+        (None, Some(text)) if text.trim_start().starts_with("OP1.") => {
+            eprintln!(
+                "muster: warning: reading the operator token from {LEGACY_TOKEN_ENV}, which is \
+                 read for one more release; rename it {OPERATOR_TOKEN_ENV}"
+            );
+            (LEGACY_TOKEN_ENV, text)
+        }
+        (None, legacy) => {
+            let join_token_note = if legacy.is_some() {
+                format!(" ({LEGACY_TOKEN_ENV} is set, but holds no operator token)")
+            } else {
+                String::new()
+            };
+            return Err(CliError::Failed(format!(
+                "--server {server} needs an operator token in {OPERATOR_TOKEN_ENV}{join_token_note}: \
+                 it is printed at formation, or `muster operator-token create` on a member makes \
+                 one. It is read from the environment so that it never shows in `ps`"
+            )));
+        }
+    };
+    SecretToken::parse(TokenKind::Operator, &text)
+        .map_err(|e| CliError::Failed(format!("{source}: {e}")))
+}
+
 /// Where an operator command sends its request.
 pub enum Target {
     /// `<data-dir>/muster.sock`: the socket's permissions are the access control.
     Socket(PathBuf),
-    /// `--server HOST:PORT`: any member's TLS port, with the operator token from MUSTER_TOKEN.
+    /// `--server HOST:PORT`: any member's TLS port, with the operator token from MUSTER_OPERATOR_TOKEN.
     /// The server must present the CA the token pins.
     Tcp { server: String, token: SecretToken },
 }
@@ -63,15 +113,7 @@ impl Target {
             return Ok(Target::Socket(datadir::socket_path(&dir)));
         }
         if let Some(server) = server.or_else(|| env("MUSTER_SERVER")) {
-            let text = env("MUSTER_TOKEN").ok_or_else(|| {
-                CliError::Failed(format!(
-                    "--server {server} needs an operator token in MUSTER_TOKEN (printed at formation, \
-                     or `muster operator-token create` on a member); it is read from the environment \
-                     so that it never shows in `ps`"
-                ))
-            })?;
-            let token = SecretToken::parse(TokenKind::Operator, &text)
-                .map_err(|e| CliError::Failed(format!("MUSTER_TOKEN: {e}")))?;
+            let token = operator_token(&server, env(OPERATOR_TOKEN_ENV), env(LEGACY_TOKEN_ENV))?;
             return Ok(Target::Tcp { server, token });
         }
         let dir = env("MUSTER_DATA_DIR")
@@ -93,10 +135,10 @@ impl Target {
                     client::socket_call(sock, method, path, body, CALL_TIMEOUT)
                         .await
                         .map_err(|e| {
-                            CliError::Failed(format!(
+                            CliError::Unreachable(format!(
                                 "cannot reach the agent at {} ({e}): is `muster agent` running with this \
                                  --data-dir? are you its user or root? from another machine use --server \
-                                 HOST:PORT with MUSTER_TOKEN",
+                                 HOST:PORT with MUSTER_OPERATOR_TOKEN",
                                 sock.display()
                             ))
                         })?;
@@ -118,10 +160,13 @@ impl Target {
         };
         answer.map_err(|e| match e {
             CallError::Api(e) => CliError::Api(e),
-            CallError::PinMismatch { addr } => CliError::Failed(format!(
-                "{addr} does not present the CA of the operator token's cluster; refusing to send it the token (ca_pin_mismatch)"
+            CallError::PinMismatch { addr } => CliError::Api(ApiError::new(
+                ErrorKind::CaPinMismatch,
+                format!(
+                    "{addr} does not present the CA of the operator token's cluster; refusing to send it the token"
+                ),
             )),
-            CallError::Unreachable { addr, reason, .. } => CliError::Failed(format!(
+            CallError::Unreachable { addr, reason, .. } => CliError::Unreachable(format!(
                 "cannot reach the agent at {addr}: {reason} (is it running, and is the port open from here?)"
             )),
             CallError::Setup(m) => CliError::Failed(m),
@@ -190,6 +235,29 @@ pub async fn kv_list(target: &Target, prefix: &str, json: bool) -> Result<(), Cl
     Ok(())
 }
 
+/// `--ttl` of `muster token create`, checked here so a mistake is named before any call.
+pub fn join_token_ttl(text: &str) -> Result<Duration, CliError> {
+    let ttl = parse_duration(text).map_err(|e| CliError::Usage(format!("--ttl: {e}")))?;
+    if !(JOIN_TOKEN_MIN_TTL..=JOIN_TOKEN_MAX_TTL).contains(&ttl) {
+        return Err(CliError::Usage(format!(
+            "--ttl {text}: a join token lives between {} and {}",
+            format_duration(JOIN_TOKEN_MIN_TTL),
+            format_duration(JOIN_TOKEN_MAX_TTL)
+        )));
+    }
+    Ok(ttl)
+}
+
+/// `--uses` of `muster token create`.
+pub fn check_join_token_uses(uses: u32) -> Result<(), CliError> {
+    if !(1..=JOIN_TOKEN_MAX_USES).contains(&uses) {
+        return Err(CliError::Usage(format!(
+            "--uses {uses}: a join token admits between 1 and {JOIN_TOKEN_MAX_USES} nodes"
+        )));
+    }
+    Ok(())
+}
+
 /// `muster token create`: the token alone on stdout (so `$(muster token create)` captures just
 /// it), what it is on stderr.
 pub async fn token_create(
@@ -212,7 +280,7 @@ pub async fn token_create(
          Use it as: muster agent --join <member> --token <TOKEN> …",
         created.id,
         created.uses.unwrap_or(1),
-        muster_shared::duration::format_duration(Duration::from_secs(ttl.as_secs()))
+        format_duration(ttl)
     );
     Ok(())
 }
@@ -264,7 +332,7 @@ pub async fn operator_token_create(
     };
     eprintln!(
         "operator token {}: full operator access over TCP. It is shown only this once. \
-         Use it as: MUSTER_TOKEN=<TOKEN> muster status --server <member>:<port>",
+         Use it as: MUSTER_OPERATOR_TOKEN=<TOKEN> muster status --server <member>:<port>",
         created.id
     );
     Ok(())

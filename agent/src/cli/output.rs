@@ -36,38 +36,77 @@ pub fn print_status(s: &Status) {
 }
 
 pub fn print_members(s: &Status) {
-    crate::outln!(
-        "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
-        "NAME",
-        "ID",
-        "ADDRESS",
-        "SUFFRAGE",
-        "REACHABLE",
-        "LAST SEEN",
-        "MATCH"
+    let rows = s
+        .members
+        .iter()
+        .map(|m| {
+            let leader = if s.leader.as_deref() == Some(m.name.as_str()) {
+                "*"
+            } else {
+                ""
+            };
+            vec![
+                format!("{}{leader}", m.name),
+                m.id.clone(),
+                m.address.clone(),
+                m.suffrage.clone(),
+                m.reachable
+                    .map(|r| if r { "yes" } else { "NO" })
+                    .unwrap_or("-")
+                    .to_string(),
+                m.last_seen_ms
+                    .map(|ms| format!("{ms}ms"))
+                    .unwrap_or_else(|| "-".into()),
+                m.match_index
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "NAME",
+            "ID",
+            "ADDRESS",
+            "SUFFRAGE",
+            "REACHABLE",
+            "LAST SEEN",
+            "MATCH",
+        ],
+        rows,
+        &[5, 6],
     );
-    for m in &s.members {
-        let leader = if s.leader.as_deref() == Some(m.name.as_str()) {
-            "*"
-        } else {
-            ""
-        };
-        crate::outln!(
-            "{:<16} {:<17} {:<22} {:<9} {:<10} {:>10} {:>8}",
-            format!("{}{leader}", m.name),
-            m.id,
-            m.address,
-            m.suffrage,
-            m.reachable
-                .map(|r| if r { "yes" } else { "NO" })
-                .unwrap_or("-"),
-            m.last_seen_ms
-                .map(|ms| format!("{ms}ms"))
-                .unwrap_or_else(|| "-".into()),
-            m.match_index
-                .map(|i| i.to_string())
-                .unwrap_or_else(|| "-".into()),
-        );
+}
+
+/// Prints rows under a header, each column as wide as its widest cell (names, ids and
+/// addresses vary in length), the columns in `right` aligned right (numbers).
+pub fn print_table(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) {
+    let lines: Vec<Vec<String>> = std::iter::once(header.iter().map(|h| h.to_string()).collect())
+        .chain(rows)
+        .collect();
+    let mut widths = vec![0; header.len()];
+    for line in &lines {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for line in lines {
+        let last = line.len().saturating_sub(1);
+        let cells: Vec<String> = line
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| {
+                let w = widths.get(i).copied().unwrap_or(0);
+                if right.contains(&i) {
+                    format!("{cell:>w$}")
+                } else if i == last {
+                    cell.clone()
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        crate::outln!("{}", cells.join("  "));
     }
 }
 
@@ -84,39 +123,47 @@ fn relative(ms: u64, now: u64) -> String {
 
 pub fn print_join_tokens(list: &[crate::api::types::JoinTokenInfo]) {
     let now = crate::clock::now_ms();
-    crate::outln!(
-        "{:<16} {:<9} {:<9} {:<18} {:<18} {:<14} DESCRIPTION",
-        "ID",
-        "STATE",
-        "USES",
-        "CREATED",
-        "EXPIRES",
-        "LAST USED BY"
+    let rows = list
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.state.clone(),
+                format!("{}/{}", t.uses_total - t.uses_left, t.uses_total),
+                relative(t.created_ms, now),
+                relative(t.expires_ms, now),
+                t.last_used_by.clone().unwrap_or_else(|| "-".into()),
+                t.description.clone(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "ID",
+            "STATE",
+            "USES",
+            "CREATED",
+            "EXPIRES",
+            "LAST USED BY",
+            "DESCRIPTION",
+        ],
+        rows,
+        &[],
     );
-    for t in list {
-        crate::outln!(
-            "{:<16} {:<9} {:<9} {:<18} {:<18} {:<14} {}",
-            t.id,
-            t.state,
-            format!("{}/{}", t.uses_total - t.uses_left, t.uses_total),
-            relative(t.created_ms, now),
-            relative(t.expires_ms, now),
-            t.last_used_by.as_deref().unwrap_or("-"),
-            t.description
-        );
-    }
 }
 
 pub fn print_operator_tokens(list: &[crate::api::types::OperatorTokenInfo]) {
     let now = crate::clock::now_ms();
-    crate::outln!("{:<16} {:<8} {:<18} DESCRIPTION", "ID", "STATE", "CREATED");
-    for t in list {
-        crate::outln!(
-            "{:<16} {:<8} {:<18} {}",
-            t.id,
-            t.state,
-            relative(t.created_ms, now),
-            t.description
-        );
-    }
+    let rows = list
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.state.clone(),
+                relative(t.created_ms, now),
+                t.description.clone(),
+            ]
+        })
+        .collect();
+    print_table(&["ID", "STATE", "CREATED", "DESCRIPTION"], rows, &[]);
 }

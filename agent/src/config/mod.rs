@@ -9,7 +9,7 @@
 mod env_file;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,8 +20,12 @@ use serde::Deserialize;
 pub use env_file::{expand, read_env_file};
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/muster";
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:7000";
 pub const DEFAULT_CONFIG: &str = "/etc/muster/agent.toml";
+/// The environment variable for `--token`.
+pub const JOIN_TOKEN_ENV: &str = "MUSTER_JOIN_TOKEN";
+/// The name both tokens shared until operators found that an exported operator token broke
+/// `muster agent`; still read, with a warning, for one release.
+pub const LEGACY_TOKEN_ENV: &str = "MUSTER_TOKEN";
 pub const DEFAULT_PROMOTE_AFTER: Duration = Duration::from_secs(3);
 const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
 
@@ -35,7 +39,8 @@ pub struct AgentFlags {
     /// [env: MUSTER_ADVERTISE]
     #[arg(long)]
     pub advertise: Option<String>,
-    /// Address to listen on for node-to-node and client traffic [default: 0.0.0.0:7000]
+    /// Address to listen on for node-to-node and operator traffic [default: 0.0.0.0 with
+    /// --advertise's port; the advertised address itself when that is a loopback address]
     /// [env: MUSTER_LISTEN]
     #[arg(long)]
     pub listen: Option<String>,
@@ -51,7 +56,7 @@ pub struct AgentFlags {
     pub join: Option<String>,
     /// Join token (K1.…) from `muster token create` on a member. With --join, join through
     /// those members; with --discovery, join if the URL formed without this node
-    /// [env: MUSTER_TOKEN]
+    /// [env: MUSTER_JOIN_TOKEN]
     #[arg(long)]
     pub token: Option<String>,
     /// TOML file with any of these settings [default: /etc/muster/agent.toml if it exists]
@@ -102,10 +107,20 @@ pub struct AgentConfig {
     pub data_dir: PathBuf,
     pub discovery: Option<String>,
     pub join: Vec<String>,
-    pub token: Option<String>,
+    pub token: Option<JoinTokenSetting>,
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub promote_after: Duration,
+    /// Settings that work but are probably not what was meant; logged at start.
+    pub warnings: Vec<String>,
+}
+
+/// The join token and where it came from, so a refusal can name the setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinTokenSetting {
+    /// `--token`, `MUSTER_JOIN_TOKEN`, `MUSTER_TOKEN` or `token` in the config file.
+    pub source: &'static str,
+    pub value: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,35 +165,68 @@ pub fn resolve(
     // The real environment wins over the env file.
     env.extend(process_env.iter().map(|(k, v)| (k.clone(), v.clone())));
 
-    // An empty value counts as unset: `MUSTER_DISCOVERY=` in a unit file or compose file must
-    // not stop a formed member from restarting.
-    let pick = |flag: &Option<String>, var: &str, file: &Option<String>| -> Option<String> {
+    // An empty value in the environment or the file counts as unset: `MUSTER_DISCOVERY=` in a
+    // unit file or compose file must not stop a formed member from restarting. An empty value
+    // on the command line is a mistake, though: `--discovery "$URL"` with an empty `$URL` means
+    // the command that minted it failed, and silently ignoring it hides that.
+    let pick = |setting: &'static str,
+                flag: &Option<String>,
+                var: &str,
+                file: &Option<String>|
+     -> Result<Option<String>, ConfigError> {
+        if let Some(v) = flag
+            && v.trim().is_empty()
+        {
+            return Err(ConfigError::Invalid {
+                setting,
+                message: empty_flag_hint(setting),
+            });
+        }
         let set = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
-        set(flag.clone())
+        Ok(set(flag.clone())
             .or_else(|| set(env.get(var).cloned()))
-            .or_else(|| set(file.clone()))
+            .or_else(|| set(file.clone())))
     };
     let expand_opt =
         |setting: &'static str, v: Option<String>| -> Result<Option<String>, ConfigError> {
             v.map(|v| expand(&v, &env).map_err(|message| ConfigError::Invalid { setting, message }))
                 .transpose()
         };
+    let mut warnings = Vec::new();
 
-    let name = expand_opt("name", pick(&flags.name, "MUSTER_NAME", &file.name))?
-        .ok_or(ConfigError::Missing("name", "NAME", "name"))?;
+    let name = expand_opt(
+        "name",
+        pick("name", &flags.name, "MUSTER_NAME", &file.name)?,
+    )?
+    .ok_or(ConfigError::Missing("name", "NAME", "name"))?;
     validate_name(&name)?;
     let advertise = expand_opt(
         "advertise",
-        pick(&flags.advertise, "MUSTER_ADVERTISE", &file.advertise),
+        pick(
+            "advertise",
+            &flags.advertise,
+            "MUSTER_ADVERTISE",
+            &file.advertise,
+        )?,
     )?
     .ok_or(ConfigError::Missing("advertise", "ADVERTISE", "advertise"))?;
     validate_host_port("advertise", &advertise)?;
-    let listen = expand_opt("listen", pick(&flags.listen, "MUSTER_LISTEN", &file.listen))?
-        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
-    let listen: SocketAddr = listen.parse().map_err(|_| ConfigError::Invalid {
-        setting: "listen",
-        message: format!("{listen:?} is not an IP:port such as 0.0.0.0:7000"),
-    })?;
+    let listen = match expand_opt(
+        "listen",
+        pick("listen", &flags.listen, "MUSTER_LISTEN", &file.listen)?,
+    )? {
+        Some(raw) => {
+            let listen: SocketAddr = raw.parse().map_err(|_| ConfigError::Invalid {
+                setting: "listen",
+                message: format!("{raw:?} is not an IP:port such as 0.0.0.0:7000"),
+            })?;
+            if let Some(warning) = listen_warning(listen, &advertise) {
+                warnings.push(warning);
+            }
+            listen
+        }
+        None => default_listen(&advertise)?,
+    };
     let data_dir = flags
         .data_dir
         .clone()
@@ -187,7 +235,12 @@ pub fn resolve(
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
     let discovery = expand_opt(
         "discovery",
-        pick(&flags.discovery, "MUSTER_DISCOVERY", &file.discovery),
+        pick(
+            "discovery",
+            &flags.discovery,
+            "MUSTER_DISCOVERY",
+            &file.discovery,
+        )?,
     )?;
     if let Some(url) = &discovery
         && !(url.starts_with("http://") || url.starts_with("https://"))
@@ -199,24 +252,41 @@ pub fn resolve(
             ),
         });
     }
-    let join: Vec<String> = expand_opt("join", pick(&flags.join, "MUSTER_JOIN", &file.join))?
-        .map(|j| {
-            j.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let join: Vec<String> = expand_opt(
+        "join",
+        pick("join", &flags.join, "MUSTER_JOIN", &file.join)?,
+    )?
+    .map(|j| {
+        j.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    })
+    .unwrap_or_default();
     for peer in &join {
         validate_host_port("join", peer)?;
     }
-    let token = expand_opt("token", pick(&flags.token, "MUSTER_TOKEN", &file.token))?;
+    let token = join_token(flags, &env, &file, &mut warnings)?
+        .map(|(source, raw)| {
+            expand(&raw, &env)
+                .map(|value| JoinTokenSetting { source, value })
+                .map_err(|message| ConfigError::Invalid {
+                    setting: "token",
+                    message,
+                })
+        })
+        .transpose()?;
     let heartbeat = duration_setting(
         "heartbeat",
         expand_opt(
             "heartbeat",
-            pick(&flags.heartbeat, "MUSTER_HEARTBEAT", &file.heartbeat),
+            pick(
+                "heartbeat",
+                &flags.heartbeat,
+                "MUSTER_HEARTBEAT",
+                &file.heartbeat,
+            )?,
         )?,
         "50ms",
     )?;
@@ -225,10 +295,11 @@ pub fn resolve(
         expand_opt(
             "election-timeout",
             pick(
+                "election-timeout",
                 &flags.election_timeout,
                 "MUSTER_ELECTION_TIMEOUT",
                 &file.election_timeout,
-            ),
+            )?,
         )?,
         "200ms",
     )?;
@@ -243,10 +314,11 @@ pub fn resolve(
     let promote_after = match expand_opt(
         "promote-after",
         pick(
+            "promote-after",
             &flags.promote_after,
             "MUSTER_PROMOTE_AFTER",
             &file.promote_after,
-        ),
+        )?,
     )? {
         None => DEFAULT_PROMOTE_AFTER,
         Some(raw) => {
@@ -274,7 +346,107 @@ pub fn resolve(
         heartbeat,
         election_timeout,
         promote_after,
+        warnings,
     })
+}
+
+/// What to say about a flag given on the command line with an empty value.
+fn empty_flag_hint(setting: &str) -> String {
+    match setting {
+        "discovery" => "--discovery is empty. If it came from $(curl <service>/new?size=N), that \
+            command failed: is the discovery service running? Mint the URL again and check it is \
+            not empty before starting the agents"
+            .into(),
+        "token" => "--token is empty. If it came from $(muster token create …), that command \
+            failed; create the token again on a member and check it is not empty"
+            .into(),
+        other => format!("--{other} is empty: give it a value, or leave the flag out"),
+    }
+}
+
+/// Where a node listens when `--listen` is not set: every interface on the advertised port, or
+/// the advertised address itself when that is a loopback address (a node advertising
+/// 127.0.0.1 must not be reachable from other machines).
+fn default_listen(advertise: &str) -> Result<SocketAddr, ConfigError> {
+    let (host, port) = split_host_port(advertise).ok_or_else(|| ConfigError::Invalid {
+        setting: "advertise",
+        message: format!("{advertise:?} is not host:port (e.g. 10.0.0.5:7000)"),
+    })?;
+    let ip = match host.parse::<IpAddr>() {
+        Ok(ip) if ip.is_loopback() => ip,
+        Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// A warning when an explicit `--listen` cannot be what other nodes reach at `--advertise`.
+fn listen_warning(listen: SocketAddr, advertise: &str) -> Option<String> {
+    let (host, port) = split_host_port(advertise)?;
+    if listen.port() != port {
+        return Some(format!(
+            "--listen {listen} uses port {}, but other members dial --advertise {advertise} \
+             (port {port}). That works only if something forwards port {port} to {} (a NAT or a \
+             container port mapping); otherwise drop --listen, it defaults to 0.0.0.0:{port}",
+            listen.port(),
+            listen.port()
+        ));
+    }
+    let advertised_loopback = host.parse::<IpAddr>().map(|ip| ip.is_loopback());
+    if listen.ip().is_loopback() && advertised_loopback == Ok(false) {
+        return Some(format!(
+            "--listen {listen} accepts connections from this machine only, but other members \
+             dial --advertise {advertise}; listen on 0.0.0.0:{port} or on that address"
+        ));
+    }
+    None
+}
+
+/// `host:port` split at the last colon, the port parsed; IPv6 brackets removed.
+fn split_host_port(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+/// The join token: `--token`, then `MUSTER_JOIN_TOKEN`, then the old `MUSTER_TOKEN` (read for
+/// one more release, with a warning, and ignored when it holds an operator token: operators
+/// export that one for the CLI), then the config file.
+fn join_token(
+    flags: &AgentFlags,
+    env: &HashMap<String, String>,
+    file: &FileConfig,
+    warnings: &mut Vec<String>,
+) -> Result<Option<(&'static str, String)>, ConfigError> {
+    let set = |v: Option<&String>| v.filter(|s| !s.trim().is_empty()).cloned();
+    if let Some(v) = &flags.token {
+        if v.trim().is_empty() {
+            return Err(ConfigError::Invalid {
+                setting: "token",
+                message: empty_flag_hint("token"),
+            });
+        }
+        return Ok(Some(("--token", v.clone())));
+    }
+    if let Some(v) = set(env.get(JOIN_TOKEN_ENV)) {
+        return Ok(Some((JOIN_TOKEN_ENV, v)));
+    }
+    if let Some(v) = set(env.get(LEGACY_TOKEN_ENV)) {
+        if v.trim_start().starts_with("OP1.") {
+            warnings.push(format!(
+                "{LEGACY_TOKEN_ENV} holds an operator token; `muster agent` ignores it (the agent \
+                 takes its join token from --token or {JOIN_TOKEN_ENV}; operator commands read \
+                 MUSTER_OPERATOR_TOKEN)"
+            ));
+        } else {
+            warnings.push(format!(
+                "{LEGACY_TOKEN_ENV} is read as the join token for one more release; rename it \
+                 {JOIN_TOKEN_ENV}"
+            ));
+            return Ok(Some((LEGACY_TOKEN_ENV, v)));
+        }
+    }
+    Ok(set(file.token.as_ref()).map(|v| ("`token` in the config file", v)))
 }
 
 fn duration_setting(

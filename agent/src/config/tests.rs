@@ -89,13 +89,22 @@ fn clear_errors_for_missing_and_bad_values() {
             .contains("routable")
     );
     f.advertise = Some("10.0.0.1".into());
-    assert!(resolve(&f, &env(&[])).is_err());
+    let e = resolve(&f, &env(&[])).expect_err("no port");
+    assert!(
+        e.to_string().starts_with("advertise:") && e.to_string().contains("host:port"),
+        "{e}"
+    );
     f.advertise = Some("10.0.0.1:7000".into());
     f.name = Some("bad name".into());
-    assert!(resolve(&f, &env(&[])).is_err());
+    let e = resolve(&f, &env(&[])).expect_err("space in the name");
+    assert!(
+        e.to_string().starts_with("name:") && e.to_string().contains("[A-Za-z0-9._-]"),
+        "{e}"
+    );
     f.name = Some("n1".into());
     f.discovery = Some("discovery.example.com/abc".into());
-    assert!(resolve(&f, &env(&[])).is_err());
+    let e = resolve(&f, &env(&[])).expect_err("no scheme");
+    assert!(e.to_string().contains("not a discovery URL"), "{e}");
     f.discovery = None;
     f.heartbeat = Some("200ms".into());
     f.election_timeout = Some("300ms".into());
@@ -127,10 +136,137 @@ fn env_file_parser_handles_quotes_comments_and_errors() {
     assert_eq!(vars.get("A").map(String::as_str), Some("1"));
     assert_eq!(vars.get("B").map(String::as_str), Some("two words"));
     assert_eq!(vars.get("C").map(String::as_str), Some("x=y"));
-    assert!(parse_env_file("NOEQUALS\n").is_err());
+    let e = parse_env_file("NOEQUALS\n").expect_err("no =");
+    assert!(e.contains("NOEQUALS") || e.contains("line 1"), "{e}");
     assert_eq!(
         expand("$$A-${A}", &env(&[("A", "1")])).ok().as_deref(),
         Some("$A-1")
     );
-    assert!(expand("${A", &env(&[("A", "1")])).is_err());
+    let e = expand("${A", &env(&[("A", "1")])).expect_err("unclosed");
+    assert!(e.contains("${"), "{e}");
+}
+
+fn named(advertise: &str) -> AgentFlags {
+    AgentFlags {
+        name: Some("n1".into()),
+        advertise: Some(advertise.into()),
+        ..flags()
+    }
+}
+
+#[test]
+fn listen_defaults_to_the_advertised_port() {
+    // (advertise, explicit --listen, the address listened on, a warning must mention)
+    let cases: [(&str, Option<&str>, &str, Option<&str>); 7] = [
+        ("10.0.0.5:7005", None, "0.0.0.0:7005", None),
+        ("node1.example.com:7100", None, "0.0.0.0:7100", None),
+        ("127.0.0.1:7005", None, "127.0.0.1:7005", None),
+        ("[fd00::5]:7005", None, "[::]:7005", None),
+        ("10.0.0.5:7005", Some("0.0.0.0:7005"), "0.0.0.0:7005", None),
+        (
+            "127.0.0.1:7005",
+            Some("0.0.0.0:7000"),
+            "0.0.0.0:7000",
+            Some("other members dial --advertise 127.0.0.1:7005"),
+        ),
+        (
+            "10.0.0.5:7005",
+            Some("127.0.0.1:7005"),
+            "127.0.0.1:7005",
+            Some("from this machine only"),
+        ),
+    ];
+    for (advertise, listen, want, warning) in cases {
+        let mut f = named(advertise);
+        f.listen = listen.map(String::from);
+        let c = resolve(&f, &env(&[])).expect("valid");
+        assert_eq!(c.listen.to_string(), want, "{advertise} {listen:?}");
+        match warning {
+            None => assert!(c.warnings.is_empty(), "{:?}", c.warnings),
+            Some(phrase) => assert!(
+                c.warnings.len() == 1 && c.warnings[0].contains(phrase),
+                "{advertise} {listen:?}: {:?}",
+                c.warnings
+            ),
+        }
+    }
+}
+
+#[test]
+fn an_empty_flag_is_an_error_but_an_empty_variable_is_unset() {
+    let mut f = named("10.0.0.5:7000");
+    f.discovery = Some(String::new());
+    let e = resolve(&f, &env(&[])).expect_err("empty --discovery");
+    assert!(
+        e.to_string().contains("--discovery is empty") && e.to_string().contains("running"),
+        "{e}"
+    );
+    f.discovery = None;
+    f.token = Some(" ".into());
+    let e = resolve(&f, &env(&[])).expect_err("empty --token");
+    assert!(e.to_string().contains("--token is empty"), "{e}");
+    f.token = None;
+    f.join = Some(String::new());
+    let e = resolve(&f, &env(&[])).expect_err("empty --join");
+    assert!(e.to_string().contains("--join is empty"), "{e}");
+    f.join = None;
+    let c = resolve(
+        &f,
+        &env(&[("MUSTER_DISCOVERY", ""), ("MUSTER_JOIN_TOKEN", "")]),
+    )
+    .expect("empty variables count as unset");
+    assert_eq!((c.discovery, c.token), (None, None));
+}
+
+#[test]
+fn join_token_comes_from_its_own_variable_and_an_exported_operator_token_is_ignored() {
+    let f = named("10.0.0.5:7000");
+    let join = "K1.aa.bb.cc";
+    let operator = "OP1.aa.bb.cc";
+    // (environment, the token taken and from where, a warning must mention)
+    type Case<'a> = (
+        &'a [(&'a str, &'a str)],
+        Option<(&'a str, &'a str)>,
+        Option<&'a str>,
+    );
+    let cases: [Case; 5] = [
+        (
+            &[("MUSTER_JOIN_TOKEN", join)],
+            Some(("MUSTER_JOIN_TOKEN", join)),
+            None,
+        ),
+        (
+            &[("MUSTER_TOKEN", join)],
+            Some(("MUSTER_TOKEN", join)),
+            Some("rename it MUSTER_JOIN_TOKEN"),
+        ),
+        (
+            &[("MUSTER_TOKEN", operator)],
+            None,
+            Some("holds an operator token"),
+        ),
+        (
+            &[("MUSTER_TOKEN", operator), ("MUSTER_JOIN_TOKEN", join)],
+            Some(("MUSTER_JOIN_TOKEN", join)),
+            None,
+        ),
+        (&[], None, None),
+    ];
+    for (vars, want, warning) in cases {
+        let c = resolve(&f, &env(vars)).expect("valid");
+        let got = c.token.as_ref().map(|t| (t.source, t.value.as_str()));
+        assert_eq!(got, want, "{vars:?}");
+        match warning {
+            None => assert!(c.warnings.is_empty(), "{vars:?}: {:?}", c.warnings),
+            Some(phrase) => assert!(
+                c.warnings.iter().any(|w| w.contains(phrase)),
+                "{vars:?}: {:?}",
+                c.warnings
+            ),
+        }
+    }
+    let mut with_flag = named("10.0.0.5:7000");
+    with_flag.token = Some(join.into());
+    let c = resolve(&with_flag, &env(&[("MUSTER_JOIN_TOKEN", "K1.other")])).expect("valid");
+    assert_eq!(c.token.map(|t| t.source), Some("--token"));
 }

@@ -17,11 +17,8 @@ use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::state::{JoinTokenRecord, OperatorTokenRecord, Request};
 
-/// Shortest and longest join-token lifetime.
-pub const MIN_TTL: Duration = Duration::from_secs(1);
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-/// Most nodes one join token may admit.
-pub const MAX_USES: u32 = 10_000;
+use crate::api::types::JOIN_TOKEN_MIN_TTL as MIN_TTL;
+use crate::api::types::{JOIN_TOKEN_MAX_TTL as MAX_TTL, JOIN_TOKEN_MAX_USES as MAX_USES};
 const MAX_DESCRIPTION: usize = 200;
 /// Most live (unexpired, unrevoked) tokens of each kind: a bound on replicated state.
 const MAX_LIVE_TOKENS: usize = 1_000;
@@ -305,7 +302,7 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<(), Api
     let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
     let Some(text) = bearer else {
         return Err(unauthorized(
-            "operator calls over TCP need `Authorization: Bearer <operator token>` (the CLI reads MUSTER_TOKEN)",
+            "operator calls over TCP need `Authorization: Bearer <operator token>` (the CLI reads MUSTER_OPERATOR_TOKEN)",
         ));
     };
     let token =

@@ -25,17 +25,38 @@ use crate::state::{Node, NodeId};
 
 /// What peers' answers tell about them and about us: when each peer last answered an RPC
 /// (feeds `reachable` and `last_seen_ms` in status), and whether one refused us as removed.
+/// A peer that stops answering, and one that answers again, is logged once per change, not
+/// once per retry.
 #[derive(Clone, Default)]
 pub struct PeerLiveness {
     seen: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    failing: Arc<Mutex<HashMap<NodeId, bool>>>,
     removed: Arc<AtomicBool>,
 }
 
 impl PeerLiveness {
-    fn saw(&self, id: NodeId) {
+    fn saw(&self, id: NodeId, name: &str) {
         if let Ok(mut map) = self.seen.lock() {
             map.insert(id, Instant::now());
         }
+        if self.set_failing(id, false) == Some(true) {
+            tracing::info!(peer = %name, "peer answers again");
+        }
+    }
+
+    fn failed(&self, id: NodeId, name: &str, addr: &str, why: &dyn std::fmt::Display) {
+        if self.set_failing(id, true) != Some(true) {
+            // The innermost cause ("Connection refused (os error 111)") says it; the chain of
+            // wrappers around it does not.
+            let why = why.to_string();
+            let reason = why.rsplit("source: ").next().unwrap_or(&why);
+            tracing::warn!(peer = %name, %addr, %reason, "cannot reach peer; retrying quietly until it answers");
+        }
+    }
+
+    /// Records whether `id` is failing; returns what was recorded before.
+    fn set_failing(&self, id: NodeId, failing: bool) -> Option<bool> {
+        self.failing.lock().ok()?.insert(id, failing)
     }
 
     /// Milliseconds since `id` last answered, if it ever did.
@@ -68,6 +89,7 @@ impl Network {
 /// openraft's client for one peer.
 pub struct PeerClient {
     target: NodeId,
+    name: String,
     /// `host:port` as advertised (resolved when connecting, so a new IP is picked up).
     addr: String,
     peers: PeerClients,
@@ -85,6 +107,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
         PeerClient {
             target,
+            name: node.name.clone(),
             addr: node.addr.clone(),
             peers: self.peers.clone(),
             liveness: self.liveness.clone(),
@@ -93,7 +116,27 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 }
 
 impl PeerClient {
+    /// One RPC; its outcome feeds [`PeerLiveness`].
     async fn call<Req, Resp, E>(
+        &self,
+        path: &str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let result = self.send(path, req, option).await;
+        match &result {
+            Ok(_) | Err(RPCError::RemoteError(_)) => self.liveness.saw(self.target, &self.name),
+            Err(e) => self.liveness.failed(self.target, &self.name, &self.addr, e),
+        }
+        result
+    }
+
+    async fn send<Req, Resp, E>(
         &self,
         path: &str,
         req: &Req,
@@ -137,7 +180,6 @@ impl PeerClient {
             .json()
             .await
             .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        self.liveness.saw(self.target);
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }

@@ -19,7 +19,7 @@ mod restore;
 
 use std::path::{Path, PathBuf};
 
-use muster_shared::tls::ClusterCa;
+use muster_shared::tls::{self, ClusterCa};
 use muster_shared::token::{SecretToken, TokenKind};
 
 use crate::config::{AgentConfig, host_of};
@@ -34,13 +34,21 @@ pub struct Found {
     pub cluster: Option<ClusterFile>,
     /// `<data-dir>/raft` exists.
     pub raft_state: bool,
+    /// The pin of the CA in `<data-dir>/tls`, when the data dir belongs to a cluster.
+    pub ca_pin: Option<String>,
 }
 
 impl Found {
     pub fn read(dir: &Path) -> Result<Self, AgentError> {
+        let cluster = ClusterFile::read(dir)?;
+        let ca_pin = match &cluster {
+            Some(_) => Some(tls::spki_pin(&datadir::read_tls(dir)?.ca_pem)?),
+            None => None,
+        };
         Ok(Self {
-            cluster: ClusterFile::read(dir)?,
+            cluster,
             raft_state: datadir::raft_dir(dir).exists(),
+            ca_pin,
         })
     }
 }
@@ -80,9 +88,29 @@ pub fn decide(
         }
         return Ok(Plan::Restore(Box::new(backup)));
     }
+    let token = config.token.as_ref().map(|t| {
+        SecretToken::parse(TokenKind::Join, &t.value)
+            .map_err(|e| AgentError::Usage(format!("{}: {e}", t.source)))
+    });
     if let Some(cluster) = found.cluster {
+        // A restart never needs the token; only one that is surely for another cluster stops
+        // it (a malformed one left in the settings does not).
+        if let (Some(Ok(token)), Some(pin)) = (&token, &found.ca_pin)
+            && token.ca_pin() != pin
+        {
+            return Err(AgentError::Refused(format!(
+                "{} belongs to cluster {}, but the join token from {} is for another cluster (its \
+                 CA differs). To join that cluster, start this machine with an empty --data-dir \
+                 (move this one aside); to restart this member of {}, drop the token",
+                config.data_dir.display(),
+                cluster.cluster_id(),
+                config.token.as_ref().map_or("--token", |t| t.source),
+                cluster.cluster_id(),
+            )));
+        }
         return Ok(Plan::Restart(cluster));
     }
+    let token = token.transpose()?;
     if found.raft_state {
         return Err(AgentError::Failed(format!(
             "{} holds raft state but no cluster.json: the data dir is damaged, or a `muster restore` \
@@ -91,12 +119,6 @@ pub fn decide(
             config.data_dir.display()
         )));
     }
-    let token = config
-        .token
-        .as_deref()
-        .map(|t| SecretToken::parse(TokenKind::Join, t))
-        .transpose()
-        .map_err(|e| AgentError::Usage(format!("--token: {e}")))?;
     match (token, &config.discovery) {
         (Some(token), _) if !config.join.is_empty() => Ok(Plan::TokenJoin {
             token,
@@ -124,6 +146,9 @@ pub fn decide(
 
 /// Runs `muster agent` (or, with `restore`, `muster restore FILE`) until it is stopped.
 pub async fn run(config: AgentConfig, restore: Option<PathBuf>) -> Result<(), AgentError> {
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     // A backup is verified whole before anything is written.
     let verified = restore.as_deref().map(restore::verify).transpose()?;
     let config = match verified {
@@ -167,19 +192,24 @@ fn sign_own_certificate(
     )?)
 }
 
-/// Prints an operator token: the only time its secret is shown. The token is alone on its line
-/// so scripts can pick it out (`grep '^OP1\.'`).
+/// Prints an operator token: the only time its secret is shown, in a frame that stands out in
+/// a log. The token is alone on its line so scripts can pick it out (`grep '^OP1\.'`).
 fn print_operator_token(token: &SecretToken, advertise: &str) {
+    let rule = "=".repeat(78);
+    println!("{rule}");
     println!(
-        "operator token (shown once; it grants full operator access over TCP, keep it in a secret store):"
+        "OPERATOR TOKEN, shown this once. It grants full operator access over TCP: keep it in a \
+         secret store."
     );
     println!("{}", token.reveal());
+    println!("Use it as: MUSTER_OPERATOR_TOKEN=<token> muster status --server {advertise}");
     println!(
-        "use it as: MUSTER_TOKEN=<token> muster status --server {advertise}. This output may be \
-         kept in a log (the journal under systemd): once the token is in your secret store, \
-         rotate it (muster operator-token create, then muster operator-token revoke {})",
+        "This output may be kept in a log (the journal under systemd): once the token is in your \
+         secret store, rotate it (muster operator-token create, then muster operator-token \
+         revoke {}).",
         token.id()
     );
+    println!("{rule}");
 }
 
 #[cfg(test)]

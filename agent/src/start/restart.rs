@@ -1,13 +1,21 @@
 //! Restarting a member from its data dir: static membership, the discovery service is never
 //! contacted again (except by an initiator that crashed mid-formation, to finish it).
 
+use std::time::Duration;
+
+use muster_shared::tls;
 use tokio::net::TcpListener;
 
 use super::initiate;
+use crate::api::paths;
+use crate::client::{self, CallError};
 use crate::config::AgentConfig;
-use crate::datadir::{ClusterFile, Identity};
+use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::AgentError;
 use crate::node::{self, NodeSpec, RunningNode};
+
+/// How long a restart waits for a `--join` target to show its CA.
+const JOIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub async fn start(
     config: &AgentConfig,
@@ -36,11 +44,12 @@ pub async fn start(
             config.advertise
         )));
     }
+    refuse_join_targets_of_another_cluster(config, &cluster).await?;
     tracing::info!(cluster_id = %cluster.cluster_id(), "restarting on static membership; discovery is not contacted");
     let ignored = match (config.discovery.is_some(), config.token.is_some()) {
         (true, true) => Some("--discovery and --token are"),
         (true, false) => Some("--discovery is"),
-        (false, true) => Some("--token is"),
+        (false, true) => Some("the join token is"),
         (false, false) => None,
     };
     if let Some(ignored) = ignored {
@@ -66,4 +75,34 @@ pub async fn start(
         initiate::resume(config, identity, cluster.cluster_id(), formation, &running)?;
     }
     Ok(running)
+}
+
+/// A restart with `--join` still set must not quietly serve this data dir's cluster when the
+/// operator meant another one: every `--join` target that answers must present this data
+/// dir's CA. Targets that do not answer are no reason to stop (a restart never depends on
+/// other members being up).
+async fn refuse_join_targets_of_another_cluster(
+    config: &AgentConfig,
+    cluster: &ClusterFile,
+) -> Result<(), AgentError> {
+    if config.join.is_empty() {
+        return Ok(());
+    }
+    let pin = tls::spki_pin(&datadir::read_tls(&config.data_dir)?.ca_pem)?;
+    let http = client::pinned(&pin, JOIN_PROBE_TIMEOUT)?;
+    for peer in &config.join {
+        let req = http.get(format!("https://{peer}{}", paths::HEALTH));
+        if let Err(CallError::PinMismatch { .. }) =
+            client::send_json::<serde_json::Value>(peer, req).await
+        {
+            return Err(AgentError::Refused(format!(
+                "--join {peer} is a member of another cluster (it does not present the CA of \
+                 cluster {}, which {} belongs to). To join that cluster, start this machine with \
+                 an empty --data-dir (move this one aside); to restart this member, drop --join",
+                cluster.cluster_id(),
+                config.data_dir.display()
+            )));
+        }
+    }
+    Ok(())
 }

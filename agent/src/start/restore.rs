@@ -51,7 +51,7 @@ pub fn verify(file: &Path) -> Result<Verified, AgentError> {
 }
 
 /// A restored cluster forms from the backup alone; settings for forming or joining (say from
-/// /etc/muster/agent.toml, or an operator's MUSTER_TOKEN) do not apply to it.
+/// /etc/muster/agent.toml, or an operator token in the environment) do not apply to it.
 pub fn settings(config: AgentConfig) -> AgentConfig {
     AgentConfig {
         discovery: None,

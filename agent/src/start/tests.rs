@@ -7,6 +7,7 @@ use std::time::Duration;
 use muster_shared::token::{SecretToken, TokenKind};
 
 use super::*;
+use crate::config::JoinTokenSetting;
 
 fn config() -> AgentConfig {
     AgentConfig {
@@ -20,17 +21,36 @@ fn config() -> AgentConfig {
         heartbeat: Duration::from_millis(50),
         election_timeout: Duration::from_millis(200),
         promote_after: Duration::from_secs(3),
+        warnings: Vec::new(),
     }
 }
 
-fn token() -> String {
-    SecretToken::generate(TokenKind::Join, &"ab".repeat(32)).reveal()
+/// The pin of the cluster `member()` belongs to.
+const PIN: &str = "abababababababababababababababababababababababababababababababab";
+
+fn token_for(pin: &str) -> JoinTokenSetting {
+    JoinTokenSetting {
+        source: "--token",
+        value: SecretToken::generate(TokenKind::Join, pin).reveal(),
+    }
+}
+
+fn token() -> JoinTokenSetting {
+    token_for(PIN)
+}
+
+fn raw_token(value: &str) -> JoinTokenSetting {
+    JoinTokenSetting {
+        source: "--token",
+        value: value.into(),
+    }
 }
 
 fn member() -> Found {
     Found {
         cluster: Some(ClusterFile::new("c1", "10.0.0.1:7000", None)),
         raft_state: true,
+        ca_pin: Some(PIN.into()),
     }
 }
 
@@ -41,6 +61,7 @@ enum Outcome {
     Discovery { with_token: bool },
     Usage(&'static str),
     Failed(&'static str),
+    Refused,
 }
 
 fn outcome(result: Result<Plan, AgentError>) -> (Outcome, String) {
@@ -56,7 +77,7 @@ fn outcome(result: Result<Plan, AgentError>) -> (Outcome, String) {
         Ok(Plan::Restore(_)) => panic!("no restore in these cases"),
         Err(AgentError::Usage(m)) => (Outcome::Usage(""), m),
         Err(AgentError::Failed(m)) => (Outcome::Failed(""), m),
-        Err(AgentError::Refused(m)) => panic!("unexpected refusal: {m}"),
+        Err(AgentError::Refused(m)) => (Outcome::Refused, m),
     }
 }
 
@@ -76,6 +97,23 @@ fn the_start_decision() {
                 c.discovery = Some(url.into());
                 c.token = Some(token());
             }),
+            member(),
+            Outcome::Restart,
+            "",
+        ),
+        (
+            "a data dir of one cluster refuses a token for another",
+            with(&|c| {
+                c.token = Some(token_for(&"cd".repeat(32)));
+                c.join = vec!["10.0.0.2:7000".into()];
+            }),
+            member(),
+            Outcome::Refused,
+            "for another cluster",
+        ),
+        (
+            "a malformed token left in the settings does not stop a restart",
+            with(&|c| c.token = Some(raw_token("garbage"))),
             member(),
             Outcome::Restart,
             "",
@@ -128,7 +166,7 @@ fn the_start_decision() {
         (
             "a malformed token is a usage error naming the flag",
             with(&|c| {
-                c.token = Some("K1.nope".into());
+                c.token = Some(raw_token("K1.nope"));
                 c.join = vec!["10.0.0.2:7000".into()];
             }),
             Found::default(),
@@ -148,6 +186,7 @@ fn the_start_decision() {
             Found {
                 cluster: None,
                 raft_state: true,
+                ca_pin: None,
             },
             Outcome::Failed(""),
             "damaged",

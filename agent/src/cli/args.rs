@@ -1,0 +1,198 @@
+//! The command line of `muster`: every subcommand and flag, with the help text that teaches
+//! it. `cli::run` carries a parsed command out.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use super::{CliError, Target};
+use crate::config::AgentFlags;
+
+#[derive(Parser)]
+#[command(
+    name = "muster",
+    version,
+    about = "Muster: identical machines form one raft cluster through a discovery URL",
+    long_about = "Muster turns freshly booted machines into one healthy raft cluster.\n\n\
+Form a cluster: mint a URL (curl <discovery-service>/new?size=3) and start every machine with\n\
+    muster agent --name $(hostname) --advertise <ip>:7000 --discovery <URL>\n\
+Add a machine later: on a member run `muster token create`, then on the new machine\n\
+    muster agent --name $(hostname) --advertise <ip>:7000 --join <member>:7000 --token <TOKEN>\n\
+Then, on any member:\n\
+    muster status          who leads, who votes, who is reachable\n\
+    muster kv put k v      a replicated write\n\
+Operator commands talk to the local agent's socket (--data-dir), or to any member over TCP\n\
+with --server HOST:PORT and an operator token in MUSTER_OPERATOR_TOKEN."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the node agent (the daemon).
+    Agent(AgentFlags),
+    /// Show the cluster: leader, term, members and their suffrage.
+    Status(OperatorArgs),
+    /// List the members (the member table of `status`).
+    Members(OperatorArgs),
+    /// Join tokens: create one for each machine (or a group), list them, revoke them.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Operator tokens for operator commands over TCP (--server with MUSTER_OPERATOR_TOKEN).
+    #[command(name = "operator-token")]
+    OperatorToken {
+        #[command(subcommand)]
+        command: OperatorTokenCommand,
+    },
+    /// Membership changes.
+    Node {
+        #[command(subcommand)]
+        command: NodeCommand,
+    },
+    /// Write a consistent, checksummed copy of the committed cluster state to FILE (mode 0600:
+    /// it holds the cluster CA's private key).
+    Backup {
+        file: PathBuf,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Start a new one-node cluster from a backup (into an empty --data-dir), then keep running
+    /// it like `muster agent`. It gets a new cluster id, keeps the CA, the key-value space and
+    /// the operator tokens, revokes the join tokens, and prints a new operator token.
+    Restore {
+        file: PathBuf,
+        #[command(flatten)]
+        flags: AgentFlags,
+    },
+    /// Start a discovery service and N agents on loopback and watch them form a cluster.
+    Demo {
+        /// How many agents.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// Stop everything once the cluster has formed (instead of waiting for Ctrl-C).
+        #[arg(long)]
+        exit: bool,
+    },
+    /// The replicated key-value space.
+    Kv {
+        #[command(subcommand)]
+        command: KvCommand,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+pub struct OperatorArgs {
+    /// The agent's data dir: talk to it over its unix socket, no token needed
+    /// [env: MUSTER_DATA_DIR] [default: /var/lib/muster]
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Talk to any member over TCP instead (HOST:PORT of its --advertise); needs an operator
+    /// token in the MUSTER_OPERATOR_TOKEN environment variable [env: MUSTER_SERVER]
+    #[arg(long, conflicts_with = "data_dir")]
+    pub server: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl OperatorArgs {
+    pub fn target(&self) -> Result<Target, CliError> {
+        Target::resolve(self.data_dir.clone(), self.server.clone())
+    }
+}
+
+#[derive(Subcommand)]
+pub enum TokenCommand {
+    /// Create a join token and print it (once). Single-use and valid for 24h unless told
+    /// otherwise; for an autoscaling group use e.g. --uses 50 --ttl 30d.
+    Create {
+        /// How long the token works (1s..=365d; e.g. 1h, 7d)
+        #[arg(long, default_value = "24h")]
+        ttl: String,
+        /// How many nodes it admits (1..=10000)
+        #[arg(long, default_value_t = 1)]
+        uses: u32,
+        /// A note shown by `muster token list`
+        #[arg(long, default_value = "")]
+        description: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List join tokens (never their secrets): state, uses, expiry, who used them.
+    List(OperatorArgs),
+    /// Revoke a join token by its id (nodes it admitted stay members).
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum OperatorTokenCommand {
+    /// Create an operator token and print it (once).
+    Create {
+        /// A note shown by `muster operator-token list`
+        #[arg(long, default_value = "")]
+        description: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List operator tokens (never their secrets).
+    List(OperatorArgs),
+    /// Revoke an operator token by its id.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// Remove a member for good: a voter is demoted first, the node stops by itself, its id is
+    /// never reused. Refused if the remaining voters would lack a reachable majority.
+    Remove {
+        name: String,
+        /// Remove even if the remaining voters would lack a reachable majority (the cluster then
+        /// stops taking writes until enough of them are back).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum KvCommand {
+    /// Read a key (linearizable).
+    Get {
+        key: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Write a key.
+    Put {
+        key: String,
+        value: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Delete a key.
+    Del {
+        key: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List keys under a prefix (linearizable).
+    List {
+        #[arg(default_value = "")]
+        prefix: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}

@@ -1,0 +1,161 @@
+//! Carries out a parsed `muster` command, and says how it failed: the exit code and, for
+//! `--json`, the stable `kind` of the error.
+
+use std::collections::HashMap;
+
+use super::args::{Command, KvCommand, NodeCommand, OperatorTokenCommand, TokenCommand};
+use super::{CliError, output};
+use crate::config;
+use crate::error::{AgentError, EXIT_USAGE};
+use crate::outln;
+
+/// How a command failed: `muster agent` ends with its own exit code; an operator command exits
+/// 64 for a command-line mistake and 1 otherwise.
+pub enum Failure {
+    Agent(AgentError),
+    Cli(CliError),
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Agent(e) => e.exit_code(),
+            Failure::Cli(CliError::Usage(_)) => EXIT_USAGE,
+            Failure::Cli(_) => 1,
+        }
+    }
+
+    /// The stable kind printed with `--json`: the agent's own kind for an API error, else one
+    /// of `invalid_argument`, `unreachable`, `refused`, `failed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Failure::Agent(AgentError::Usage(_)) | Failure::Cli(CliError::Usage(_)) => {
+                "invalid_argument"
+            }
+            Failure::Agent(AgentError::Refused(_)) => "refused",
+            Failure::Agent(AgentError::Failed(_)) | Failure::Cli(CliError::Failed(_)) => "failed",
+            Failure::Cli(CliError::Unreachable(_)) => "unreachable",
+            Failure::Cli(CliError::Api(e)) => e.kind.as_str(),
+        }
+    }
+
+    /// The message for a person: an API error's kind follows it in brackets.
+    pub fn message(&self) -> String {
+        match self {
+            Failure::Agent(e) => e.to_string(),
+            Failure::Cli(e) => e.to_string(),
+        }
+    }
+
+    /// The error as one JSON object, the shape of the agent API's errors (the kind is a field
+    /// of its own, not repeated in the message).
+    pub fn to_json(&self) -> String {
+        let message = match self {
+            Failure::Cli(CliError::Api(e)) => e.message.clone(),
+            other => other.message(),
+        };
+        serde_json::json!({ "kind": self.kind(), "message": message }).to_string()
+    }
+}
+
+impl From<AgentError> for Failure {
+    fn from(e: AgentError) -> Self {
+        Failure::Agent(e)
+    }
+}
+
+impl From<CliError> for Failure {
+    fn from(e: CliError) -> Self {
+        Failure::Cli(e)
+    }
+}
+
+impl From<config::ConfigError> for Failure {
+    fn from(e: config::ConfigError) -> Self {
+        Failure::Agent(e.into())
+    }
+}
+
+impl From<serde_json::Error> for Failure {
+    fn from(e: serde_json::Error) -> Self {
+        Failure::Cli(e.into())
+    }
+}
+
+/// Carries out one parsed command.
+pub async fn run(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Agent(flags) => {
+            crate::logging::init_agent();
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let config = config::resolve(&flags, &env)?;
+            Ok(crate::start::run(config, None).await?)
+        }
+        Command::Restore { file, flags } => {
+            crate::logging::init_agent();
+            let env: HashMap<String, String> = std::env::vars().collect();
+            let config = config::resolve(&flags, &env)?;
+            Ok(crate::start::run(config, Some(file)).await?)
+        }
+        Command::Status(op) => {
+            let status = super::status(&op.target()?).await?;
+            if op.json {
+                outln!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                output::print_status(&status);
+            }
+            Ok(())
+        }
+        Command::Members(op) => {
+            let status = super::status(&op.target()?).await?;
+            if op.json {
+                outln!("{}", serde_json::to_string_pretty(&status.members)?);
+            } else {
+                output::print_members(&status);
+            }
+            Ok(())
+        }
+        Command::Token { command } => match command {
+            TokenCommand::Create {
+                ttl,
+                uses,
+                description,
+                op,
+            } => {
+                let ttl = super::join_token_ttl(&ttl)?;
+                super::check_join_token_uses(uses)?;
+                Ok(super::token_create(&op.target()?, ttl, uses, description, op.json).await?)
+            }
+            TokenCommand::List(op) => Ok(super::token_list(&op.target()?, op.json).await?),
+            TokenCommand::Revoke { id, op } => {
+                Ok(super::token_revoke(&op.target()?, &id, op.json).await?)
+            }
+        },
+        Command::OperatorToken { command } => match command {
+            OperatorTokenCommand::Create { description, op } => {
+                Ok(super::operator_token_create(&op.target()?, description, op.json).await?)
+            }
+            OperatorTokenCommand::List(op) => {
+                Ok(super::operator_token_list(&op.target()?, op.json).await?)
+            }
+            OperatorTokenCommand::Revoke { id, op } => {
+                Ok(super::operator_token_revoke(&op.target()?, &id, op.json).await?)
+            }
+        },
+        Command::Node {
+            command: NodeCommand::Remove { name, force, op },
+        } => Ok(super::node_remove(&op.target()?, &name, force, op.json).await?),
+        Command::Backup { file, op } => Ok(super::backup(&op.target()?, &file, op.json).await?),
+        Command::Kv { command } => match command {
+            KvCommand::Get { key, op } => Ok(super::kv_get(&op.target()?, &key, op.json).await?),
+            KvCommand::Put { key, value, op } => {
+                Ok(super::kv_put(&op.target()?, &key, &value, op.json).await?)
+            }
+            KvCommand::Del { key, op } => Ok(super::kv_del(&op.target()?, &key, op.json).await?),
+            KvCommand::List { prefix, op } => {
+                Ok(super::kv_list(&op.target()?, &prefix, op.json).await?)
+            }
+        },
+        Command::Demo { nodes, exit } => Ok(crate::demo::run(nodes, exit).await?),
+    }
+}

@@ -1,0 +1,153 @@
+//! The README's promises, run as written: its install line and its demo line work in a fresh
+//! shell whose PATH holds only the system and cargo, and every workspace crate builds its
+//! dependencies with one feature set (so building one binary after the other rebuilds nothing).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The lines of the first ```sh block after `heading` in README.md.
+fn readme_block(heading: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let after = readme
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("README.md has no {heading:?} section"))
+        .1;
+    let block = after
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .unwrap_or_else(|| panic!("no ```sh block under {heading:?}"))
+        .0;
+    block
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// The directory of the `cargo` running this test, so the fresh shell finds it and nothing else
+/// of this environment.
+fn cargo_dir() -> PathBuf {
+    let cargo = std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "cargo".into());
+    let cargo = if cargo.is_absolute() {
+        cargo
+    } else {
+        which("cargo").expect("cargo on PATH")
+    };
+    cargo.parent().expect("cargo's directory").to_path_buf()
+}
+
+/// The PATH of a fresh shell: the system's directories and cargo's, nothing else.
+fn fresh_path() -> String {
+    format!("{}:/usr/local/bin:/usr/bin:/bin", cargo_dir().display())
+}
+
+/// Where rustup and cargo keep the toolchain, when set: a fresh shell on this machine has them.
+fn keep_toolchain_env(command: &mut Command) {
+    for var in ["RUSTUP_HOME", "CARGO_HOME", "RUSTUP_TOOLCHAIN"] {
+        if let Some(v) = std::env::var_os(var) {
+            command.env(var, v);
+        }
+    }
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn the_readme_install_and_demo_lines_work_in_a_fresh_shell() {
+    let install = readme_block("## Install");
+    assert_eq!(install.len(), 1, "one install line: {install:?}");
+    let run = readme_block("## Run it");
+    let demo = run
+        .iter()
+        .find(|l| l.starts_with("muster demo"))
+        .expect("a demo line");
+    // The demo waits for Ctrl-C; --exit ends it once the cluster has formed.
+    let script = format!(
+        "set -e\n{}\ncommand -v muster\ncommand -v muster-discovery\n{demo} --exit\nmuster-discovery --version\n",
+        install[0]
+    );
+    let mut shell = Command::new("/bin/bash");
+    shell
+        .args(["--noprofile", "--norc", "-c", &script])
+        .current_dir(workspace_root())
+        .env_clear()
+        .env("PATH", fresh_path())
+        .env(
+            "HOME",
+            std::env::var_os("HOME").unwrap_or_else(|| "/root".into()),
+        );
+    // Keep CI's release build of the README line affordable: the same command, without the
+    // release profile's fat LTO (an environment override; the README's line is unchanged).
+    if std::env::var_os("MUSTER_README_FULL_RELEASE").is_none() {
+        shell
+            .env("CARGO_PROFILE_RELEASE_LTO", "false")
+            .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16");
+    }
+    keep_toolchain_env(&mut shell);
+    let out = shell.output().expect("bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let found = workspace_root().join("target/release/muster");
+    assert!(
+        stdout.lines().any(|l| Path::new(l) == found),
+        "`muster` resolves to the README's build: {stdout}"
+    );
+    assert!(stdout.contains("formed in"), "{stdout}");
+}
+
+/// Every (package, features) pair of a `cargo tree` run, the shape one package is compiled in.
+fn feature_sets(args: &[&str]) -> std::collections::BTreeSet<String> {
+    let mut cargo = Command::new(cargo_dir().join("cargo"));
+    cargo
+        .arg("tree")
+        .args(args)
+        .args(["--prefix", "none", "--format", "{p}|{f}"])
+        .current_dir(workspace_root());
+    let out = cargo.output().expect("cargo tree");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| l.trim_end_matches(" (*)").to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_crate_builds_its_dependencies_with_one_feature_set() {
+    // A dependency is compiled once per feature set. If building `muster` alone asked for other
+    // features of some crate than building the whole workspace (or `muster-discovery`) does,
+    // building one binary after the other would compile that crate again, and all that depend
+    // on it. `cargo tree` shows the features each build resolves, without building anything.
+    let workspace = feature_sets(&["--workspace"]);
+    for package in ["muster-agent", "muster-discovery"] {
+        let alone = feature_sets(&["-p", package, "--edges", "normal,build"]);
+        let differ: Vec<&String> = alone.difference(&workspace).collect();
+        assert!(
+            differ.is_empty(),
+            "building {package} alone resolves other features than the workspace does \
+             (run `cargo hakari generate`, see workspace-hack/Cargo.toml): {differ:?}"
+        );
+    }
+}
