@@ -118,6 +118,9 @@ pub fn discovery(url: &str, connect_timeout: Duration) -> Result<reqwest::Client
     })
 }
 
+/// How long a connection to a peer may take to open.
+pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// A keep-alive mutual-TLS client for one peer, and the base URL that reaches it by its
 /// identity name: only the certificate the cluster CA issued to that node id carries the name,
 /// so a message for node X is never delivered to another node now sitting at X's address.
@@ -171,6 +174,9 @@ impl PeerClients {
             .http1_only()
             .no_proxy()
             .tcp_nodelay(true)
+            // A peer behind a partition drops the SYN: say so within a second instead of the
+            // kernel's two minutes (loopback and LAN connects take microseconds).
+            .connect_timeout(PEER_CONNECT_TIMEOUT)
             .pool_max_idle_per_host(2)
             .build()
             .map_err(|e| CallError::Setup(e.to_string()))?;

@@ -44,6 +44,8 @@ pub(crate) mod datadir;
 pub mod demo;
 pub(crate) mod discovery;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub(crate) mod leader;
 pub(crate) mod logging;
 pub(crate) mod node;

@@ -28,6 +28,10 @@ pub struct Status {
     /// this cluster's CA (since the agent started).
     #[serde(default)]
     pub refused_rpcs: u64,
+    /// True when this node leads but no majority of the voters has answered it for an election
+    /// window: it is cut off, and its writes fail with `quorum_lost` at once.
+    #[serde(default)]
+    pub quorum_lost: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -28,7 +28,13 @@ macro_rules! outln {
 pub fn print_status(s: &Status) {
     crate::outln!("cluster   {}", s.cluster_id);
     crate::outln!("self      {}", s.self_name);
-    crate::outln!("leader    {}", s.leader.as_deref().unwrap_or("(none)"));
+    match (&s.leader, s.quorum_lost) {
+        (Some(leader), true) => crate::outln!(
+            "leader    {leader} (QUORUM LOST: no majority of the voters answers it; writes fail)"
+        ),
+        (Some(leader), false) => crate::outln!("leader    {leader}"),
+        (None, _) => crate::outln!("leader    (none)"),
+    }
     crate::outln!("term      {}", s.term);
     crate::outln!("commit    {}", s.commit_index);
     crate::outln!();

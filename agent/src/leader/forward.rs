@@ -46,12 +46,31 @@ async fn run_once(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiE
         .get(leader, &node.addr)
         .await
         .map_err(|e| ApiError::new(ErrorKind::NoLeader, e.to_string()))?;
+    let read_only = op.is_read_only();
     let request = peer
         .http
         .post(format!("{}{}", peer.base, paths::FORWARD))
         .json(&op)
         .timeout(FORWARD_TIMEOUT);
-    match send_json(&node.addr, request).await {
+    // A leader cut off from this node (and from the majority) never answers; the majority
+    // elects another within an election window. Follow it instead of waiting out the timeout.
+    let answer = tokio::select! {
+        answer = send_json(&node.addr, request) => answer,
+        () = agent.raft().leader_changed_from(leader) => {
+            return Err(if read_only {
+                ApiError::new(ErrorKind::NoLeader, format!("{} stopped leading; asking the new leader", node.name))
+            } else {
+                ApiError::new(
+                    ErrorKind::QuorumLost,
+                    format!(
+                        "{} stopped leading while the request was in flight; the outcome is unknown, read before retrying",
+                        node.name
+                    ),
+                )
+            });
+        }
+    };
+    match answer {
         Ok(value) => Ok(value),
         Err(CallError::Api(e)) => {
             if e.kind == ErrorKind::Removed {

@@ -51,6 +51,20 @@ pub enum LeaderOp {
 }
 
 impl LeaderOp {
+    /// True for operations that change nothing, which may be sent again to another leader
+    /// whatever became of the first attempt.
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            LeaderOp::KvGet { .. }
+                | LeaderOp::KvList { .. }
+                | LeaderOp::Status
+                | LeaderOp::ListJoinTokens
+                | LeaderOp::ListOperatorTokens
+                | LeaderOp::Backup
+        )
+    }
+
     /// Operations a peer may forward. Raw replicated writes are limited to key-value puts and
     /// deletes: member records, tokens and the CA are written only by the leader's own code
     /// paths, which check them, never on a peer's say-so.

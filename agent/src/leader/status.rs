@@ -66,6 +66,7 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
         commit_index: view.last_applied.unwrap_or(0),
         members,
         refused_rpcs: agent.refused_rpcs(),
+        quorum_lost: agent.raft().quorum_lost(),
     })
 }
 

@@ -61,10 +61,14 @@ impl LogStore {
 
     /// Reads the entries in `[start, end)` (`end = None`: to the last one), checking that they
     /// are consecutive and that each entry sits under its own index.
+    /// Entries `[start, end)`. With a `budget`, stops once the entries read so far hold that
+    /// many bytes (always returning at least one): a replication batch then never grows with
+    /// the size of the values in it.
     fn read_range(
         &self,
         start: u64,
         end: Option<u64>,
+        budget: Option<usize>,
     ) -> Result<Vec<Entry<TypeConfig>>, StoreError> {
         let end_bound = match end {
             Some(end) if end <= start => return Ok(Vec::new()),
@@ -75,6 +79,7 @@ impl LogStore {
         // clones used by replication tasks) is seen either entirely or not at all.
         let view = self.db.snapshot();
         let mut entries = Vec::new();
+        let mut bytes = 0usize;
         let mut expected: Option<u64> = None;
         for guard in view.range(
             &self.logs,
@@ -101,6 +106,11 @@ impl LogStore {
             }
             expected = index.checked_add(1);
             entries.push(entry);
+            // The stored form is the entry's JSON, as on the wire, so its length is the cost.
+            bytes = bytes.saturating_add(value.len());
+            if budget.is_some_and(|b| bytes >= b) {
+                break;
+            }
         }
         Ok(entries)
     }
@@ -205,6 +215,12 @@ fn half_open(range: &impl RangeBounds<u64>) -> (u64, Option<u64>) {
     (start, end)
 }
 
+/// The most entry bytes one AppendEntries carries (one entry more if a single entry is larger).
+/// The largest entry is a key-value write of a 64 KiB value that needs JSON escaping of every
+/// byte (six bytes each): about 400 KiB, so a batch holds one or two of those, and
+/// stays far below the peer listener's body limit.
+pub const REPLICATION_BATCH_BYTES: usize = 512 * 1024;
+
 impl RaftLogReader<TypeConfig> for LogStore {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
@@ -212,7 +228,21 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
         let (start, end) = half_open(&range);
         let this = self.clone();
-        blocking(move || this.read_range(start, end))
+        blocking(move || this.read_range(start, end, None))
+            .await
+            .map_err(|e| e.into_raft(ErrorSubject::Logs, ErrorVerb::Read))
+    }
+
+    /// What replication sends in one AppendEntries: at most [`REPLICATION_BATCH_BYTES`] (and
+    /// openraft's `max_payload_entries`), so a follower that fell behind on large values
+    /// catches up in many small batches instead of one that never fits in an RPC timeout.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        let this = self.clone();
+        blocking(move || this.read_range(start, Some(end), Some(REPLICATION_BATCH_BYTES)))
             .await
             .map_err(|e| e.into_raft(ErrorSubject::Logs, ErrorVerb::Read))
     }

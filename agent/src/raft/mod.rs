@@ -6,6 +6,7 @@ mod codec;
 mod log_store;
 mod network;
 mod node;
+mod pacemaker;
 mod state_machine;
 pub(crate) mod store;
 

@@ -8,13 +8,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
+use openraft::{LogId, Vote};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -31,6 +33,8 @@ use crate::state::{Node, NodeId};
 pub struct PeerLiveness {
     seen: Arc<Mutex<HashMap<NodeId, Instant>>>,
     failing: Arc<Mutex<HashMap<NodeId, bool>>>,
+    /// The last refusal status logged per peer.
+    refusals: Arc<Mutex<HashMap<NodeId, u16>>>,
     removed: Arc<AtomicBool>,
 }
 
@@ -51,6 +55,24 @@ impl PeerLiveness {
             let why = why.to_string();
             let reason = why.rsplit("source: ").next().unwrap_or(&why);
             tracing::warn!(peer = %name, %addr, %reason, "cannot reach peer; retrying quietly until it answers");
+        }
+    }
+
+    /// The peer answered but refused the RPC: logged once per kind of refusal, since every
+    /// retry gets the same answer.
+    fn refused(&self, id: NodeId, name: &str, status: u16, reason: &str) {
+        let Ok(mut map) = self.refusals.lock() else {
+            return;
+        };
+        if map.insert(id, status) != Some(status) {
+            tracing::warn!(peer = %name, status, %reason, "peer refuses this node's raft messages");
+        }
+    }
+
+    /// The peer accepted an RPC: a later refusal is news again.
+    fn accepted(&self, id: NodeId) {
+        if let Ok(mut map) = self.refusals.lock() {
+            map.remove(&id);
         }
     }
 
@@ -88,12 +110,36 @@ impl Network {
 
 /// openraft's client for one peer.
 pub struct PeerClient {
+    link: PeerLink,
+    /// The AppendEntries with entries that is still on its way, if any (see
+    /// [`PeerClient::append_entries`]).
+    in_flight: Option<InFlight>,
+}
+
+/// What an RPC to one peer needs; cloned into the task of an AppendEntries in flight.
+#[derive(Clone)]
+struct PeerLink {
     target: NodeId,
     name: String,
     /// `host:port` as advertised (resolved when connecting, so a new IP is picked up).
     addr: String,
     peers: PeerClients,
     liveness: PeerLiveness,
+}
+
+/// The task of an AppendEntries in flight ended without an answer (it panicked).
+fn task_lost() -> RPCError<NodeId, Node, RaftError<NodeId>> {
+    RPCError::Network(NetworkError::new(&std::io::Error::other(
+        "the AppendEntries task ended without an answer",
+    )))
+}
+
+/// How an RPC failed, as far as the peer's liveness is concerned.
+enum Failure<E: std::error::Error> {
+    /// The peer answered (an error, a refusal): it is up.
+    Answered(RPCError<NodeId, Node, RaftError<NodeId, E>>),
+    /// No answer: refused connection, timeout, cut off.
+    NoAnswer(RPCError<NodeId, Node, RaftError<NodeId, E>>),
 }
 
 fn unreachable(why: CallError) -> Unreachable {
@@ -106,52 +152,70 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     /// Cheap and non-blocking: openraft calls this inside its core loop, so no DNS here.
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
         PeerClient {
-            target,
-            name: node.name.clone(),
-            addr: node.addr.clone(),
-            peers: self.peers.clone(),
-            liveness: self.liveness.clone(),
+            link: PeerLink {
+                target,
+                name: node.name.clone(),
+                addr: node.addr.clone(),
+                peers: self.peers.clone(),
+                liveness: self.liveness.clone(),
+            },
+            in_flight: None,
         }
     }
 }
 
-impl PeerClient {
-    /// One RPC; its outcome feeds [`PeerLiveness`].
+impl PeerLink {
+    /// One RPC; its outcome feeds [`PeerLiveness`]. `entries` is how many log entries the
+    /// request carries, for the hint after a `413`.
     async fn call<Req, Resp, E>(
         &self,
         path: &str,
         req: &Req,
-        option: &RPCOption,
+        timeout: Duration,
+        entries: usize,
     ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let result = self.send(path, req, option).await;
-        match &result {
-            Ok(_) | Err(RPCError::RemoteError(_)) => self.liveness.saw(self.target, &self.name),
-            Err(e) => self.liveness.failed(self.target, &self.name, &self.addr, e),
+        match self.send(path, req, timeout, entries).await {
+            Ok(resp) => {
+                self.liveness.saw(self.target, &self.name);
+                self.liveness.accepted(self.target);
+                Ok(resp)
+            }
+            Err(Failure::Answered(e)) => {
+                // The peer is up: it answered, if not what was hoped for.
+                self.liveness.saw(self.target, &self.name);
+                Err(e)
+            }
+            Err(Failure::NoAnswer(e)) => {
+                self.liveness
+                    .failed(self.target, &self.name, &self.addr, &e);
+                Err(e)
+            }
         }
-        result
     }
 
     async fn send<Req, Resp, E>(
         &self,
         path: &str,
         req: &Req,
-        option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+        timeout: Duration,
+        entries: usize,
+    ) -> Result<Resp, Failure<E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        use Failure::{Answered, NoAnswer};
         let peer = match self.peers.get(self.target, &self.addr).await {
             Ok(peer) => peer,
-            Err(e) => return Err(RPCError::Unreachable(unreachable(e))),
+            Err(e) => return Err(NoAnswer(RPCError::Unreachable(unreachable(e)))),
         };
-        let timeout = option.hard_ttl().max(Duration::from_millis(50));
+        let timeout = timeout.max(Duration::from_millis(50));
         let sent = peer
             .http
             .post(format!("{}{path}", peer.base))
@@ -164,33 +228,124 @@ impl PeerClient {
             // Connection refused, TLS failure and the like: back off before trying again.
             Err(e) if e.is_connect() => {
                 self.peers.forget(self.target);
-                return Err(RPCError::Unreachable(Unreachable::new(&e)));
+                return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(&e))));
             }
-            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+            Err(e) => return Err(NoAnswer(RPCError::Network(NetworkError::new(&e)))),
         };
-        if resp.status() == reqwest::StatusCode::GONE {
+        let status = resp.status();
+        if status == reqwest::StatusCode::GONE {
             // The peer's state says this node was removed; the agent stops on seeing this.
             self.liveness.removed.store(true, Ordering::Relaxed);
         }
-        if !resp.status().is_success() {
-            let e = std::io::Error::other(format!("peer answered HTTP {}", resp.status()));
-            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && entries > 1 {
+            // Send fewer entries next time (openraft keeps the hint for a while).
+            let hint = (entries / 2).max(1) as u64;
+            tracing::warn!(peer = %self.name, entries, hint, "peer refused an AppendEntries as too large; sending smaller batches");
+            return Err(Answered(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(hint),
+            )));
+        }
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            let reason = crate::api::ApiError::from_response(status.as_u16(), body.as_bytes());
+            self.liveness.refused(
+                self.target,
+                &self.name,
+                status.as_u16(),
+                &reason.to_string(),
+            );
+            let e = std::io::Error::other(format!(
+                "peer {} refused {path}: HTTP {status}: {reason}",
+                self.name
+            ));
+            // Unreachable, so openraft backs off before trying again.
+            return Err(Answered(RPCError::Unreachable(Unreachable::new(&e))));
         }
         let result: Result<Resp, RaftError<NodeId, E>> = resp
             .json()
             .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+            .map_err(|e| NoAnswer(RPCError::Network(NetworkError::new(&e))))?;
+        result.map_err(|e| Answered(RPCError::RemoteError(RemoteError::new(self.target, e))))
     }
 }
 
+/// How long an AppendEntries that carries entries may take, whatever openraft's own timeout.
+const DATA_RPC_TIMEOUT: Duration = Duration::from_secs(10);
+
+type AppendResult =
+    Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>>;
+
+/// Which AppendEntries a retry repeats: same leader, same place in the log, same entries.
+#[derive(Clone, PartialEq, Eq)]
+struct AppendKey {
+    vote: Vote<NodeId>,
+    prev: Option<LogId<NodeId>>,
+    last: Option<LogId<NodeId>>,
+}
+
+/// An AppendEntries with entries, running in a task of its own. Its answer is taken once, by
+/// whichever attempt of openraft's is waiting when it comes.
+struct InFlight {
+    key: AppendKey,
+    answer: Arc<Mutex<Option<AppendResult>>>,
+    done: tokio::sync::watch::Receiver<bool>,
+}
+
 impl RaftNetwork<TypeConfig> for PeerClient {
+    /// openraft gives every AppendEntries its heartbeat interval (here the pacemaker's RPC
+    /// timeout) and then drops it. A batch of large entries to a busy follower can take longer;
+    /// dropped and sent again from scratch, it would never arrive, and the follower would never
+    /// catch up. So a batch runs in its own task, bounded by [`DATA_RPC_TIMEOUT`] instead, and
+    /// openraft's retry of the same batch waits for that task rather than starting over.
+    /// Heartbeats (no entries) are sent plainly.
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(paths::RAFT_APPEND, &rpc, &option).await
+        if rpc.entries.is_empty() {
+            return self
+                .link
+                .call(paths::RAFT_APPEND, &rpc, option.hard_ttl(), 0)
+                .await;
+        }
+        let key = AppendKey {
+            vote: rpc.vote,
+            prev: rpc.prev_log_id,
+            last: rpc.entries.last().map(|e| e.log_id),
+        };
+        let (answer, mut done) = match &self.in_flight {
+            Some(f) if f.key == key => (f.answer.clone(), f.done.clone()),
+            _ => {
+                let (tx, rx) = tokio::sync::watch::channel(false);
+                let answer = Arc::new(Mutex::new(None));
+                let link = self.link.clone();
+                let slot = answer.clone();
+                tokio::spawn(async move {
+                    let entries = rpc.entries.len();
+                    let result = link
+                        .call(paths::RAFT_APPEND, &rpc, DATA_RPC_TIMEOUT, entries)
+                        .await;
+                    if let Ok(mut slot) = slot.lock() {
+                        *slot = Some(result);
+                    }
+                    let _ = tx.send(true);
+                });
+                self.in_flight = Some(InFlight {
+                    key,
+                    answer: answer.clone(),
+                    done: rx.clone(),
+                });
+                (answer, rx)
+            }
+        };
+        let _ = done.wait_for(|finished| *finished).await;
+        self.in_flight = None;
+        let taken = answer.lock().ok().and_then(|mut a| a.take());
+        match taken {
+            Some(result) => result,
+            None => Err(task_lost()),
+        }
     }
 
     async fn install_snapshot(
@@ -201,7 +356,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(paths::RAFT_SNAPSHOT, &rpc, &option).await
+        self.link
+            .call(paths::RAFT_SNAPSHOT, &rpc, option.hard_ttl(), 0)
+            .await
     }
 
     async fn vote(
@@ -209,7 +366,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(paths::RAFT_VOTE, &rpc, &option).await
+        self.link
+            .call(paths::RAFT_VOTE, &rpc, option.hard_ttl(), 0)
+            .await
     }
 
     /// After an unreachable peer, retry soon and then back off: a node that was just admitted

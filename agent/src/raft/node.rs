@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::raft::AppendEntriesResponse;
 use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::TypeConfig;
 use super::network::{Network, PeerLiveness};
+use super::pacemaker::{LeaderContact, Pacemaker, TimerPlan};
 use super::store::{self, StateMachineStore, StoreError};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::client::PeerClients;
@@ -86,6 +88,8 @@ pub struct RaftView {
     pub voter_sets: Vec<BTreeSet<NodeId>>,
     /// Leader only: highest log index replicated to each node.
     pub matched: BTreeMap<NodeId, Option<u64>>,
+    /// Leader only: how long since a majority of the voters last acknowledged it.
+    pub quorum_silence: Option<Duration>,
 }
 
 impl RaftView {
@@ -104,6 +108,10 @@ pub struct RaftNode {
     raft: Raft<TypeConfig>,
     state_machine: StateMachineStore,
     liveness: PeerLiveness,
+    plan: TimerPlan,
+    /// When this node last heard from a leader; the pacemaker's election clock.
+    contact: LeaderContact,
+    pacemaker: tokio::task::JoinHandle<()>,
     /// Concurrent membership changes can leave a joint config behind; one at a time.
     membership_lock: tokio::sync::Mutex<()>,
 }
@@ -120,14 +128,27 @@ impl RaftNode {
         let (log_store, state_machine) = tokio::task::spawn_blocking(move || store::open(&dir))
             .await
             .map_err(|e| RaftNodeError::Other(e.to_string()))??;
+        let plan = TimerPlan::new(timing.heartbeat, timing.election_timeout);
+        let ms = |d: Duration| d.as_millis() as u64;
         let config = Config {
             cluster_name: "muster".into(),
-            heartbeat_interval: timing.heartbeat.as_millis() as u64,
-            election_timeout_min: timing.election_timeout.as_millis() as u64,
-            election_timeout_max: timing.election_timeout.as_millis() as u64 * 2,
+            // Heartbeats and elections are the pacemaker's (see pacemaker.rs); what openraft
+            // calls the heartbeat interval is then only its AppendEntries timeout, and its
+            // election timeout only the leader lease.
+            heartbeat_interval: ms(plan.rpc_timeout),
+            election_timeout_min: ms(plan.lease_floor),
+            election_timeout_max: ms(plan.lease),
+            enable_heartbeat: false,
+            enable_elect: false,
             // One snapshot chunk over HTTPS on a slow link can take far longer than the 200 ms
             // default; a timeout there makes the sender start over forever.
             install_snapshot_timeout: 10_000,
+            // A snapshot chunk travels as JSON (about 3.6 bytes per byte): 1 MiB chunks stay
+            // well inside the peer listener's body limit and the snapshot timeout.
+            snapshot_max_chunk_size: 1024 * 1024,
+            // Entries per AppendEntries; the log reader also caps a batch's bytes
+            // (log_store::REPLICATION_BATCH_BYTES).
+            max_payload_entries: 256,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),
             max_in_snapshot_log_to_keep: 1_000,
             ..Default::default()
@@ -145,13 +166,42 @@ impl RaftNode {
         )
         .await
         .map_err(|e| RaftNodeError::Fatal(e.to_string()))?;
+        let contact = LeaderContact::default();
+        let pacemaker = tokio::spawn(Pacemaker::new(raft.clone(), plan, contact.clone()).run());
         Ok(Self {
             id,
             raft,
             state_machine,
             liveness,
+            plan,
+            contact,
+            pacemaker,
             membership_lock: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// `Err(QuorumLost)` when this node leads but has not heard from a majority of the voters
+    /// for a whole election window: it is cut off, and a write could not commit. Answering at
+    /// once beats making every caller wait out the write timeout.
+    fn check_quorum_contact(&self) -> Result<(), RaftNodeError> {
+        let view = self.view();
+        match view.quorum_silence {
+            Some(silence)
+                if view.is_leader && view.voters.len() > 1 && silence > self.plan.election =>
+            {
+                Err(RaftNodeError::QuorumLost(format!(
+                    "this node leads but has heard from no majority of the voters for {} ms; \
+                     it is probably cut off from them, and writes cannot commit until it is back",
+                    silence.as_millis()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// True when [`Self::check_quorum_contact`] would refuse.
+    pub fn quorum_lost(&self) -> bool {
+        self.check_quorum_contact().is_err()
     }
 
     pub fn liveness(&self) -> &PeerLiveness {
@@ -185,6 +235,7 @@ impl RaftNode {
 
     /// Replicates `request` and returns the state machine's answer. Only the leader can write.
     pub async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
+        self.check_quorum_contact()?;
         let result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request))
             .await
             .map_err(|_| RaftNodeError::Timeout("the write"))?;
@@ -200,6 +251,7 @@ impl RaftNode {
         &self,
         f: impl FnOnce(&ClusterState) -> R,
     ) -> Result<R, RaftNodeError> {
+        self.check_quorum_contact()?;
         let checked = tokio::time::timeout(WRITE_TIMEOUT, self.raft.ensure_linearizable())
             .await
             .map_err(|_| RaftNodeError::Timeout("the linearizable read"))?;
@@ -279,6 +331,7 @@ impl RaftNode {
         what: &'static str,
     ) -> Result<(), RaftNodeError> {
         let _one_at_a_time = self.membership_lock.lock().await;
+        self.check_quorum_contact()?;
         // A membership change is two log entries (joint, then uniform). Run it in its own task so
         // a caller's timeout can never cancel it between the two and leave a joint config behind.
         let raft = self.raft.clone();
@@ -330,7 +383,17 @@ impl RaftNode {
                         .collect()
                 })
                 .unwrap_or_default(),
+            quorum_silence: m.millis_since_quorum_ack.map(Duration::from_millis),
         }
+    }
+
+    /// Resolves once this node no longer sees `leader` as the leader (an election started, or
+    /// another node won one).
+    pub async fn leader_changed_from(&self, leader: NodeId) {
+        let mut metrics = self.raft.metrics();
+        let _ = metrics
+            .wait_for(|m| m.current_leader != Some(leader) || m.running_state.is_err())
+            .await;
     }
 
     /// Resolves when raft stops with a fatal error (a failed fsync, say); returns its message.
@@ -346,17 +409,45 @@ impl RaftNode {
         }
     }
 
-    /// Serves one raft RPC received by the TLS listener: JSON in, JSON out.
+    /// Serves one raft RPC received by the TLS listener: JSON in, JSON out. Accepted entries
+    /// from a leader, and a granted vote, restart the pacemaker's election clock.
     pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+        let contact = &self.contact;
         match path {
-            paths::RAFT_APPEND => rpc(body, |req| self.raft.append_entries(req)).await,
-            paths::RAFT_VOTE => rpc(body, |req| self.raft.vote(req)).await,
-            paths::RAFT_SNAPSHOT => rpc(body, |req| self.raft.install_snapshot(req)).await,
+            paths::RAFT_APPEND => rpc(body, |req| async move {
+                let result = self.raft.append_entries(req).await;
+                if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+                    contact.heard();
+                }
+                result
+            })
+            .await,
+            paths::RAFT_VOTE => {
+                rpc(body, |req| async move {
+                    let result = self.raft.vote(req).await;
+                    if matches!(&result, Ok(r) if r.vote_granted) {
+                        contact.heard();
+                    }
+                    result
+                })
+                .await
+            }
+            paths::RAFT_SNAPSHOT => {
+                rpc(body, |req| async move {
+                    let result = self.raft.install_snapshot(req).await;
+                    if result.is_ok() {
+                        contact.heard();
+                    }
+                    result
+                })
+                .await
+            }
             other => Err(format!("no raft endpoint {other}")),
         }
     }
 
     pub async fn shutdown(&self) {
+        self.pacemaker.abort();
         let _ = self.raft.shutdown().await;
     }
 }

@@ -23,6 +23,9 @@ use crate::state::Request;
 pub const MAX_KEY_BYTES: usize = 1024;
 /// Largest value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// Largest operator request body: a key and a value at their limits, every byte of both
+/// escaped by JSON as `\u00XX` (six bytes each), with room to spare.
+pub const OPERATOR_BODY_LIMIT: usize = 512 * 1024;
 
 #[derive(Deserialize)]
 struct KeyQuery {
@@ -191,6 +194,7 @@ pub fn routes() -> Router<Arc<Agent>> {
             delete(member_remove),
         )
         .route(paths::BACKUP, get(backup))
+        .layer(axum::extract::DefaultBodyLimit::max(OPERATOR_BODY_LIMIT))
 }
 
 /// Serves the operator API on the data dir's socket until `stop` flips.

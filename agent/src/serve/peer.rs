@@ -18,18 +18,19 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 
 use super::http::{answer, error_response, json_response, parse_json, read_body};
+use super::operator::OPERATOR_BODY_LIMIT;
 use crate::agent::Agent;
 use crate::api::join::{JoinRequest, TokenJoinRequest};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::leader::{self, LeaderOp};
 use crate::state::{NodeId, member_id};
 
-/// Snapshot chunks are the largest raft messages (3 MiB by default).
+/// The largest raft message: an AppendEntries batch is at most `REPLICATION_BATCH_BYTES` (1 MiB)
+/// plus one entry (about 400 KiB at most), a snapshot chunk 1 MiB of data as JSON (under 4 MiB).
+/// Generous on purpose: refusing a raft message stalls replication.
 const RAFT_BODY_LIMIT: usize = 32 * 1024 * 1024;
-/// Operator requests are small: a key and a value of at most 64 KiB.
-const OPERATOR_BODY_LIMIT: usize = 256 * 1024;
-/// A forwarded operation carries at most one operator request.
-const FORWARD_BODY_LIMIT: usize = 1024 * 1024;
+/// A forwarded operation carries at most one operator request, JSON-escaped once more.
+const FORWARD_BODY_LIMIT: usize = 4 * OPERATOR_BODY_LIMIT;
 /// A join request is a CSR and a few names.
 const JOIN_BODY_LIMIT: usize = 64 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,937 +1,19 @@
-//! `muster-bench discovery`: measures a real `muster-discovery` against a real etcd 3.4 (v2 API)
-//! used as a discovery backend, on the three request shapes that matter for `etcd --discovery`:
-//! token creation, member registration and token directory reads.
-//!
-//! Both systems are driven by the same closed-loop clients (one keep-alive HTTP/1.1 connection
-//! per client, next request sent when the previous one is answered), one system at a time so
-//! they never compete for CPU. Workloads alternate between the systems and repeat for
-//! `--rounds`; each figure is the median round, so a noisy minute on a shared machine does not
-//! decide the comparison. The clients speak HTTP/1.1 directly on a `TcpStream` (see
-//! [`Conn`]): on a 2-core machine a general-purpose HTTP client costs the load generator as much
-//! CPU as the server under test spends, and that would measure the client, not the servers.
-//!
-//! `muster-bench cluster`: forms real `muster agent` clusters of 3 and 5 nodes, and the same
-//! clusters of real etcd 3.4 members, all bootstrapping through one `muster-discovery`; measures
-//! formation time, failover time after `kill -9` of the leader, and idle RSS per node; and, for
-//! muster, the time a node joining with a token takes to become a nonvoter and then a voter.
-//! See [`cluster`].
-//!
-//! Results go to stdout (a table, or one JSON object with `--json`); progress goes to stderr.
+//! `muster-bench cluster`: muster agent clusters against etcd 3.4 clusters bootstrapping through
+//! the same discovery service: formation, failover, idle memory, and token joins.
 
 use std::future::Future;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
-use muster_shared::duration::{format_duration, parse_duration};
-use muster_shared::token::{new_discovery_token, random_hex};
-use muster_tests::{
-    AgentProc, Discovery, Etcd, bin_path, etcd_binary, http_client, signal, tail, token_of,
-    voter_target, wait_for,
-};
+use muster_tests::{AgentProc, Discovery, Etcd, bin_path, http_client, signal, tail, voter_target};
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
 
-/// The issue's target: at least this many times etcd's throughput on every workload...
-const THROUGHPUT_GOAL: f64 = 2.0;
-/// ...with a p99 latency no worse than etcd's.
-const P99_GOAL: f64 = 1.0;
-/// Members registered per token, as in a 3-node cluster bootstrap.
-const MEMBERS_PER_TOKEN: u16 = 3;
-/// Distinct tokens read in the directory-read workload: enough to defeat any single-key cache,
-/// few enough that all of them are hot.
-const READ_TOKENS: usize = 100;
-/// The smallest registration pool, so a slow token-creation rate still leaves enough tokens.
-const MIN_POOL: usize = 1000;
-/// Per-request ceiling: a hung server must end the benchmark, not stall it.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-#[derive(Parser)]
-#[command(name = "muster-bench", about = "Benchmarks for Muster")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Compare muster-discovery with etcd 3.4 (--enable-v2) as a discovery backend.
-    Discovery(DiscoveryArgs),
-    /// Compare muster agent clusters with etcd 3.4 clusters: formation, failover, idle RSS.
-    Cluster(ClusterArgs),
-}
-
-#[derive(Args)]
-struct DiscoveryArgs {
-    /// Concurrent closed-loop clients, each with its own connection.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
-    clients: u16,
-    /// How long each timed workload runs (e.g. 10s, 1m).
-    #[arg(long, default_value = "10s", value_parser = duration_arg)]
-    duration: Duration,
-    /// Print one JSON object on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Repeat every workload this many times (alternating systems) and report the median.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
-    rounds: u16,
-    /// Measure muster-discovery only (no etcd needed).
-    #[arg(long)]
-    skip_etcd: bool,
-}
-
-#[derive(Args)]
-struct ClusterArgs {
-    /// Form each cluster size, and fail over, this many times per system; figures are medians.
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
-    rounds: u16,
-    /// Print one JSON object on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Measure muster alone (no etcd needed; the RSS goal, relative to etcd, is not judged).
-    #[arg(long)]
-    skip_etcd: bool,
-}
-
-fn duration_arg(s: &str) -> Result<Duration, String> {
-    match parse_duration(s) {
-        Ok(d) if d.is_zero() => Err("duration must be greater than zero".into()),
-        Ok(d) => Ok(d),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-#[tokio::main]
-async fn main() -> Result<()> {
-    // The harness's readiness checks use reqwest, built with `rustls-no-provider`; even a
-    // plain-http client needs a provider installed. An error only means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Discovery(args) => discovery(args).await,
-        Command::Cluster(args) => cluster(args).await,
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The systems under test
-
-/// One discovery backend. The workloads differ between systems only in the URLs and in how a
-/// token is created; registration and reads use the same etcd v2 keys-API requests on both.
-#[derive(Clone)]
-enum System {
-    /// `base` is `http://127.0.0.1:PORT`; tokens live at `{base}/<token>`.
-    Muster { base: String },
-    /// `client_url` is etcd's client URL; tokens live under `/v2/keys/_etcd/registry/`.
-    Etcd { client_url: String },
-}
-
-impl System {
-    fn label(&self) -> &'static str {
-        match self {
-            System::Muster { .. } => "muster-discovery",
-            System::Etcd { .. } => "etcd",
-        }
-    }
-
-    /// `host:port` to connect to.
-    fn authority(&self) -> &str {
-        let url = match self {
-            System::Muster { base } => base,
-            System::Etcd { client_url } => client_url,
-        };
-        url.split("://").nth(1).unwrap_or(url).trim_end_matches('/')
-    }
-
-    /// The path under which `/<token>` paths live.
-    fn prefix(&self) -> &'static str {
-        match self {
-            System::Muster { .. } => "",
-            System::Etcd { .. } => "/v2/keys/_etcd/registry",
-        }
-    }
-
-    /// Creates a size-3 token and returns it.
-    async fn create_token(&self, http: &mut Conn) -> Result<String> {
-        match self {
-            // muster mints the token itself and answers with the discovery URL.
-            System::Muster { .. } => {
-                let url = http.expect("GET", "/new?size=3", None, 200).await?;
-                Ok(token_of(url.trim()).to_string())
-            }
-            // With a raw etcd backend the operator picks a token and writes its size key,
-            // exactly what discovery.etcd.io's old proxy did.
-            System::Etcd { .. } => {
-                let token = new_discovery_token();
-                let path = format!("{}/{token}/_config/size?prevExist=false", self.prefix());
-                http.expect("PUT", &path, Some("value=3"), 201).await?;
-                Ok(token)
-            }
-        }
-    }
-
-    /// Registers member number `n` with a fresh random id, as `etcd --discovery` does.
-    async fn register(&self, http: &mut Conn, token: &str, n: u16) -> Result<()> {
-        let id = random_hex(8);
-        let path = format!("{}/{token}/{id}?prevExist=false", self.prefix());
-        // `n<i>=http://127.0.0.1:<port>`, form-encoded the way etcd's Go client sends it.
-        let body = format!("value=n{n}%3Dhttp%3A%2F%2F127.0.0.1%3A{}", 2380 + n);
-        http.expect("PUT", &path, Some(&body), 201).await?;
-        Ok(())
-    }
-
-    /// Reads the token directory with the exact query etcd's discovery client sends.
-    async fn read_dir(&self, http: &mut Conn, token: &str) -> Result<()> {
-        let path = format!(
-            "{}/{token}?quorum=false&recursive=false&sorted=false",
-            self.prefix()
-        );
-        http.expect("GET", &path, None, 200).await?;
-        Ok(())
-    }
-}
-
-/// A keep-alive HTTP/1.1 connection that sends one request at a time. It understands exactly
-/// what the two servers answer with: a status line, headers, and a body framed by
-/// `Content-Length` or `Transfer-Encoding: chunked`.
-struct Conn {
-    authority: String,
-    stream: Option<BufReader<TcpStream>>,
-    request: Vec<u8>,
-}
-
-impl Conn {
-    fn new(authority: &str) -> Self {
-        Conn {
-            authority: authority.to_string(),
-            stream: None,
-            request: Vec::with_capacity(512),
-        }
-    }
-
-    /// Sends a request and fails unless the answer has status `want`; returns the body.
-    async fn expect(
-        &mut self,
-        method: &str,
-        path: &str,
-        form: Option<&str>,
-        want: u16,
-    ) -> Result<String> {
-        let (status, body) = tokio::time::timeout(REQUEST_TIMEOUT, self.send(method, path, form))
-            .await
-            .context("request timed out")?
-            .inspect_err(|_| self.stream = None)?;
-        let body = String::from_utf8_lossy(&body).into_owned();
-        if status != want {
-            bail!(
-                "expected {want}, got {status}: {}",
-                body.chars().take(200).collect::<String>()
-            );
-        }
-        Ok(body)
-    }
-
-    async fn send(
-        &mut self,
-        method: &str,
-        path: &str,
-        form: Option<&str>,
-    ) -> Result<(u16, Vec<u8>)> {
-        if self.stream.is_none() {
-            let tcp = TcpStream::connect(&self.authority).await?;
-            tcp.set_nodelay(true)?;
-            self.stream = Some(BufReader::new(tcp));
-        }
-        let stream = self.stream.as_mut().context("not connected")?;
-        self.request.clear();
-        self.request.extend_from_slice(
-            format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.authority).as_bytes(),
-        );
-        if let Some(body) = form {
-            self.request.extend_from_slice(
-                format!(
-                    "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                )
-                .as_bytes(),
-            );
-        } else {
-            self.request.extend_from_slice(b"\r\n");
-        }
-        stream.get_mut().write_all(&self.request).await?;
-
-        let mut line = String::new();
-        stream.read_line(&mut line).await?;
-        let status: u16 = line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .with_context(|| format!("bad status line {line:?}"))?;
-        let mut length = None;
-        let mut chunked = false;
-        loop {
-            line.clear();
-            if stream.read_line(&mut line).await? == 0 {
-                bail!("connection closed in headers");
-            }
-            let header = line.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            if let Some((name, value)) = header.split_once(':') {
-                let value = value.trim();
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = Some(value.parse::<usize>()?);
-                } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                    chunked = value.eq_ignore_ascii_case("chunked");
-                }
-            }
-        }
-        let mut body = Vec::new();
-        if chunked {
-            loop {
-                line.clear();
-                stream.read_line(&mut line).await?;
-                let size = usize::from_str_radix(line.trim(), 16)?;
-                let start = body.len();
-                body.resize(start + size + 2, 0);
-                stream.read_exact(&mut body[start..]).await?;
-                body.truncate(start + size);
-                if size == 0 {
-                    break;
-                }
-            }
-        } else {
-            body.resize(length.unwrap_or(0), 0);
-            stream.read_exact(&mut body).await?;
-        }
-        Ok((status, body))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Measurement
-
-/// Latencies of successful requests and the count of failed ones, for one task.
-#[derive(Default)]
-struct Recorder {
-    latencies_us: Vec<u64>,
-    errors: u64,
-    first_error: Option<String>,
-}
-
-impl Recorder {
-    /// Runs `op`, recording its latency if it succeeded and counting it as an error otherwise
-    /// (failed requests stay out of the percentiles: a fast 500 is not a fast answer).
-    async fn time<T>(&mut self, op: impl Future<Output = Result<T>>) -> Option<T> {
-        let started = Instant::now();
-        match op.await {
-            Ok(v) => {
-                let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                self.latencies_us.push(us);
-                Some(v)
-            }
-            Err(e) => {
-                self.errors += 1;
-                self.first_error.get_or_insert_with(|| format!("{e:#}"));
-                None
-            }
-        }
-    }
-
-    fn merge(&mut self, other: Recorder) {
-        self.latencies_us.extend(other.latencies_us);
-        self.errors += other.errors;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
-        }
-    }
-}
-
-/// What the report shows for one workload on one system.
-#[derive(Debug, Clone, Copy, Serialize)]
-struct Stats {
-    ops: u64,
-    ops_per_sec: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    errors: u64,
-    elapsed_secs: f64,
-}
-
-impl Stats {
-    fn from_recorder(mut rec: Recorder, elapsed: Duration) -> Self {
-        rec.latencies_us.sort_unstable();
-        let ops = rec.latencies_us.len() as u64;
-        let secs = elapsed.as_secs_f64();
-        Stats {
-            ops,
-            ops_per_sec: if secs > 0.0 { ops as f64 / secs } else { 0.0 },
-            p50_ms: percentile_us(&rec.latencies_us, 0.50) as f64 / 1000.0,
-            p99_ms: percentile_us(&rec.latencies_us, 0.99) as f64 / 1000.0,
-            errors: rec.errors,
-            elapsed_secs: secs,
-        }
-    }
-}
-
-/// Nearest-rank percentile of sorted samples (0 when there are none).
-fn percentile_us(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// Runs `task` on `clients` tokio tasks, each with its own connection, and returns their
-/// outputs and the wall time until the last one finished. Connections open on the first
-/// request; `task` gets the start instant to compute its deadline from.
-async fn run_clients<T, F, Fut>(
-    system: &System,
-    clients: u16,
-    mut task: F,
-) -> Result<(Vec<T>, Duration)>
-where
-    F: FnMut(usize, Conn, Instant) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    let https: Vec<Conn> = (0..clients)
-        .map(|_| Conn::new(system.authority()))
-        .collect();
-    let started = Instant::now();
-    let handles: Vec<_> = https
-        .into_iter()
-        .enumerate()
-        .map(|(i, http)| tokio::spawn(task(i, http, started)))
-        .collect();
-    let mut outputs = Vec::with_capacity(handles.len());
-    for handle in handles {
-        outputs.push(handle.await.context("benchmark task panicked")?);
-    }
-    Ok((outputs, started.elapsed()))
-}
-
-fn merged(recorders: impl IntoIterator<Item = Recorder>) -> Recorder {
-    let mut all = Recorder::default();
-    for rec in recorders {
-        all.merge(rec);
-    }
-    all
-}
-
-/// Prints the first failure of a workload, so errors in the table can be diagnosed.
-fn report_errors(system: &System, workload: Workload, rec: &Recorder) {
-    if let Some(first) = &rec.first_error {
-        eprintln!(
-            "  {} {}: {} errors; first: {first}",
-            system.label(),
-            workload.title(),
-            rec.errors
-        );
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Workloads
-
-#[derive(Debug, Clone, Copy)]
-enum Workload {
-    Create,
-    Register,
-    Read,
-}
-
-impl Workload {
-    const ALL: [Workload; 3] = [Workload::Create, Workload::Register, Workload::Read];
-
-    fn title(self) -> &'static str {
-        match self {
-            Workload::Create => "token creation",
-            Workload::Register => "member registration",
-            Workload::Read => "directory read",
-        }
-    }
-}
-
-/// Workload 1: closed-loop token creation for `duration`.
-async fn bench_create(system: &System, clients: u16, duration: Duration) -> Result<Stats> {
-    eprintln!(
-        "creating tokens on {} for {}…",
-        system.label(),
-        format_duration(duration)
-    );
-    let (recs, elapsed) = run_clients(system, clients, |_, mut http, started| {
-        let system = system.clone();
-        async move {
-            let deadline = started + duration;
-            let mut rec = Recorder::default();
-            while Instant::now() < deadline {
-                rec.time(system.create_token(&mut http)).await;
-            }
-            rec
-        }
-    })
-    .await?;
-    let rec = merged(recs);
-    report_errors(system, Workload::Create, &rec);
-    Ok(Stats::from_recorder(rec, elapsed))
-}
-
-/// Untimed: creates `count` tokens with `clients` concurrent tasks for the registration
-/// workload. Any failure here is fatal, since the timed phase would measure a broken pool.
-async fn create_pool(system: &System, clients: u16, count: usize) -> Result<Vec<String>> {
-    eprintln!(
-        "pre-creating {count} tokens on {} (untimed)…",
-        system.label()
-    );
-    let remaining = Arc::new(AtomicUsize::new(count));
-    let (results, _) = run_clients(system, clients, |_, mut http, _| {
-        let system = system.clone();
-        let remaining = remaining.clone();
-        async move {
-            let mut tokens = Vec::new();
-            while claim(&remaining) {
-                tokens.push(system.create_token(&mut http).await?);
-            }
-            anyhow::Ok(tokens)
-        }
-    })
-    .await?;
-    let mut pool = Vec::with_capacity(count);
-    for tokens in results {
-        pool.extend(tokens.context("pre-creating the token pool")?);
-    }
-    Ok(pool)
-}
-
-/// Takes one unit from a shared countdown; false once it is exhausted.
-fn claim(remaining: &AtomicUsize) -> bool {
-    remaining
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-/// Workload 2: each task takes tokens from the shared pool and registers three members on
-/// each, until `duration` passes or the pool is empty. Returns the stats and the tokens that
-/// got all three members (the read workload needs full directories).
-async fn bench_register(
-    system: &System,
-    clients: u16,
-    duration: Duration,
-    pool: Vec<String>,
-) -> Result<(Stats, Vec<String>)> {
-    eprintln!(
-        "registering {MEMBERS_PER_TOKEN} members per token on {} for {}…",
-        system.label(),
-        format_duration(duration)
-    );
-    let pool = Arc::new(pool);
-    // An index into the pool instead of a locked Vec: each token is handed out exactly once.
-    let next = Arc::new(AtomicUsize::new(0));
-    let (results, elapsed) = run_clients(system, clients, |_, mut http, started| {
-        let (system, pool, next) = (system.clone(), pool.clone(), next.clone());
-        async move {
-            let deadline = started + duration;
-            let mut rec = Recorder::default();
-            let mut full = Vec::new();
-            while Instant::now() < deadline {
-                let Some(token) = pool.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                    break; // pool empty: the workload ends early, elapsed time says when
-                };
-                let mut all_ok = true;
-                for n in 1..=MEMBERS_PER_TOKEN {
-                    all_ok &= rec
-                        .time(system.register(&mut http, token, n))
-                        .await
-                        .is_some();
-                }
-                if all_ok {
-                    full.push(token.clone());
-                }
-            }
-            (rec, full)
-        }
-    })
-    .await?;
-    let exhausted = next.load(Ordering::Relaxed) >= pool.len();
-    let (recs, fulls): (Vec<_>, Vec<_>) = results.into_iter().unzip();
-    let rec = merged(recs);
-    report_errors(system, Workload::Register, &rec);
-    if exhausted {
-        eprintln!(
-            "  token pool of {} ran out after {:.1}s",
-            pool.len(),
-            elapsed.as_secs_f64()
-        );
-    }
-    Ok((
-        Stats::from_recorder(rec, elapsed),
-        fulls.into_iter().flatten().collect(),
-    ))
-}
-
-/// Workload 3: closed-loop directory reads spread over up to [`READ_TOKENS`] full tokens.
-async fn bench_read(
-    system: &System,
-    clients: u16,
-    duration: Duration,
-    full_tokens: &[String],
-) -> Result<Stats> {
-    if full_tokens.is_empty() {
-        bail!(
-            "no token on {} got all {MEMBERS_PER_TOKEN} members; cannot run the read workload",
-            system.label()
-        );
-    }
-    let tokens: Arc<Vec<String>> =
-        Arc::new(full_tokens.iter().take(READ_TOKENS).cloned().collect());
-    eprintln!(
-        "reading {} token directories on {} for {}…",
-        tokens.len(),
-        system.label(),
-        format_duration(duration)
-    );
-    let (recs, elapsed) = run_clients(system, clients, |i, mut http, started| {
-        let (system, tokens) = (system.clone(), tokens.clone());
-        async move {
-            let deadline = started + duration;
-            let mut rec = Recorder::default();
-            // Each task starts at a different token and walks the list, so reads are spread
-            // evenly over all of them.
-            let mut k = i;
-            while Instant::now() < deadline {
-                let token = &tokens[k % tokens.len()];
-                rec.time(system.read_dir(&mut http, token)).await;
-                k += 1;
-            }
-            rec
-        }
-    })
-    .await?;
-    let rec = merged(recs);
-    report_errors(system, Workload::Read, &rec);
-    Ok(Stats::from_recorder(rec, elapsed))
-}
-
-/// Results of the three workloads on one system.
-#[derive(Debug, Clone, Copy, Serialize)]
-struct SystemResults {
-    token_creation: Stats,
-    member_registration: Stats,
-    directory_read: Stats,
-}
-
-impl SystemResults {
-    fn get(&self, workload: Workload) -> &Stats {
-        match workload {
-            Workload::Create => &self.token_creation,
-            Workload::Register => &self.member_registration,
-            Workload::Read => &self.directory_read,
-        }
-    }
-}
-
-/// Per-round state of one system: what the register and read workloads build on.
-struct RoundState {
-    create: Option<Stats>,
-    pool: Vec<String>,
-    register: Option<Stats>,
-    full: Vec<String>,
-    read: Option<Stats>,
-}
-
-impl RoundState {
-    fn new() -> Self {
-        RoundState {
-            create: None,
-            pool: Vec::new(),
-            register: None,
-            full: Vec::new(),
-            read: None,
-        }
-    }
-
-    fn finish(self) -> Result<SystemResults> {
-        Ok(SystemResults {
-            token_creation: self.create.context("creation did not run")?,
-            member_registration: self.register.context("registration did not run")?,
-            directory_read: self.read.context("reads did not run")?,
-        })
-    }
-}
-
-/// Runs one workload on one system, building on what earlier workloads of the round left.
-async fn run_workload(
-    workload: Workload,
-    system: &System,
-    state: &mut RoundState,
-    clients: u16,
-    duration: Duration,
-) -> Result<()> {
-    match workload {
-        Workload::Create => {
-            let stats = bench_create(system, clients, duration).await?;
-            // Enough tokens to keep registration busy for the whole duration even if it runs
-            // as fast as creation did.
-            let pool_size = ((stats.ops_per_sec * duration.as_secs_f64()) as usize).max(MIN_POOL);
-            state.create = Some(stats);
-            state.pool = create_pool(system, clients, pool_size).await?;
-        }
-        Workload::Register => {
-            let (stats, full) =
-                bench_register(system, clients, duration, std::mem::take(&mut state.pool)).await?;
-            state.register = Some(stats);
-            state.full = full;
-        }
-        Workload::Read => {
-            state.read = Some(bench_read(system, clients, duration, &state.full).await?)
-        }
-    }
-    Ok(())
-}
-
-/// The round whose throughput is the median, per workload.
-fn median(rounds: &[SystemResults]) -> Result<SystemResults> {
-    let pick = |w: Workload| -> Result<Stats> {
-        let mut all: Vec<Stats> = rounds.iter().map(|r| *r.get(w)).collect();
-        all.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-        all.get(all.len() / 2).copied().context("no rounds ran")
-    };
-    Ok(SystemResults {
-        token_creation: pick(Workload::Create)?,
-        member_registration: pick(Workload::Register)?,
-        directory_read: pick(Workload::Read)?,
-    })
-}
-
-/// Starts muster-discovery from the binary next to this one.
-async fn start_muster(tmp: &Path) -> Result<Discovery> {
-    // The harness errors too, but its hint lacks `--release`, which is what the bench needs.
-    let bin = bin_path("muster-discovery");
-    if !bin.exists() {
-        bail!(
-            "{} not found: run `cargo build --release -p muster-discovery` first \
-             (or set MUSTER_BIN_DIR to the directory holding it)",
-            bin.display()
-        );
-    }
-    eprintln!("starting {}…", bin.display());
-    Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", &[]).await
-}
-
-async fn start_etcd(etcd_bin: &Path, tmp: &Path) -> Result<Etcd> {
-    eprintln!("starting {} --enable-v2…", etcd_bin.display());
-    let etcd = Etcd::start_v2(etcd_bin, tmp)?;
-    wait_v2_ready(&etcd).await?;
-    Ok(etcd)
-}
-
-/// Waits until etcd serves the v2 keys API (it answers only once it has elected itself leader).
-async fn wait_v2_ready(etcd: &Etcd) -> Result<()> {
-    let url = format!("{}/v2/keys/", etcd.client_url);
-    wait_for(
-        "etcd's v2 API to answer 200",
-        Duration::from_secs(20),
-        || async {
-            let resp = muster_tests::get(&url).await.ok()?;
-            (resp.status == 200).then_some(())
-        },
-    )
-    .await
-    .with_context(|| format!("etcd log:\n{}", tail(&etcd.log(), 40)))
-}
-
-// ---------------------------------------------------------------------------------------------
-// Report
-
-/// muster compared with etcd on one workload.
-#[derive(Debug, Serialize)]
-struct Comparison {
-    workload: &'static str,
-    /// muster ops/s divided by etcd ops/s; the goal is at least 2.
-    throughput_ratio: f64,
-    /// muster p99 divided by etcd p99; the goal is at most 1.
-    p99_ratio: f64,
-    goal_met: bool,
-}
-
-fn compare(muster: &SystemResults, etcd: &SystemResults) -> Vec<Comparison> {
-    Workload::ALL
-        .iter()
-        .map(|&w| {
-            let (m, e) = (muster.get(w), etcd.get(w));
-            let throughput_ratio = m.ops_per_sec / e.ops_per_sec;
-            let p99_ratio = m.p99_ms / e.p99_ms;
-            Comparison {
-                workload: w.title(),
-                throughput_ratio,
-                p99_ratio,
-                // Errors on muster's side would make its numbers meaningless.
-                goal_met: m.errors == 0
-                    && throughput_ratio >= THROUGHPUT_GOAL
-                    && p99_ratio <= P99_GOAL,
-            }
-        })
-        .collect()
-}
-
-#[derive(Serialize)]
-struct Report {
-    clients: u16,
-    duration: String,
-    duration_secs: f64,
-    /// Rounds run; the reported figures are each workload's median round.
-    rounds: u16,
-    muster: SystemResults,
-    etcd: Option<SystemResults>,
-    comparison: Option<Vec<Comparison>>,
-    muster_rounds: Vec<SystemResults>,
-    etcd_rounds: Option<Vec<SystemResults>>,
-}
-
-fn print_table(report: &Report) {
-    println!(
-        "muster-bench discovery: {} clients, {} per workload, median of {} rounds\n",
-        report.clients, report.duration, report.rounds
-    );
-    println!(
-        "{:<20} {:<17} {:>9} {:>11} {:>9} {:>9} {:>7}",
-        "workload", "system", "ops", "ops/s", "p50 ms", "p99 ms", "errors"
-    );
-    for (i, &w) in Workload::ALL.iter().enumerate() {
-        print_row(w.title(), "muster-discovery", report.muster.get(w));
-        if let Some(etcd) = &report.etcd {
-            print_row("", "etcd 3.4 (v2)", etcd.get(w));
-        }
-        if let Some(c) = report.comparison.as_ref().and_then(|c| c.get(i)) {
-            println!(
-                "{:<20} {:<17} {:>9} {:>10.2}x {:>9} {:>8.2}x",
-                "", "muster/etcd", "", c.throughput_ratio, "", c.p99_ratio
-            );
-        }
-    }
-    if let Some(comparison) = &report.comparison {
-        println!();
-        for c in comparison {
-            println!(
-                "{}: goal {} (throughput {:.2}x, want >= {THROUGHPUT_GOAL}x; p99 {:.2}x, want <= {P99_GOAL}x)",
-                c.workload,
-                if c.goal_met { "met" } else { "NOT met" },
-                c.throughput_ratio,
-                c.p99_ratio
-            );
-        }
-    }
-}
-
-fn print_row(workload: &str, system: &str, s: &Stats) {
-    println!(
-        "{:<20} {:<17} {:>9} {:>11.1} {:>9.3} {:>9.3} {:>7}",
-        workload, system, s.ops, s.ops_per_sec, s.p50_ms, s.p99_ms, s.errors
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
-
-/// The etcd binary unless `skip`. Called first thing, so a missing etcd fails at once instead
-/// of after minutes spent on muster.
-fn find_etcd(skip: bool) -> Result<Option<PathBuf>> {
-    if skip {
-        return Ok(None);
-    }
-    let bin = etcd_binary("muster-bench").context(
-        "etcd is not on PATH: install etcd 3.4 (apt-get install etcd-server) \
-         or pass --skip-etcd to measure muster alone",
-    )?;
-    Ok(Some(bin))
-}
-
-async fn discovery(args: DiscoveryArgs) -> Result<()> {
-    let etcd_bin = find_etcd(args.skip_etcd)?;
-    let tmp = tempfile::tempdir().context("creating a temp dir")?;
-    // Both servers stay up for the whole run (an idle one costs next to nothing) and the
-    // workloads alternate between them, so a slow minute on a shared machine hurts both alike.
-    let mut discovery = start_muster(tmp.path()).await?;
-    let mut etcd = match &etcd_bin {
-        Some(bin) => Some(start_etcd(bin, tmp.path()).await?),
-        None => None,
-    };
-    let mut systems = vec![System::Muster {
-        base: discovery.base.clone(),
-    }];
-    if let Some(e) = &etcd {
-        systems.push(System::Etcd {
-            client_url: e.client_url.clone(),
-        });
-    }
-    let outcome = run_rounds(&systems, &args).await;
-    let muster_log = tail(&discovery.log(), 40);
-    discovery
-        .terminate()
-        .await
-        .context("stopping muster-discovery")?;
-    let etcd_log = etcd
-        .as_ref()
-        .map(|e| tail(&e.log(), 40))
-        .unwrap_or_default();
-    if let Some(e) = etcd.as_mut() {
-        e.kill_and_wipe().await.context("stopping etcd")?;
-    }
-    let mut per_system = outcome
-        .with_context(|| format!("muster-discovery log:\n{muster_log}\netcd log:\n{etcd_log}"))?;
-    let etcd_rounds = if per_system.len() > 1 {
-        per_system.pop()
-    } else {
-        None
-    };
-    let muster_rounds = per_system.pop().context("no results")?;
-    let muster = median(&muster_rounds)?;
-    let etcd = etcd_rounds.as_deref().map(median).transpose()?;
-    let report = Report {
-        clients: args.clients,
-        duration: format_duration(args.duration),
-        duration_secs: args.duration.as_secs_f64(),
-        rounds: args.rounds,
-        comparison: etcd.as_ref().map(|e| compare(&muster, e)),
-        muster,
-        etcd,
-        muster_rounds,
-        etcd_rounds,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_table(&report);
-    }
-    Ok(())
-}
-
-/// Runs every round: each workload on each system in turn. Returns per system, per round.
-async fn run_rounds(systems: &[System], args: &DiscoveryArgs) -> Result<Vec<Vec<SystemResults>>> {
-    let mut results: Vec<Vec<SystemResults>> = systems.iter().map(|_| Vec::new()).collect();
-    for round in 1..=args.rounds {
-        eprintln!("round {round} of {}", args.rounds);
-        let mut states: Vec<RoundState> = systems.iter().map(|_| RoundState::new()).collect();
-        for workload in Workload::ALL {
-            for (system, state) in systems.iter().zip(states.iter_mut()) {
-                run_workload(workload, system, state, args.clients, args.duration).await?;
-            }
-        }
-        for (state, out) in states.into_iter().zip(results.iter_mut()) {
-            out.push(state.finish()?);
-        }
-    }
-    Ok(results)
-}
+use crate::discovery::start_muster;
+use crate::{ClusterArgs, find_etcd};
 
 // =============================================================================================
 // muster-bench cluster
@@ -972,17 +54,62 @@ const SETTLE: Duration = Duration::from_secs(1);
 /// Per-request ceiling for etcd's status endpoint: a member that hangs must not stall a poll.
 const ETCD_STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Raft timing a system runs with: heartbeat interval and (shortest) election timeout, the
+/// two settings muster and etcd share. `None` for etcd means its own defaults (100 ms / 1 s).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct RaftTiming {
+    pub heartbeat_ms: u64,
+    pub election_ms: u64,
+}
+
+impl RaftTiming {
+    /// muster's flags.
+    pub fn muster_args(&self) -> Vec<String> {
+        vec![
+            "--heartbeat".into(),
+            format!("{}ms", self.heartbeat_ms),
+            "--election-timeout".into(),
+            format!("{}ms", self.election_ms),
+        ]
+    }
+
+    /// etcd's flags (both in milliseconds).
+    pub fn etcd_args(&self) -> Vec<String> {
+        vec![
+            "--heartbeat-interval".into(),
+            self.heartbeat_ms.to_string(),
+            "--election-timeout".into(),
+            self.election_ms.to_string(),
+        ]
+    }
+}
+
+impl std::fmt::Display for RaftTiming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "heartbeat {} ms, election timeout {} ms",
+            self.heartbeat_ms, self.election_ms
+        )
+    }
+}
+
 /// One of the two systems whose clusters are compared.
 #[derive(Clone)]
-enum ClusterSystem {
-    Muster,
-    Etcd { bin: PathBuf },
+pub(crate) enum ClusterSystem {
+    Muster {
+        timing: RaftTiming,
+    },
+    Etcd {
+        bin: PathBuf,
+        timing: Option<RaftTiming>,
+    },
 }
 
 impl ClusterSystem {
-    fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
-            ClusterSystem::Muster => "muster",
+            ClusterSystem::Muster { .. } => "muster",
             ClusterSystem::Etcd { .. } => "etcd 3.4",
         }
     }
@@ -990,7 +117,7 @@ impl ClusterSystem {
     /// Member names are `<prefix><n>`; distinct prefixes keep the two systems' logs apart.
     fn prefix(&self) -> &'static str {
         match self {
-            ClusterSystem::Muster => "m",
+            ClusterSystem::Muster { .. } => "m",
             ClusterSystem::Etcd { .. } => "e",
         }
     }
@@ -998,14 +125,16 @@ impl ClusterSystem {
 
 /// What every measurement needs: the shared discovery service, where to put cluster dirs, and
 /// one HTTP client for etcd's status endpoint (building one per request would add to the poll).
-struct ClusterBench {
-    discovery: Discovery,
-    root: PathBuf,
-    http: reqwest::Client,
+pub(crate) struct ClusterBench {
+    pub(crate) discovery: Discovery,
+    /// The muster system (with its timing), for muster-only measurements.
+    pub(crate) muster: ClusterSystem,
+    pub(crate) root: PathBuf,
+    pub(crate) http: reqwest::Client,
 }
 
 /// One started member of either system.
-enum Member {
+pub(crate) enum Member {
     Muster(AgentProc),
     Etcd(Etcd),
 }
@@ -1020,16 +149,20 @@ struct LeaderView {
 impl Member {
     fn start(system: &ClusterSystem, root: &Path, name: &str, url: &str) -> Result<Self> {
         Ok(match system {
-            ClusterSystem::Muster => {
-                Member::Muster(AgentProc::start(root, name, &["--discovery", url])?)
+            ClusterSystem::Muster { timing } => {
+                let mut args = vec!["--discovery".to_string(), url.to_string()];
+                args.extend(timing.muster_args());
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Member::Muster(AgentProc::start(root, name, &args)?)
             }
-            ClusterSystem::Etcd { bin } => {
-                Member::Etcd(Etcd::start_discovery(bin, root, name, url)?)
+            ClusterSystem::Etcd { bin, timing } => {
+                let extra = timing.map(|t| t.etcd_args()).unwrap_or_default();
+                Member::Etcd(Etcd::start_discovery_with(bin, root, name, url, &extra)?)
             }
         })
     }
 
-    fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Member::Muster(a) => &a.name,
             Member::Etcd(e) => &e.name,
@@ -1072,6 +205,43 @@ impl Member {
         }
     }
 
+    /// The raft term this member is in; every election, spurious or not, starts a new one.
+    pub(crate) async fn term(&self, http: &reqwest::Client) -> Option<u64> {
+        match self {
+            Member::Muster(a) => a.status().await?["term"].as_u64(),
+            Member::Etcd(e) => {
+                let json: serde_json::Value = http
+                    .post(format!("{}/v3/maintenance/status", e.client_url))
+                    .body("{}")
+                    .timeout(ETCD_STATUS_TIMEOUT)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                // The gateway renders 64-bit integers as strings.
+                json["raft_term"].as_str()?.parse().ok()
+            }
+        }
+    }
+
+    /// One small write through this member; true if it was acknowledged.
+    pub(crate) async fn write(&self, http: &reqwest::Client, key: &str, value: &str) -> bool {
+        match self {
+            Member::Muster(a) => matches!(a.cli(&["kv", "put", key, value]).await, Ok((0, _, _))),
+            Member::Etcd(e) => {
+                let body = serde_json::json!({"key": base64(key), "value": base64(value)});
+                http.post(format!("{}/v3/kv/put", e.client_url))
+                    .json(&body)
+                    .timeout(ETCD_STATUS_TIMEOUT)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            }
+        }
+    }
+
     async fn leader_view(&self, http: &reqwest::Client) -> Option<LeaderView> {
         match self {
             Member::Muster(a) => {
@@ -1107,6 +277,28 @@ impl Member {
             Member::Etcd(e) => e.kill_and_wipe().await,
         }
     }
+}
+
+/// etcd's JSON gateway wants keys and values in base64 (standard alphabet, padded).
+fn base64(text: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in text.as_bytes().chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// etcd's JSON gateway writes uint64 ids as strings; accept numbers too.
@@ -1199,7 +391,7 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
 /// all rounds says less: queries block while a member starts or elects (muster's status waits
 /// for a leader, etcd's gateway for its server) and then answer at once.
 #[derive(Default)]
-struct PollStats {
+pub(crate) struct PollStats {
     rounds: u32,
     busy: Duration,
     confirmations: u32,
@@ -1259,14 +451,14 @@ where
 }
 
 /// A cluster started for one measurement, in its own temp dir.
-struct Cluster {
-    members: Vec<Member>,
+pub(crate) struct Cluster {
+    pub(crate) members: Vec<Member>,
     _dir: tempfile::TempDir,
 }
 
 impl Cluster {
     /// The last lines of every member's log, for errors.
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.members
             .iter()
             .map(|m| format!("--- {}\n{}", m.name(), tail(&m.log(), 25)))
@@ -1289,7 +481,7 @@ impl Cluster {
 
     /// Stops every member (the harness kills them on drop too; this also reaps them and
     /// surfaces errors) and removes the cluster's dir.
-    async fn stop(mut self) -> Result<()> {
+    pub(crate) async fn stop(mut self) -> Result<()> {
         for m in &mut self.members {
             m.stop()
                 .await
@@ -1301,7 +493,7 @@ impl Cluster {
 
 /// Mints a discovery URL for `n`, starts `n` members on it at once and waits until every one
 /// sees the full cluster. The clock starts just before the first process is spawned.
-async fn form(
+pub(crate) async fn form(
     system: &ClusterSystem,
     bench: &ClusterBench,
     n: usize,
@@ -1467,7 +659,7 @@ async fn suffrage_of(agent: &AgentProc, name: &str) -> Option<String> {
 /// nonvoter, and until it is a voter (3 members → 3 voters; the second is promoted at once, the
 /// third once its own promote-after has passed and it has caught up).
 async fn join_round(bench: &ClusterBench, polls: &mut PollStats) -> Result<(Duration, Duration)> {
-    let (cluster, _) = form(&ClusterSystem::Muster, bench, 1, polls).await?;
+    let (cluster, _) = form(&bench.muster, bench, 1, polls).await?;
     let outcome = time_join(&cluster, polls).await;
     let logs = cluster.logs();
     cluster.stop().await?;
@@ -1552,7 +744,7 @@ async fn run_step(
             .failover
             .push(failover_round(system, bench, polls).await?),
         Step::Join => {
-            if matches!(system, ClusterSystem::Muster) {
+            if matches!(system, ClusterSystem::Muster { .. }) {
                 let (nonvoter, voter) = join_round(bench, polls).await?;
                 samples.join_nonvoter.push(nonvoter);
                 samples.join_voter.push(voter);
@@ -1704,7 +896,11 @@ impl Goal {
     }
 }
 
-fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<Goal> {
+fn cluster_goals(
+    muster: &ClusterResults,
+    etcd: Option<&ClusterResults>,
+    equal_timing: bool,
+) -> Vec<Goal> {
     let failover = &muster.failover;
     let failover_goal = if failover.samples.len() < MIN_FAILOVER_SAMPLES {
         Goal {
@@ -1718,6 +914,20 @@ fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<
         }
     } else {
         Goal::at_most("failover after kill -9", failover.median_s, FAILOVER_GOAL_S)
+    };
+    // At equal timing the goal is etcd's own failover (issue 17): no slower than the anchor.
+    let failover_vs_etcd = match etcd {
+        Some(e) if equal_timing && !e.failover.samples.is_empty() => Some(Goal {
+            metric: "failover vs etcd at the same timing",
+            goal_met: Some(failover.median_s <= e.failover.median_s),
+            detail: format!(
+                "muster median {:.3} s, etcd median {:.3} s (ratio {:.2}x), want muster <= etcd",
+                failover.median_s,
+                e.failover.median_s,
+                failover.median_s / e.failover.median_s.max(f64::MIN_POSITIVE)
+            ),
+        }),
+        _ => None,
     };
     let rss_goal = match etcd {
         Some(e) if e.rss_mb.mean > 0.0 => {
@@ -1768,8 +978,9 @@ fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<
             FORM_5_GOAL_S,
         ),
         failover_goal,
-        rss_goal,
     ];
+    goals.extend(failover_vs_etcd);
+    goals.push(rss_goal);
     goals.extend(join_goals);
     goals
 }
@@ -1778,6 +989,9 @@ fn cluster_goals(muster: &ClusterResults, etcd: Option<&ClusterResults>) -> Vec<
 struct ClusterReport {
     /// Measurements per system for each timed figure; RSS is one snapshot.
     rounds: u16,
+    /// The raft timing each system ran with (equal unless --etcd-default-timing).
+    muster_timing: String,
+    etcd_timing: String,
     /// Pause between rounds of queries while waiting for formation or a new leader.
     poll_pause_ms: u64,
     muster: ClusterResults,
@@ -1790,8 +1004,12 @@ type TimesRow = (&'static str, fn(&ClusterResults) -> &Times);
 
 fn print_cluster_table(report: &ClusterReport) {
     println!(
-        "muster-bench cluster: {} rounds; every member bootstraps through the same muster-discovery\n",
+        "muster-bench cluster: {} rounds; every member bootstraps through the same muster-discovery",
         report.rounds
+    );
+    println!(
+        "timing: muster {}; etcd {}\n",
+        report.muster_timing, report.etcd_timing
     );
     let mut systems = vec![("muster", &report.muster)];
     if let Some(e) = &report.etcd {
@@ -1898,7 +1116,7 @@ fn print_cluster_table(report: &ClusterReport) {
 }
 
 /// Starts the discovery service, runs every measurement, stops everything, then reports.
-async fn cluster(args: ClusterArgs) -> Result<()> {
+pub async fn run(args: ClusterArgs) -> Result<()> {
     let etcd_bin = find_etcd(args.skip_etcd)?;
     let agent_bin = bin_path("muster");
     if !agent_bin.exists() {
@@ -1910,14 +1128,24 @@ async fn cluster(args: ClusterArgs) -> Result<()> {
     }
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
     let discovery = start_muster(tmp.path()).await?;
+    let timing = RaftTiming {
+        heartbeat_ms: args.heartbeat_ms,
+        election_ms: args.election_ms,
+    };
+    let etcd_timing = (!args.etcd_default_timing).then_some(timing);
+    let muster = ClusterSystem::Muster { timing };
     let mut bench = ClusterBench {
         discovery,
+        muster: muster.clone(),
         root: tmp.path().to_path_buf(),
         http: http_client(),
     };
-    let mut systems = vec![ClusterSystem::Muster];
+    let mut systems = vec![muster];
     if let Some(bin) = etcd_bin {
-        systems.push(ClusterSystem::Etcd { bin });
+        systems.push(ClusterSystem::Etcd {
+            bin,
+            timing: etcd_timing,
+        });
     }
     let outcome = run_cluster_rounds(&systems, &bench, args.rounds).await;
     let discovery_log = tail(&bench.discovery.log(), 40);
@@ -1932,8 +1160,13 @@ async fn cluster(args: ClusterArgs) -> Result<()> {
     let etcd = results.next();
     let report = ClusterReport {
         rounds: args.rounds,
+        muster_timing: timing.to_string(),
+        etcd_timing: etcd_timing.map_or_else(
+            || "etcd's defaults: heartbeat 100 ms, election timeout 1000 ms".to_string(),
+            |t| t.to_string(),
+        ),
         poll_pause_ms: u64::try_from(POLL_PAUSE.as_millis()).unwrap_or(u64::MAX),
-        goals: cluster_goals(&muster, etcd.as_ref()),
+        goals: cluster_goals(&muster, etcd.as_ref(), etcd_timing.is_some()),
         muster,
         etcd,
     };
@@ -1950,15 +1183,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percentile_is_nearest_rank() {
-        let samples: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile_us(&samples, 0.50), 50);
-        assert_eq!(percentile_us(&samples, 0.99), 99);
-        assert_eq!(percentile_us(&[7], 0.99), 7);
-        assert_eq!(percentile_us(&[], 0.5), 0);
-    }
-
-    #[test]
     fn median_takes_the_middle_or_the_mean_of_two() {
         assert_eq!(median_of_sorted(&[1.0, 2.0, 9.0]), 2.0);
         assert_eq!(median_of_sorted(&[1.0, 2.0, 4.0, 9.0]), 3.0);
@@ -1973,6 +1197,20 @@ mod tests {
         assert_eq!(etcd_id(&json["c"]), None);
     }
 
+    #[test]
+    fn base64_matches_the_standard_encoding() {
+        let table = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("bench/12", "YmVuY2gvMTI="),
+        ];
+        for (text, want) in table {
+            assert_eq!(base64(text), want, "{text:?}");
+        }
+    }
+
     #[tokio::test]
     async fn join_all_keeps_order() {
         let slow_first = join_all(vec![
@@ -1984,14 +1222,5 @@ mod tests {
         ])
         .await;
         assert_eq!(slow_first, vec![1, 2]);
-    }
-
-    #[test]
-    fn claim_counts_down_to_zero_and_stops() {
-        let remaining = AtomicUsize::new(2);
-        assert!(claim(&remaining));
-        assert!(claim(&remaining));
-        assert!(!claim(&remaining));
-        assert_eq!(remaining.load(Ordering::Relaxed), 0);
     }
 }

@@ -1,0 +1,151 @@
+//! `muster-bench discovery`: measures a real `muster-discovery` against a real etcd 3.4 (v2 API)
+//! used as a discovery backend, on the three request shapes that matter for `etcd --discovery`:
+//! token creation, member registration and token directory reads.
+//!
+//! Both systems are driven by the same closed-loop clients (one keep-alive HTTP/1.1 connection
+//! per client, next request sent when the previous one is answered), one system at a time so
+//! they never compete for CPU. Workloads alternate between the systems and repeat for
+//! `--rounds`; each figure is the median round, so a noisy minute on a shared machine does not
+//! decide the comparison. The clients speak HTTP/1.1 directly on a `TcpStream` (see
+//! [`Conn`]): on a 2-core machine a general-purpose HTTP client costs the load generator as much
+//! CPU as the server under test spends, and that would measure the client, not the servers.
+//!
+//! `muster-bench cluster`: forms real `muster agent` clusters of 3 and 5 nodes, and the same
+//! clusters of real etcd 3.4 members, all bootstrapping through one `muster-discovery`; measures
+//! formation time, failover time after `kill -9` of the leader, and idle RSS per node; and, for
+//! muster, the time a node joining with a token takes to become a nonvoter and then a voter.
+//! See [`cluster`].
+//!
+//! `muster-bench stability`: both systems at the same raft timing under CPU saturation and a
+//! writer; counts the elections that happen although nothing failed.
+//!
+//! Results go to stdout (a table, or one JSON object with `--json`); progress goes to stderr.
+
+mod cluster;
+mod discovery;
+mod stability;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use muster_shared::duration::parse_duration;
+use muster_tests::etcd_binary;
+
+#[derive(Parser)]
+#[command(name = "muster-bench", about = "Benchmarks for Muster")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compare muster-discovery with etcd 3.4 (--enable-v2) as a discovery backend.
+    Discovery(DiscoveryArgs),
+    /// Compare muster agent clusters with etcd 3.4 clusters: formation, failover, idle RSS.
+    Cluster(ClusterArgs),
+    /// Spurious elections under CPU saturation, muster and etcd at the same timing.
+    Stability(StabilityArgs),
+}
+
+#[derive(Args)]
+struct StabilityArgs {
+    /// How long each system runs under load.
+    #[arg(long, default_value = "60s", value_parser = duration_arg)]
+    duration: Duration,
+    /// Busy-looping processes started next to the cluster (2 per core saturates this machine).
+    #[arg(long, default_value_t = 4)]
+    hogs: usize,
+    /// Raft heartbeat interval in milliseconds, for both systems.
+    #[arg(long = "heartbeat", default_value_t = 50, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    heartbeat_ms: u64,
+    /// Election timeout in milliseconds, for both systems.
+    #[arg(long = "election-timeout", default_value_t = 200, value_parser = clap::value_parser!(u64).range(20..=60_000))]
+    election_ms: u64,
+    /// Print one JSON array on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Measure muster alone (no etcd needed).
+    #[arg(long)]
+    skip_etcd: bool,
+}
+
+#[derive(Args)]
+struct DiscoveryArgs {
+    /// Concurrent closed-loop clients, each with its own connection.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    clients: u16,
+    /// How long each timed workload runs (e.g. 10s, 1m).
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    duration: Duration,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Repeat every workload this many times (alternating systems) and report the median.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
+    /// Measure muster-discovery only (no etcd needed).
+    #[arg(long)]
+    skip_etcd: bool,
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    /// Form each cluster size, and fail over, this many times per system; figures are medians.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Measure muster alone (no etcd needed; the RSS goal, relative to etcd, is not judged).
+    #[arg(long)]
+    skip_etcd: bool,
+    /// Raft heartbeat interval in milliseconds, for both systems (muster --heartbeat, etcd
+    /// --heartbeat-interval).
+    #[arg(long = "heartbeat", default_value_t = 50, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    heartbeat_ms: u64,
+    /// Election timeout in milliseconds, for both systems (muster and etcd --election-timeout):
+    /// a follower campaigns after a silence drawn from [this, twice this).
+    #[arg(long = "election-timeout", default_value_t = 200, value_parser = clap::value_parser!(u64).range(20..=60_000))]
+    election_ms: u64,
+    /// Leave etcd at its own defaults (heartbeat 100 ms, election timeout 1 s) instead of the
+    /// timing given to muster: an unequal comparison, kept to compare with older figures.
+    #[arg(long)]
+    etcd_default_timing: bool,
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    match parse_duration(s) {
+        Ok(d) if d.is_zero() => Err("duration must be greater than zero".into()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    // The harness's readiness checks use reqwest, built with `rustls-no-provider`; even a
+    // plain-http client needs a provider installed. An error only means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Discovery(args) => discovery::run(args).await,
+        Command::Cluster(args) => cluster::run(args).await,
+        Command::Stability(args) => stability::run(args).await,
+    }
+}
+
+/// The etcd binary unless `skip`. Called first thing, so a missing etcd fails at once instead
+/// of after minutes spent on muster.
+fn find_etcd(skip: bool) -> Result<Option<PathBuf>> {
+    if skip {
+        return Ok(None);
+    }
+    let bin = etcd_binary("muster-bench").context(
+        "etcd is not on PATH: install etcd 3.4 (apt-get install etcd-server) \
+         or pass --skip-etcd to measure muster alone",
+    )?;
+    Ok(Some(bin))
+}
