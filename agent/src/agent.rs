@@ -1,6 +1,5 @@
 //! The running node's shared state as plain data: who this node is, its cluster, its raft
-//! handle and peer clients, the formation in progress, what it knows of its own removal, and
-//! counters. Behaviour lives in the modules that use it (`leader/`, `serve/`, `reconcile`,
+//! handle and peer clients, what it knows of its own removal, and counters. Behaviour lives in the modules that use it (`leader/`, `serve/`, `reconcile`,
 //! `watch`); this file only holds things and hands them out.
 
 use std::path::{Path, PathBuf};
@@ -9,9 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::client::PeerClients;
-use crate::datadir::Formation;
 use crate::raft::RaftNode;
-use crate::state::NodeId;
+use crate::state::{FormationRecord, NodeId};
 
 /// Who this agent is and how it behaves; fixed for the life of the process.
 pub struct AgentInit {
@@ -25,8 +23,6 @@ pub struct AgentInit {
     pub peers: PeerClients,
     /// A nonvoter is promoted only after it has been in the configuration this long.
     pub promote_after: Duration,
-    /// Set on the initiator while its cohort is joining.
-    pub formation: Option<Formation>,
 }
 
 pub struct Agent {
@@ -38,7 +34,6 @@ pub struct Agent {
     ca_pin: String,
     peers: PeerClients,
     promote_after: Duration,
-    formation: Mutex<Option<Formation>>,
     removal: RemovalSignal,
     refused_rpcs: AtomicU64,
     membership_ops: tokio::sync::Mutex<()>,
@@ -55,7 +50,6 @@ impl Agent {
             ca_pin: init.ca_pin,
             peers: init.peers,
             promote_after: init.promote_after,
-            formation: Mutex::new(init.formation),
             removal: RemovalSignal::default(),
             refused_rpcs: AtomicU64::new(0),
             membership_ops: tokio::sync::Mutex::new(()),
@@ -94,16 +88,9 @@ impl Agent {
         self.promote_after
     }
 
-    /// The formation in progress on this node (the initiator), if any.
-    pub fn formation(&self) -> Option<Formation> {
-        self.formation.lock().ok().and_then(|f| f.clone())
-    }
-
-    /// Forgets the formation: the cohort has joined.
-    pub fn end_formation(&self) {
-        if let Ok(mut f) = self.formation.lock() {
-            *f = None;
-        }
+    /// The discovery formation in progress, per this node's applied state.
+    pub fn formation(&self) -> Option<FormationRecord> {
+        self.raft.read_local(|s| s.formation.clone()).ok().flatten()
     }
 
     pub fn removal(&self) -> &RemovalSignal {

@@ -131,6 +131,8 @@ pub fn restored_state(
     let old_members: BTreeSet<_> = state.nodes.keys().copied().collect();
     state.removed.extend(old_members);
     state.nodes.clear();
+    // A backup taken mid-formation must not make the new cluster admit the old URL's cohort.
+    state.formation = None;
     for token in state.join_tokens.values_mut() {
         token.revoked_ms.get_or_insert(now_ms);
     }

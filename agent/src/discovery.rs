@@ -38,6 +38,19 @@ pub enum DiscoveryError {
     Protocol(String),
 }
 
+/// A discovery URL as messages and logs may show it: the service and the first characters of
+/// the token, never the whole token. The URL is a credential until the cluster has formed, and
+/// logs end up in places (journals, CI output, support tickets) that credentials must not.
+pub fn redact(url: &str) -> String {
+    match url.rsplit_once('/') {
+        Some((service, token)) if service.contains("://") && !token.is_empty() => {
+            let prefix: String = token.chars().take(4).collect();
+            format!("{service}/{prefix}…")
+        }
+        _ => url.split('?').next().unwrap_or(url).to_string(),
+    }
+}
+
 impl DiscoveryError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, DiscoveryError::Unavailable(_))
@@ -139,16 +152,21 @@ impl DiscoveryClient {
         &self.url
     }
 
+    /// The URL as messages and logs show it ([`redact`]).
+    pub fn shown(&self) -> String {
+        redact(&self.url)
+    }
+
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, String), DiscoveryError> {
         let resp = req
             .send()
             .await
-            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
         let status = resp.status().as_u16();
         let body = resp
             .text()
             .await
-            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
         if status >= 500 {
             return Err(DiscoveryError::Unavailable(format!("HTTP {status}")));
         }
@@ -159,7 +177,7 @@ impl DiscoveryClient {
                         && status == 404
                         && e.cause.trim_start_matches('/').len() == 32 =>
                 {
-                    DiscoveryError::UnknownToken(self.url.clone())
+                    DiscoveryError::UnknownToken(redact(&self.url))
                 }
                 Ok(e) if e.error_code == 105 => DiscoveryError::Exists(e.cause),
                 Ok(e) if e.error_code == 101 => DiscoveryError::CompareFailed(e.cause),
@@ -208,7 +226,7 @@ impl DiscoveryClient {
         let size_node = self
             .get_node("/_config/size")
             .await?
-            .ok_or_else(|| DiscoveryError::UnknownToken(self.url.clone()))?;
+            .ok_or_else(|| DiscoveryError::UnknownToken(redact(&self.url)))?;
         let size = size_node
             .value
             .as_deref()
@@ -218,7 +236,7 @@ impl DiscoveryClient {
         let resp = req
             .send()
             .await
-            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
         let index = resp
             .headers()
             .get("x-etcd-index")
@@ -229,7 +247,7 @@ impl DiscoveryClient {
         let body = resp
             .text()
             .await
-            .map_err(|e| DiscoveryError::Unavailable(e.to_string()))?;
+            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
         if status != 200 {
             return Err(DiscoveryError::Unavailable(format!(
                 "directory read answered HTTP {status}"
@@ -370,6 +388,21 @@ fn parse_node(body: &str) -> Result<V2Node, DiscoveryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn redacted_urls_keep_the_service_and_a_token_prefix() {
+        let cases = [
+            (
+                "https://d.example.com/0123456789abcdef",
+                "https://d.example.com/0123…",
+            ),
+            ("http://10.0.0.1:8087/abcdef", "http://10.0.0.1:8087/abcd…"),
+            ("http://10.0.0.1:8087/", "http://10.0.0.1:8087/"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown);
+        }
+    }
 
     #[test]
     fn cohort_is_the_first_size_registrations() {

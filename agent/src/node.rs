@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, watch};
 use crate::agent::{Agent, AgentInit};
 use crate::client::PeerClients;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Formation, Identity};
+use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::{AgentError, Context};
 use crate::raft::{RaftNode, Timing};
 
@@ -21,8 +21,6 @@ pub struct NodeSpec<'a> {
     pub config: &'a AgentConfig,
     pub identity: &'a Identity,
     pub cluster_id: &'a str,
-    /// The initiator's formation in progress, if any.
-    pub formation: Option<Formation>,
     /// The node's TLS port, bound before anything was registered or joined.
     pub listener: TcpListener,
 }
@@ -85,7 +83,6 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             ca_pin: tls::spki_pin(&files.ca_pem)?,
             peers,
             promote_after: config.promote_after,
-            formation: spec.formation,
         },
     ));
     let (stop, stop_rx) = watch::channel(false);

@@ -11,11 +11,11 @@ use muster_shared::bootstrap::{BootstrapRecord, RecordState};
 use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::client::Backoff;
-use crate::datadir::{ClusterFile, Formation};
+use crate::datadir::ClusterFile;
 use crate::discovery::{DiscoveryClient, DiscoveryError};
 use crate::leader::{Sightings, cluster_view};
 use crate::policy::{self, Change, ClusterView, FormationView, Wait};
-use crate::state::{NodeId, parse_member_id};
+use crate::state::{FormationRecord, NodeId, Request, parse_member_id};
 
 /// What the reconciler keeps between steps.
 #[derive(Default)]
@@ -41,6 +41,7 @@ pub async fn reconcile_loop(agent: Arc<Agent>) {
 
 impl Reconciler {
     async fn step(&mut self, agent: &Agent) -> Result<(), ApiError> {
+        tidy_local_formation(agent);
         let raft = agent.raft().view();
         if !raft.is_leader || !raft.membership_settled() {
             return Ok(());
@@ -78,9 +79,31 @@ impl Reconciler {
     }
 }
 
+/// On the initiator: drops the local copy of the formation (with its copy of the CA key) from
+/// cluster.json once nothing is left for a restart to finish: the record is published and the
+/// replicated formation has ended. Any node's data dir may hold it; no leadership needed.
+fn tidy_local_formation(agent: &Agent) {
+    let Ok(Some(file)) = ClusterFile::read(agent.data_dir()) else {
+        return;
+    };
+    let Some(local) = file.formation() else {
+        return;
+    };
+    let settled = agent
+        .raft()
+        .read_local(|s| s.ca.is_some() && s.formation.is_none())
+        .unwrap_or(false);
+    if local.published
+        && settled
+        && let Err(e) = ClusterFile::clear_formation(agent.data_dir())
+    {
+        tracing::warn!(error = %e, "cannot update cluster.json; will retry");
+    }
+}
+
 /// The URL's cohort, read from the discovery service.
 async fn formation_view(
-    formation: &Formation,
+    formation: &FormationRecord,
     removed: &BTreeSet<NodeId>,
 ) -> Result<FormationView, DiscoveryError> {
     let listing = DiscoveryClient::new(&formation.discovery_url)?
@@ -124,16 +147,13 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
         }
         Change::FormationDone => {
-            // Forget the formation here and now; marking the record formed is best effort in
-            // the background, so an unreachable discovery service never holds the cluster.
+            // End the formation in the replicated state (whoever leads now); marking the
+            // record formed is best effort in the background, so an unreachable discovery
+            // service never holds the cluster.
             let Some(formation) = agent.formation() else {
                 return Ok(());
             };
-            if let Err(e) = ClusterFile::clear_formation(agent.data_dir()) {
-                tracing::warn!(error = %e, "cannot update cluster.json; will retry");
-                return Ok(());
-            }
-            agent.end_formation();
+            raft.write(Request::EndFormation).await?;
             // The record then lists every member, for machines that join later through the
             // URL with a token (the autoscaling recipe).
             let peers: Vec<String> = raft.view().nodes.values().map(|n| n.addr.clone()).collect();
@@ -145,7 +165,7 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
 
 /// Moves the discovery record from open to formed with the members' addresses as its peers (a
 /// few tries; the cluster does not need it).
-async fn mark_formed(formation: &Formation, peers: Vec<String>) {
+async fn mark_formed(formation: &FormationRecord, peers: Vec<String>) {
     let Ok(discovery) = DiscoveryClient::new(&formation.discovery_url) else {
         return;
     };

@@ -10,7 +10,6 @@ pub mod http;
 pub mod keys;
 pub mod metrics;
 pub mod model;
-pub mod ratelimit;
 pub mod server;
 pub mod store;
 pub mod v2;

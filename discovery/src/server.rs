@@ -14,9 +14,9 @@ use tower::ServiceExt;
 use crate::config::ServeConfig;
 use crate::http::{self, App, ClientAddr, HttpConfig};
 use crate::metrics::Metrics;
-use crate::ratelimit::RateLimiter;
 use crate::store::Store;
 use crate::store::fjall::{FjallStore, OpenError};
+use muster_shared::ratelimit::RateLimiter;
 
 /// How long in-flight requests may take to finish after SIGTERM.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,6 +7,7 @@ pub mod duration;
 pub mod error;
 pub mod form;
 pub mod policy;
+pub mod ratelimit;
 pub mod storage;
 pub mod tls;
 pub mod token;

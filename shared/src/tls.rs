@@ -145,6 +145,32 @@ pub fn node_dns_name(node_id: u64, cluster_id: &str) -> String {
     format!("node-{node_id:x}.{cluster_id}.{IDENTITY_SUFFIX}")
 }
 
+/// The member id bound to a public key: the first 64 bits of its SubjectPublicKeyInfo SHA-256
+/// fingerprint (the next 64 bits should those be zero, which openraft reserves). A node that
+/// registers under this id with a discovery URL can only ever be admitted with that key: the
+/// initiator recomputes the id from the key in the node's CSR. `None` for a malformed
+/// fingerprint.
+pub fn member_id_of_key(fingerprint: &str) -> Option<u64> {
+    if fingerprint.len() != 64 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    [&fingerprint[..16], &fingerprint[16..32]]
+        .into_iter()
+        .filter_map(|half| u64::from_str_radix(half, 16).ok())
+        .find(|id| *id != 0)
+}
+
+/// The SubjectPublicKeyInfo fingerprint (as [`NodeKey::fingerprint`]) of the key in a CSR, once
+/// the CSR's signature shows that its sender holds that key.
+pub fn csr_key_fingerprint(csr_pem: &str) -> Result<String> {
+    let csr_der = CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
+        .map_err(|e| parse_error("certificate signing request PEM", e))?;
+    let (_, csr) = X509CertificationRequest::from_der(csr_der.as_ref())
+        .map_err(|e| parse_error("certificate signing request", e))?;
+    csr.verify_signature().map_err(|_| TlsError::CsrSignature)?;
+    Ok(sha256_hex(csr.certification_request_info.subject_pki.raw))
+}
+
 /// A node's own key pair (Ed25519). Generated on the node; only its public half and CSRs leave it.
 pub struct NodeKey {
     key: KeyPair,
@@ -174,6 +200,12 @@ impl NodeKey {
     /// [`spki_pin`] of any certificate issued for this key.
     pub fn fingerprint(&self) -> String {
         sha256_hex(&self.key.subject_public_key_info())
+    }
+
+    /// The member id bound to this key ([`member_id_of_key`]).
+    pub fn member_id(&self) -> u64 {
+        // A SHA-256 whose first 128 bits are all zero does not occur; 1 keeps the type total.
+        member_id_of_key(&self.fingerprint()).unwrap_or(1)
     }
 
     /// A PEM CSR for this key with subject CN `name` and the advertise host as SAN (an IP SAN if
@@ -750,6 +782,34 @@ fn parse_identity_name(name: &str) -> Option<PeerIdentity> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn member_ids_are_bound_to_keys() {
+        let key = NodeKey::generate().expect("key");
+        let fp = key.fingerprint();
+        assert_eq!(
+            key.member_id(),
+            u64::from_str_radix(&fp[..16], 16).expect("hex")
+        );
+        // The id is what the key's CSR proves, and no other key gives it.
+        let csr = key.csr_pem("n1", "10.0.0.1").expect("csr");
+        assert_eq!(csr_key_fingerprint(&csr).expect("fingerprint"), fp);
+        let other = NodeKey::generate().expect("key");
+        assert_ne!(other.member_id(), key.member_id());
+        let zeros = "0".repeat(16);
+        let cases = [
+            (
+                format!("{zeros}{}", "ab".repeat(24)),
+                Some(0xabab_abab_abab_abab),
+            ),
+            ("1".repeat(64), Some(0x1111_1111_1111_1111)),
+            ("zz".repeat(32), None),
+            ("ab".repeat(31), None),
+        ];
+        for (fingerprint, want) in cases {
+            assert_eq!(member_id_of_key(&fingerprint), want, "{fingerprint}");
+        }
+    }
 
     #[test]
     fn identity_names_round_trip_and_reject_near_misses() {

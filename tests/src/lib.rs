@@ -6,6 +6,7 @@
 
 pub mod history;
 pub mod netns;
+pub mod workload;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

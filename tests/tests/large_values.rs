@@ -75,7 +75,12 @@ async fn a_paused_follower_catches_up_after_large_writes() {
     let reply = reply.expect("an answer");
     assert!(
         reply.ok(),
-        "a write with the caught-up follower as the majority: {reply:?}"
+        "a write with the caught-up follower as the majority: {reply:?}\n{}",
+        agents
+            .iter()
+            .map(|a| format!("--- {}\n{}", a.name, tail(&a.log(), 15)))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     // And it holds the values: read one through it (forwarded to the leader) and check the
     // whole value came back.

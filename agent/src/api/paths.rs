@@ -4,6 +4,9 @@
 pub const RAFT_APPEND: &str = "/raft/append";
 pub const RAFT_VOTE: &str = "/raft/vote";
 pub const RAFT_SNAPSHOT: &str = "/raft/snapshot";
+/// Before calling an election, a member asks the voters whether they would vote at all
+/// (etcd's pre-vote; see raft/pacemaker.rs).
+pub const RAFT_PREVOTE: &str = "/raft/prevote";
 /// A follower forwarding an operation to the leader (mutual TLS).
 pub const FORWARD: &str = "/raft/client";
 /// A member asks a peer whether it is still a member (answered `410 removed` if not).

@@ -21,6 +21,10 @@ pub struct Formation {
     /// The CA, kept until raft holds it, so a restarted initiator can finish.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<CaMaterial>,
+    /// The initiator has published the bootstrap record; once the replicated formation has
+    /// ended too, nothing is left for a restart to finish.
+    #[serde(default)]
+    pub published: bool,
 }
 
 /// What the data dir records about the cluster this node belongs to.
@@ -105,6 +109,18 @@ impl ClusterFile {
     }
 
     /// Forgets the formation in progress: the cohort has joined (or someone else finished it).
+    /// Records on the initiator that its bootstrap record is published.
+    pub fn mark_record_published(dir: &Path) -> Result<(), DataDirError> {
+        let Some(mut file) = Self::read(dir)? else {
+            return Ok(());
+        };
+        match &mut file.formation {
+            Some(f) if !f.published => f.published = true,
+            _ => return Ok(()),
+        }
+        file.write(dir)
+    }
+
     pub fn clear_formation(dir: &Path) -> Result<(), DataDirError> {
         if let Some(mut file) = Self::read(dir)?
             && file.formation.is_some()
@@ -129,12 +145,16 @@ mod tests {
             size: 3,
             initiator: true,
             ca: None,
+            published: false,
         };
         ClusterFile::new("c1", "10.0.0.1:7000", Some(formation.clone()))
             .write(dir.path())
             .expect("write");
         let read = ClusterFile::read(dir.path()).expect("read").expect("some");
         assert_eq!(read.formation(), Some(&formation));
+        ClusterFile::mark_record_published(dir.path()).expect("published");
+        let read = ClusterFile::read(dir.path()).expect("read").expect("some");
+        assert!(read.formation().is_some_and(|f| f.published));
         ClusterFile::clear_formation(dir.path()).expect("clear");
         ClusterFile::mark_removed(dir.path()).expect("mark");
         let read = ClusterFile::read(dir.path()).expect("read").expect("some");

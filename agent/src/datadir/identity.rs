@@ -86,13 +86,9 @@ impl Identity {
             path: key_path.display().to_string(),
             why: e.to_string(),
         })?;
-        // Zero is openraft's "no node" in some messages; never hand it out.
-        let node_id = loop {
-            let id: u64 = rand::random();
-            if id != 0 {
-                break id;
-            }
-        };
+        // The id is derived from the key, so a registration under it is bound to this key:
+        // nobody else can be admitted under this id (never zero, which openraft reserves).
+        let node_id = key.member_id();
         write_private(&key_path, key.to_pem().as_bytes()).map_err(io(&key_path))?;
         let file = IdentityFile {
             version: 1,

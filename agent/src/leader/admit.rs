@@ -82,16 +82,19 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
             )
         })?;
     agent.raft().write(candidate.record).await?;
-    agent
-        .raft()
-        .add_learner(
-            candidate.id,
-            Node {
-                name: candidate.name.clone(),
-                addr: candidate.addr.clone(),
-            },
-        )
-        .await?;
+    // A member asking again may be in the configuration already (as a voter, even).
+    if !agent.raft().view().nodes.contains_key(&candidate.id) {
+        agent
+            .raft()
+            .add_learner(
+                candidate.id,
+                Node {
+                    name: candidate.name.clone(),
+                    addr: candidate.addr.clone(),
+                },
+            )
+            .await?;
+    }
     Ok(JoinResponse {
         cluster_id: agent.cluster_id().to_string(),
         ca_cert_pem: ca.cert_pem().to_string(),
@@ -100,28 +103,74 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
     })
 }
 
-/// Admits a first-N registrant of this cluster's discovery URL.
+/// Admits a first-N registrant of this cluster's discovery URL (on the leader).
 pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinResponse, ApiError> {
+    let id = parse_member_id(&req.member_id)
+        .ok_or_else(|| ApiError::invalid("member id is not lowercase hex without leading zeros"))?;
+    // The registration is bound to a key: the member id is derived from it. Whoever sends a
+    // CSR for this id must hold that key, so nobody who merely read the URL can be admitted
+    // under someone else's registration.
+    let key_fingerprint = muster_shared::tls::csr_key_fingerprint(&req.csr_pem).map_err(|e| {
+        ApiError::new(
+            ErrorKind::Unauthorized,
+            format!("certificate request refused: {e}"),
+        )
+    })?;
+    if muster_shared::tls::member_id_of_key(&key_fingerprint) != Some(id) {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "member {} is registered for another key: a registrant's member id is derived \
+                 from its key, and the key in this request does not give that id",
+                req.member_id
+            ),
+        ));
+    }
+    // A member of the cohort whose answer was lost asks again, perhaps after the formation
+    // ended: its key proves it is that member, so it gets its certificate again.
+    let existing = agent
+        .raft()
+        .read_linearizable(|s| s.nodes.get(&id).cloned())
+        .await?;
+    if let Some(existing) = existing {
+        if existing.key_fingerprint != key_fingerprint
+            || existing.name != req.name
+            || existing.addr != req.addr
+        {
+            return Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "member {} is already in this cluster with another key, name or address",
+                    req.member_id
+                ),
+            ));
+        }
+        tracing::info!(node = %req.name, id = %req.member_id, "a member of the cohort asked again; re-issuing its certificate");
+        return admit_node(
+            agent,
+            Candidate {
+                id,
+                name: req.name.clone(),
+                addr: req.addr.clone(),
+                key_fingerprint,
+                csr_pem: req.csr_pem,
+                record: Request::UpsertNode { id, node: existing },
+            },
+        )
+        .await;
+    }
     let Some(formation) = agent.formation() else {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
             "this cluster is not admitting discovery registrants; use a join token",
         ));
     };
-    if !agent.raft().view().is_leader {
-        return Err(ApiError::new(
-            ErrorKind::NoLeader,
-            "this node is not the leader; retry",
-        ));
-    }
     if req.discovery_url.trim_end_matches('/') != formation.discovery_url.trim_end_matches('/') {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
             "this cluster formed through another discovery URL",
         ));
     }
-    let id =
-        parse_member_id(&req.member_id).ok_or_else(|| ApiError::invalid("member id is not hex"))?;
     // Check the registration and the key it registered, straight from the discovery service.
     let unavailable =
         |e: crate::discovery::DiscoveryError| ApiError::new(ErrorKind::Unavailable, e.to_string());
@@ -149,17 +198,10 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
             ),
         ));
     }
-    let meta = discovery
-        .meta(&req.member_id)
-        .await
-        .map_err(unavailable)?
-        .ok_or_else(|| {
-            ApiError::new(ErrorKind::Unauthorized, "no key registered for this member")
-        })?;
     let record = NodeRecord {
         name: req.name.clone(),
         addr: req.addr.clone(),
-        key_fingerprint: meta.key_fingerprint.clone(),
+        key_fingerprint: key_fingerprint.clone(),
         joined_ms: now_ms(),
         joined_with: None,
     };
@@ -169,7 +211,7 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
             id,
             name: req.name.clone(),
             addr: req.addr.clone(),
-            key_fingerprint: meta.key_fingerprint,
+            key_fingerprint,
             csr_pem: req.csr_pem,
             record: Request::UpsertNode { id, node: record },
         },
@@ -177,6 +219,25 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
     .await?;
     tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as nonvoter");
     Ok(response)
+}
+
+/// A cheap check of a join token against this node's applied state, before anything costs a
+/// quorum read or a forward to the leader: a token this node knows, presented with the wrong
+/// secret, is refused here (secrets never change). A token it does not know yet may be new,
+/// so it goes on to the leader, which decides.
+pub fn precheck_token(agent: &Agent, token_id: &str, secret_sha256: &str) -> Result<(), ApiError> {
+    let known_with_other_secret = agent.raft().read_local(|s| {
+        s.join_tokens.get(token_id).is_some_and(|t| {
+            !muster_shared::token::secret_hashes_match(&t.secret_sha256, secret_sha256)
+        })
+    })?;
+    if known_with_other_secret {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "the join token is not valid for this cluster; create one with `muster token create` on a member",
+        ));
+    }
+    Ok(())
 }
 
 /// Admits a node holding a join token. Checks run on the leader's state first so that a
@@ -188,6 +249,7 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let id = parse_member_id(&join.node_id)
         .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+    precheck_token(agent, &join.token_id, &join.secret_sha256)?;
     let now = now_ms();
     let record = NodeRecord {
         name: join.name.clone(),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LeaderOp, execute};
+use super::{Authority, Forwarded, LeaderOp, execute};
 use crate::agent::Agent;
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::client::{Backoff, CallError, send_json};
@@ -15,19 +15,30 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(25);
 /// How long an operation waits for a leader before answering `no_leader`.
 const ELECTION_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs `op` on the leader: here if this node leads, else forwarded over mutual TLS.
-pub async fn run(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+/// Runs `op` on the leader on behalf of `authority`: here if this node leads, else forwarded
+/// over mutual TLS (and checked again there).
+pub async fn run(
+    agent: &Agent,
+    authority: &Authority,
+    op: LeaderOp,
+) -> Result<serde_json::Value, ApiError> {
     let mut backoff =
         Backoff::new(Duration::from_millis(100), Duration::from_millis(100)).until(ELECTION_GRACE);
     loop {
-        match run_once(agent, op.clone()).await {
+        match run_once(agent, authority, op.clone()).await {
             Err(e) if e.kind == ErrorKind::NoLeader && backoff.wait().await => {}
             other => return other,
         }
     }
 }
 
-async fn run_once(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+/// One attempt at [`run`]: here if this node leads, else to the leader this node knows, with no
+/// waiting for an election. For answers that are better now than complete (`status`).
+pub async fn run_once(
+    agent: &Agent,
+    authority: &Authority,
+    op: LeaderOp,
+) -> Result<serde_json::Value, ApiError> {
     let view = agent.raft().view();
     if view.is_leader {
         return execute(agent, op).await;
@@ -47,10 +58,14 @@ async fn run_once(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiE
         .await
         .map_err(|e| ApiError::new(ErrorKind::NoLeader, e.to_string()))?;
     let read_only = op.is_read_only();
+    let forwarded = Forwarded {
+        op,
+        authority: authority.clone(),
+    };
     let request = peer
         .http
         .post(format!("{}{}", peer.base, paths::FORWARD))
-        .json(&op)
+        .json(&forwarded)
         .timeout(FORWARD_TIMEOUT);
     // A leader cut off from this node (and from the majority) never answers; the majority
     // elects another within an election window. Follow it instead of waiting out the timeout.

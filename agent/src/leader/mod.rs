@@ -17,8 +17,8 @@ mod view;
 
 use serde::{Deserialize, Serialize};
 
-pub use admit::{CERT_VALIDITY, TokenJoin, admit_registrant};
-pub use forward::run;
+pub use admit::{CERT_VALIDITY, TokenJoin, precheck_token};
+pub use forward::{run, run_once};
 pub use status::status;
 pub use tokens::{
     NewToken, authorize_operator, issue_join_token, issue_operator_token, new_operator_token,
@@ -27,6 +27,7 @@ pub use view::{Sightings, cluster_view};
 
 use crate::agent::Agent;
 use crate::api::ApiError;
+use crate::api::join::JoinRequest;
 use crate::state::Request;
 
 /// An operation that runs on the leader, sent there over mutual TLS when this node is a
@@ -40,6 +41,7 @@ pub enum LeaderOp {
     KvList { prefix: String },
     Status,
     TokenJoin { join: TokenJoin },
+    RegistrantJoin { join: JoinRequest },
     CreateJoinToken { create: NewToken },
     ListJoinTokens,
     RevokeJoinToken { id: String },
@@ -51,6 +53,11 @@ pub enum LeaderOp {
 }
 
 impl LeaderOp {
+    /// True for operations whose answer holds the CA's private key.
+    pub fn returns_key_material(&self) -> bool {
+        matches!(self, LeaderOp::Backup)
+    }
+
     /// True for operations that change nothing, which may be sent again to another leader
     /// whatever became of the first attempt.
     pub fn is_read_only(&self) -> bool {
@@ -78,6 +85,74 @@ impl LeaderOp {
     }
 }
 
+/// On whose behalf an operation runs. It travels with a forwarded operation, and the leader
+/// checks it again: a follower's view (a revoked token it has not applied yet) is not enough.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum Authority {
+    /// The member itself: a join it passes on, its status. No operator power.
+    Node,
+    /// An operator on the member's unix socket (its file permissions are the check).
+    LocalSocket,
+    /// An operator over TCP with this operator token (id and SHA-256 of the secret).
+    OperatorToken { id: String, secret_sha256: String },
+}
+
+impl Authority {
+    /// Whether this authority may ask for `op` at all (before the leader's own checks).
+    pub fn allows(&self, op: &LeaderOp) -> bool {
+        match self {
+            Authority::Node => matches!(
+                op,
+                LeaderOp::Status | LeaderOp::TokenJoin { .. } | LeaderOp::RegistrantJoin { .. }
+            ),
+            Authority::LocalSocket | Authority::OperatorToken { .. } => true,
+        }
+    }
+}
+
+/// What a follower sends the leader: the operation and on whose behalf. Senders that predate
+/// `authority` send the operation alone, which counts as [`Authority::LocalSocket`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Forwarded {
+    #[serde(flatten)]
+    pub op: LeaderOp,
+    #[serde(default = "local_socket")]
+    pub authority: Authority,
+}
+
+fn local_socket() -> Authority {
+    Authority::LocalSocket
+}
+
+/// The leader's check of a forwarded operation's authority, for a caller with node id
+/// `caller`: operator tokens are checked against the committed state, and operations that
+/// return the CA's key (`backup`) come only from voters.
+pub async fn check_forwarded(
+    agent: &Agent,
+    caller: crate::state::NodeId,
+    forwarded: &Forwarded,
+) -> Result<(), ApiError> {
+    use crate::api::ErrorKind;
+    if !forwarded.authority.allows(&forwarded.op) {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "a member may forward only joins and status on its own behalf",
+        ));
+    }
+    if let Authority::OperatorToken { id, secret_sha256 } = &forwarded.authority {
+        tokens::check_operator_token_committed(agent, id, secret_sha256).await?;
+    }
+    if forwarded.op.returns_key_material() && !agent.raft().view().voters.contains(&caller) {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "only a voter may ask for the cluster's key material (a backup holds the CA key); \
+             run `muster backup` on a voter, or with --server against one",
+        ));
+    }
+    Ok(())
+}
+
 /// Executes `op` on this node, which must be the leader.
 pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
     match op {
@@ -86,6 +161,7 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         LeaderOp::KvList { prefix } => json(kv::list(agent, prefix).await?),
         LeaderOp::Status => json(status::local(agent)?),
         LeaderOp::TokenJoin { join } => json(admit::admit_with_token(agent, join).await?),
+        LeaderOp::RegistrantJoin { join } => json(admit::admit_registrant(agent, join).await?),
         LeaderOp::CreateJoinToken { create } => json(tokens::create_join(agent, create).await?),
         LeaderOp::ListJoinTokens => json(tokens::list_join(agent).await?),
         LeaderOp::RevokeJoinToken { id } => json(tokens::revoke_join(agent, &id).await?),

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{LeaderOp, run};
+use super::{Authority, LeaderOp, run_once};
 use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::types::{Member, Status};
@@ -76,7 +76,9 @@ pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
     if agent.raft().view().is_leader {
         return Ok(local);
     }
-    if let Ok(value) = run(agent, LeaderOp::Status).await
+    // One attempt: during an election `status` answers at once with what this node knows
+    // (no leader) rather than waiting for the outcome.
+    if let Ok(value) = run_once(agent, &Authority::Node, LeaderOp::Status).await
         && let Ok(leader) = serde_json::from_value::<Status>(value)
     {
         local.members = leader.members;

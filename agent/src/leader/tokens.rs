@@ -10,7 +10,7 @@ use std::time::Duration;
 use muster_shared::token::{SecretToken, TokenKind, secret_hashes_match};
 use serde::{Deserialize, Serialize};
 
-use super::{LeaderOp, decode, run};
+use super::{Authority, LeaderOp, decode, run};
 use crate::agent::Agent;
 use crate::api::types::{JoinTokenInfo, OperatorTokenInfo, TokenCreated};
 use crate::api::{ApiError, ErrorKind};
@@ -107,6 +107,7 @@ fn operator_info(id: &str, t: &OperatorTokenRecord) -> OperatorTokenInfo {
 /// answer; the leader records its hash.
 pub async fn issue_join_token(
     agent: &Agent,
+    authority: &Authority,
     ttl: Duration,
     uses: u32,
     description: String,
@@ -120,7 +121,8 @@ pub async fn issue_join_token(
         description,
     };
     create.check(true)?;
-    let info: JoinTokenInfo = decode(run(agent, LeaderOp::CreateJoinToken { create }).await?)?;
+    let info: JoinTokenInfo =
+        decode(run(agent, authority, LeaderOp::CreateJoinToken { create }).await?)?;
     Ok(TokenCreated {
         token: token.reveal(),
         id: info.id,
@@ -133,6 +135,7 @@ pub async fn issue_join_token(
 /// Operator API: a new operator token (see [`issue_join_token`]).
 pub async fn issue_operator_token(
     agent: &Agent,
+    authority: &Authority,
     description: String,
 ) -> Result<TokenCreated, ApiError> {
     let token = SecretToken::generate(TokenKind::Operator, agent.ca_pin());
@@ -145,7 +148,7 @@ pub async fn issue_operator_token(
     };
     create.check(false)?;
     let info: OperatorTokenInfo =
-        decode(run(agent, LeaderOp::CreateOperatorToken { create }).await?)?;
+        decode(run(agent, authority, LeaderOp::CreateOperatorToken { create }).await?)?;
     Ok(TokenCreated {
         token: token.reveal(),
         id: info.id,
@@ -297,7 +300,7 @@ pub async fn revoke_operator(agent: &Agent, id: &str) -> Result<OperatorTokenInf
 /// Checks the `Authorization: Bearer …` of an operator call over TCP against this node's
 /// applied state. A token revoked a moment ago may still pass on a follower that has not
 /// applied the revocation yet (normally milliseconds behind the leader).
-pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<(), ApiError> {
+pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authority, ApiError> {
     // 401: the caller has not authenticated (as opposed to a refused join token, 403).
     let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
     let Some(text) = bearer else {
@@ -319,11 +322,39 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<(), Api
         })
     })?;
     if !valid {
-        return Err(unauthorized(
-            "the operator token is unknown or revoked; create one with `muster operator-token create` on a member",
-        ));
+        return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
     }
-    Ok(())
+    Ok(Authority::OperatorToken {
+        id: token.id().to_string(),
+        secret_sha256: presented,
+    })
+}
+
+const UNKNOWN_OPERATOR_TOKEN: &str = "the operator token is unknown or revoked; create one with `muster operator-token create` on a member";
+
+/// Leader: an operator token a follower vouched for is still valid in the committed state (the
+/// follower may not have applied its revocation yet).
+pub async fn check_operator_token_committed(
+    agent: &Agent,
+    id: &str,
+    secret_sha256: &str,
+) -> Result<(), ApiError> {
+    let valid = agent
+        .raft()
+        .read_linearizable(|s| {
+            s.operator_tokens.get(id).is_some_and(|t| {
+                secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
+            })
+        })
+        .await?;
+    if valid {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorKind::Unauthenticated,
+            UNKNOWN_OPERATOR_TOKEN,
+        ))
+    }
 }
 
 /// A fresh operator token and the record the cluster keeps of it (the secret's hash).

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
-use openraft::raft::AppendEntriesResponse;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::TypeConfig;
 use super::network::{Network, PeerLiveness};
-use super::pacemaker::{LeaderContact, Pacemaker, TimerPlan};
+use super::pacemaker::{LeaderContact, Pacemaker, PreVote, TimerPlan, answer_prevote};
 use super::store::{self, StateMachineStore, StoreError};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::client::PeerClients;
@@ -156,6 +156,7 @@ impl RaftNode {
         .validate()
         .map_err(|e| RaftNodeError::Other(format!("raft timing: {e}")))?;
         let liveness = PeerLiveness::default();
+        let peers_for_pacemaker = peers.clone();
         let network = Network::new(peers, liveness.clone());
         let raft = Raft::new(
             id,
@@ -167,7 +168,9 @@ impl RaftNode {
         .await
         .map_err(|e| RaftNodeError::Fatal(e.to_string()))?;
         let contact = LeaderContact::default();
-        let pacemaker = tokio::spawn(Pacemaker::new(raft.clone(), plan, contact.clone()).run());
+        let pacemaker = tokio::spawn(
+            Pacemaker::new(raft.clone(), plan, contact.clone(), peers_for_pacemaker).run(),
+        );
         Ok(Self {
             id,
             raft,
@@ -181,13 +184,15 @@ impl RaftNode {
     }
 
     /// `Err(QuorumLost)` when this node leads but has not heard from a majority of the voters
-    /// for a whole election window: it is cut off, and a write could not commit. Answering at
-    /// once beats making every caller wait out the write timeout.
+    /// for [`TimerPlan::quorum_window`]: it is cut off, and a write could not commit. Answering
+    /// at once beats making every caller wait out the write timeout.
     fn check_quorum_contact(&self) -> Result<(), RaftNodeError> {
         let view = self.view();
         match view.quorum_silence {
             Some(silence)
-                if view.is_leader && view.voters.len() > 1 && silence > self.plan.election =>
+                if view.is_leader
+                    && view.voters.len() > 1
+                    && silence > self.plan.quorum_window() =>
             {
                 Err(RaftNodeError::QuorumLost(format!(
                     "this node leads but has heard from no majority of the voters for {} ms; \
@@ -196,6 +201,17 @@ impl RaftNode {
                 )))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Resolves (with the reason) once this node leads but has lost contact with a majority:
+    /// a write waiting to commit then answers at once instead of after the write timeout.
+    async fn quorum_loss(&self) -> String {
+        loop {
+            tokio::time::sleep(self.plan.election / 4).await;
+            if let Err(RaftNodeError::QuorumLost(why)) = self.check_quorum_contact() {
+                return why;
+            }
         }
     }
 
@@ -236,9 +252,14 @@ impl RaftNode {
     /// Replicates `request` and returns the state machine's answer. Only the leader can write.
     pub async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
         self.check_quorum_contact()?;
-        let result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request))
-            .await
-            .map_err(|_| RaftNodeError::Timeout("the write"))?;
+        let result = tokio::select! {
+            result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request)) => {
+                result.map_err(|_| RaftNodeError::Timeout("the write"))?
+            }
+            why = self.quorum_loss() => return Err(RaftNodeError::QuorumLost(format!(
+                "{why}; the write's outcome is unknown until the cluster is whole again"
+            ))),
+        };
         let response = result.map_err(client_write_error)?.data;
         if let Some(refusal) = response.refused.clone() {
             return Err(RaftNodeError::Refused(refusal));
@@ -414,7 +435,12 @@ impl RaftNode {
     pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
         let contact = &self.contact;
         match path {
-            paths::RAFT_APPEND => rpc(body, |req| async move {
+            paths::RAFT_APPEND => rpc(body, |req: AppendEntriesRequest<TypeConfig>| async move {
+                // From a leader at least as new as the one this node follows: it is alive, even
+                // if applying this (large) batch takes a while.
+                if req.vote >= self.raft.metrics().borrow().vote {
+                    contact.heard();
+                }
                 let result = self.raft.append_entries(req).await;
                 if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
                     contact.heard();
@@ -441,6 +467,12 @@ impl RaftNode {
                     result
                 })
                 .await
+            }
+            paths::RAFT_PREVOTE => {
+                let ask: PreVote = serde_json::from_slice(body)
+                    .map_err(|e| format!("bad pre-vote request: {e}"))?;
+                let answer = answer_prevote(&self.raft, &self.plan, contact, &ask);
+                serde_json::to_vec(&answer).map_err(|e| e.to_string())
             }
             other => Err(format!("no raft endpoint {other}")),
         }

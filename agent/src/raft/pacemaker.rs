@@ -14,14 +14,26 @@
 //!   AppendEntries after `heartbeat_interval`. Muster sets that to [`TimerPlan::rpc_timeout`]
 //!   (a share of the election window) and sends heartbeats itself every `--heartbeat`.
 //!
+//! * **Pre-vote.** A node that calls an election raises the term, and a leader that sees a
+//!   higher term steps down, even if it was healthy: a follower that was paused, or is slow to
+//!   apply a large batch, or sits alone behind a partition, would unseat it. So before calling
+//!   an election the pacemaker asks the other voters whether they would vote at all ([`PreVote`]):
+//!   only a voter that has itself heard from no leader for an election timeout, and whose log
+//!   is no newer than the candidate's, says yes. Only with a majority of yeses (its own
+//!   included) does it call the election. This is etcd's PreVote; openraft 0.9 has none.
+//!
 //! [`TimerPlan`] is the pure arithmetic (table-tested); [`Pacemaker`] the task that runs it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use openraft::{Raft, ServerState};
+use openraft::{LogId, Raft, ServerState};
+use serde::{Deserialize, Serialize};
 
 use super::TypeConfig;
+use crate::api::paths;
+use crate::client::PeerClients;
+use crate::state::{Node, NodeId};
 
 /// openraft's timing settings and Muster's own, derived from `--heartbeat` and
 /// `--election-timeout` (E).
@@ -65,6 +77,14 @@ impl TimerPlan {
         }
     }
 
+    /// How long a leader may go without a majority's acknowledgement before it counts itself
+    /// cut off: two election windows, and at least a second. A follower busy with a large batch
+    /// (or a slow disk) answers late without being gone; by then the majority has surely
+    /// elected someone else if it is gone.
+    pub fn quorum_window(&self) -> Duration {
+        (self.election * 2).max(Duration::from_secs(1))
+    }
+
     /// A fresh election timeout from `[election, 2 × election)`, `unit` in `[0, 1)`.
     pub fn draw(&self, unit: f64) -> Duration {
         self.election + self.election.mul_f64(unit.clamp(0.0, 0.999_999))
@@ -95,21 +115,107 @@ impl LeaderContact {
     }
 }
 
+/// A would-you-vote question: how far the candidate has applied the log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreVote {
+    pub last_applied: Option<LogId<NodeId>>,
+}
+
+/// The answer: whether this voter would vote in an election now.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PreVoteAnswer {
+    pub granted: bool,
+}
+
+/// A voter's side of a pre-vote: yes only if it too has heard from no leader for an election
+/// timeout (a leader in contact with its majority counts as hearing from itself) and the
+/// candidate's log is at least as new as its own.
+pub fn answer_prevote(
+    raft: &Raft<TypeConfig>,
+    plan: &TimerPlan,
+    contact: &LeaderContact,
+    ask: &PreVote,
+) -> PreVoteAnswer {
+    let m = raft.metrics().borrow().clone();
+    let leader_in_contact = m.state == ServerState::Leader
+        && m.millis_since_quorum_ack
+            .is_some_and(|ms| Duration::from_millis(ms) < plan.quorum_window());
+    let quiet = m.state != ServerState::Leader && contact.silence() >= plan.election;
+    // The applied log stands in for the log here (metrics give no last log term); the real
+    // vote compares the logs themselves.
+    let term_index = |l: &Option<LogId<NodeId>>| l.map(|l| (l.leader_id.term, l.index));
+    let log_ok = term_index(&ask.last_applied) >= term_index(&m.last_applied);
+    PreVoteAnswer {
+        granted: !leader_in_contact && quiet && log_ok,
+    }
+}
+
 /// The task that sends heartbeats while this node leads and calls elections when a voter has
-/// heard from no leader for its drawn timeout.
+/// heard from no leader for its drawn timeout (and a majority agrees).
 pub struct Pacemaker {
     raft: Raft<TypeConfig>,
     plan: TimerPlan,
     contact: LeaderContact,
+    peers: PeerClients,
 }
 
 impl Pacemaker {
-    pub fn new(raft: Raft<TypeConfig>, plan: TimerPlan, contact: LeaderContact) -> Self {
+    pub fn new(
+        raft: Raft<TypeConfig>,
+        plan: TimerPlan,
+        contact: LeaderContact,
+        peers: PeerClients,
+    ) -> Self {
         Self {
             raft,
             plan,
             contact,
+            peers,
         }
+    }
+
+    /// Asks the other voters whether they would vote now; true with a majority (this node's own
+    /// yes included).
+    async fn majority_would_vote(&self, m: &openraft::RaftMetrics<NodeId, Node>) -> bool {
+        let membership = m.membership_config.membership();
+        let voters: Vec<(NodeId, Node)> = membership
+            .voter_ids()
+            .filter(|id| *id != m.id)
+            .filter_map(|id| membership.get_node(&id).map(|n| (id, n.clone())))
+            .collect();
+        let ask = PreVote {
+            last_applied: m.last_applied,
+        };
+        let mut asks = tokio::task::JoinSet::new();
+        for (id, node) in voters.iter().cloned() {
+            let (peers, ask, timeout) = (self.peers.clone(), ask.clone(), self.plan.rpc_timeout);
+            asks.spawn(async move {
+                let peer = peers.get(id, &node.addr).await.ok()?;
+                let answer: PreVoteAnswer = peer
+                    .http
+                    .post(format!("{}{}", peer.base, paths::RAFT_PREVOTE))
+                    .json(&ask)
+                    .timeout(timeout)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                Some(answer.granted)
+            });
+        }
+        let mut yes = 1;
+        while let Some(answer) = asks.join_next().await {
+            if matches!(answer, Ok(Some(true))) {
+                yes += 1;
+            }
+        }
+        // The voters asked, and this node.
+        let electorate = voters.len() + 1;
+        let majority = electorate / 2 + 1;
+        tracing::debug!(yes, majority, "pre-vote");
+        yes >= majority
     }
 
     /// Runs until raft shuts down.
@@ -121,8 +227,18 @@ impl Pacemaker {
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_heartbeat = Instant::now();
         let mut timeout = self.plan.draw(rand::random());
+        let mut last_tick = Instant::now();
         loop {
             interval.tick().await;
+            // A tick far later than due means this process was frozen (SIGSTOP, a VM pause, a
+            // starved CPU), not that the leader went quiet: the silence it measured is its own.
+            // Start the clock again instead of unseating a healthy leader the moment it thaws.
+            let frozen = last_tick.elapsed() > self.plan.election / 2;
+            last_tick = Instant::now();
+            if frozen {
+                self.contact.heard();
+                continue;
+            }
             let m = self.raft.metrics().borrow().clone();
             if m.running_state.is_err() {
                 return;
@@ -147,9 +263,24 @@ impl Pacemaker {
             }
             // A sole voter has nobody to hear from: it leads at once (a restarted one-node
             // cluster, a restored node).
-            if sole_voter || self.contact.silence() >= timeout {
+            let silence = self.contact.silence();
+            if sole_voter || silence >= timeout {
                 self.contact.heard();
                 timeout = self.plan.draw(rand::random());
+                if !sole_voter {
+                    if !self.majority_would_vote(&m).await {
+                        tracing::debug!(
+                            silence_ms = silence.as_millis() as u64,
+                            "no leader heard from, but no majority would vote; waiting"
+                        );
+                        continue;
+                    }
+                    tracing::info!(
+                        silence_ms = silence.as_millis() as u64,
+                        term = m.current_term,
+                        "no leader heard from; calling an election"
+                    );
+                }
                 if self.raft.trigger().elect().await.is_err() {
                     return;
                 }
@@ -192,6 +323,14 @@ mod tests {
             // Nobody campaigns before the lease has run out everywhere.
             assert!(p.lease < p.election, "{p:?}");
         }
+    }
+
+    #[test]
+    fn a_leader_counts_itself_cut_off_after_two_windows_and_at_least_a_second() {
+        let window =
+            |e| TimerPlan::new(Duration::from_millis(10), Duration::from_millis(e)).quorum_window();
+        assert_eq!(window(200), Duration::from_secs(1));
+        assert_eq!(window(1500), Duration::from_secs(3));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::response::Response;
 use axum::routing::{delete, get};
 use serde::Deserialize;
@@ -16,7 +16,7 @@ use super::http::{answer, error_response, parse_json};
 use crate::agent::Agent;
 use crate::api::types::KvPut;
 use crate::api::{ApiError, paths};
-use crate::leader::{self, LeaderOp};
+use crate::leader::{self, Authority, LeaderOp};
 use crate::state::Request;
 
 /// Longest key, in bytes.
@@ -78,15 +78,24 @@ async fn status(State(agent): State<Arc<Agent>>) -> Response {
     answer(leader::status(&agent).await)
 }
 
-async fn kv_get(State(agent): State<Arc<Agent>>, Query(q): Query<KeyQuery>) -> Response {
+/// Who is asking: put into every request by the socket's router (`LocalSocket`) or by the TCP
+/// port's token check (`OperatorToken`).
+type By = Extension<Authority>;
+
+async fn kv_get(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    Query(q): Query<KeyQuery>,
+) -> Response {
     if let Err(e) = check_key(&q.key) {
         return error_response(&e);
     }
-    answer(leader::run(&agent, LeaderOp::KvGet { key: q.key }).await)
+    answer(leader::run(&agent, &by, LeaderOp::KvGet { key: q.key }).await)
 }
 
 async fn kv_put(
     State(agent): State<Arc<Agent>>,
+    Extension(by): By,
     Query(q): Query<KeyQuery>,
     body: Bytes,
 ) -> Response {
@@ -104,60 +113,82 @@ async fn kv_put(
         key: q.key,
         value: put.value,
     };
-    answer(leader::run(&agent, LeaderOp::Write { request }).await)
+    answer(leader::run(&agent, &by, LeaderOp::Write { request }).await)
 }
 
-async fn kv_del(State(agent): State<Arc<Agent>>, Query(q): Query<KeyQuery>) -> Response {
+async fn kv_del(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    Query(q): Query<KeyQuery>,
+) -> Response {
     if let Err(e) = check_key(&q.key) {
         return error_response(&e);
     }
     let request = Request::KvDel { key: q.key };
-    answer(leader::run(&agent, LeaderOp::Write { request }).await)
+    answer(leader::run(&agent, &by, LeaderOp::Write { request }).await)
 }
 
-async fn kv_list(State(agent): State<Arc<Agent>>, Query(q): Query<PrefixQuery>) -> Response {
-    answer(leader::run(&agent, LeaderOp::KvList { prefix: q.prefix }).await)
+async fn kv_list(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    Query(q): Query<PrefixQuery>,
+) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::KvList { prefix: q.prefix }).await)
 }
 
-async fn token_create(State(agent): State<Arc<Agent>>, bytes: Bytes) -> Response {
+async fn token_create(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    bytes: Bytes,
+) -> Response {
     let req: CreateJoinToken =
         match parse_json(&bytes, r#"{"ttl_ms": …, "uses": …, "description": …}"#) {
             Ok(r) => r,
             Err(e) => return error_response(&e),
         };
     let ttl = std::time::Duration::from_millis(req.ttl_ms);
-    answer(leader::issue_join_token(&agent, ttl, req.uses, req.description).await)
+    answer(leader::issue_join_token(&agent, &by, ttl, req.uses, req.description).await)
 }
 
-async fn token_list(State(agent): State<Arc<Agent>>) -> Response {
-    answer(leader::run(&agent, LeaderOp::ListJoinTokens).await)
+async fn token_list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::ListJoinTokens).await)
 }
 
-async fn token_revoke(State(agent): State<Arc<Agent>>, UrlPath(id): UrlPath<String>) -> Response {
-    answer(leader::run(&agent, LeaderOp::RevokeJoinToken { id }).await)
+async fn token_revoke(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(id): UrlPath<String>,
+) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::RevokeJoinToken { id }).await)
 }
 
-async fn operator_token_create(State(agent): State<Arc<Agent>>, bytes: Bytes) -> Response {
+async fn operator_token_create(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    bytes: Bytes,
+) -> Response {
     let req: CreateOperatorToken = match parse_json(&bytes, r#"{"description": …}"#) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    answer(leader::issue_operator_token(&agent, req.description).await)
+    answer(leader::issue_operator_token(&agent, &by, req.description).await)
 }
 
-async fn operator_token_list(State(agent): State<Arc<Agent>>) -> Response {
-    answer(leader::run(&agent, LeaderOp::ListOperatorTokens).await)
+async fn operator_token_list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::ListOperatorTokens).await)
 }
 
 async fn operator_token_revoke(
     State(agent): State<Arc<Agent>>,
+    Extension(by): By,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
-    answer(leader::run(&agent, LeaderOp::RevokeOperatorToken { id }).await)
+    answer(leader::run(&agent, &by, LeaderOp::RevokeOperatorToken { id }).await)
 }
 
 async fn member_remove(
     State(agent): State<Arc<Agent>>,
+    Extension(by): By,
     UrlPath(name): UrlPath<String>,
     Query(q): Query<RemoveQuery>,
 ) -> Response {
@@ -165,11 +196,11 @@ async fn member_remove(
         name,
         force: q.force,
     };
-    answer(leader::run(&agent, op).await)
+    answer(leader::run(&agent, &by, op).await)
 }
 
-async fn backup(State(agent): State<Arc<Agent>>) -> Response {
-    answer(leader::run(&agent, LeaderOp::Backup).await)
+async fn backup(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::Backup).await)
 }
 
 /// The operator API. The unix socket serves it as is; the node's TLS port serves it behind an
@@ -207,9 +238,27 @@ pub async fn serve_socket(
     let path = crate::datadir::socket_path(data_dir);
     // A socket left by a previous run (we hold the data dir's lock, so it is not in use).
     let _ = std::fs::remove_file(&path);
-    let listener = tokio::net::UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    let app = routes().with_state(agent);
+    // The socket is its own access control, so it must never exist with a wider mode, not even
+    // for a moment: it is bound inside a fresh 0700 directory, narrowed to 0600 there, and only
+    // then moved into place.
+    let staging = data_dir.join(format!(
+        ".muster.sock-{}",
+        muster_shared::token::random_hex(6)
+    ));
+    std::fs::create_dir(&staging)?;
+    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o700))?;
+    let bound = (|| {
+        let staged = staging.join("s");
+        let listener = tokio::net::UnixListener::bind(&staged)?;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+        std::fs::rename(&staged, &path)?;
+        Ok::<_, std::io::Error>(listener)
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    let listener = bound?;
+    let app = routes()
+        .layer(Extension(Authority::LocalSocket))
+        .with_state(agent);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.changed().await;

@@ -22,8 +22,9 @@ use super::operator::OPERATOR_BODY_LIMIT;
 use crate::agent::Agent;
 use crate::api::join::{JoinRequest, TokenJoinRequest};
 use crate::api::{ApiError, ErrorKind, paths};
-use crate::leader::{self, LeaderOp};
+use crate::leader::{self, Authority, LeaderOp};
 use crate::state::{NodeId, member_id};
+use muster_shared::ratelimit::RateLimiter;
 
 /// The largest raft message: an AppendEntries batch is at most `REPLICATION_BATCH_BYTES` (1 MiB)
 /// plus one entry (about 400 KiB at most), a snapshot chunk 1 MiB of data as JSON (under 4 MiB).
@@ -39,11 +40,26 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 struct Peer(Option<PeerIdentity>);
 
+/// The address a connection came from (per request, for rate limits).
+#[derive(Clone, Copy)]
+struct Remote(std::net::IpAddr);
+
+/// Joins per second, and burst, each client address may send to the unauthenticated join
+/// routes: plenty for machines joining (each from its own address), little for a flood.
+const JOIN_RATE: u32 = 5;
+const JOIN_BURST: u32 = 20;
+
 fn router(agent: Arc<Agent>) -> Router {
+    let limiter = Arc::new(RateLimiter::new(JOIN_RATE, JOIN_BURST));
+    let join_routes = Router::new()
+        .route(paths::JOIN, post(join))
+        .route(paths::TOKEN_JOIN, post(token_join))
+        .route_layer(axum::middleware::from_fn_with_state(limiter, limit_joins));
     let raft_routes = Router::new()
         .route(paths::RAFT_APPEND, post(raft_rpc))
         .route(paths::RAFT_VOTE, post(raft_rpc))
         .route(paths::RAFT_SNAPSHOT, post(raft_rpc))
+        .route(paths::RAFT_PREVOTE, post(raft_rpc))
         .route(paths::FORWARD, post(forwarded))
         .route(paths::MEMBER_CHECK, get(member_check))
         .layer(DefaultBodyLimit::max(RAFT_BODY_LIMIT));
@@ -57,8 +73,7 @@ fn router(agent: Arc<Agent>) -> Router {
     Router::new()
         .merge(raft_routes)
         .merge(operator_routes)
-        .route(paths::JOIN, post(join))
-        .route(paths::TOKEN_JOIN, post(token_join))
+        .merge(join_routes)
         .route(
             paths::HEALTH,
             get(|| async { json_response(&serde_json::json!({"status": "ok"})) }),
@@ -66,10 +81,31 @@ fn router(agent: Arc<Agent>) -> Router {
         .with_state(agent)
 }
 
+/// Refuses a client address that sends joins faster than [`JOIN_RATE`] (HTTP 429).
+async fn limit_joins(
+    State(limiter): State<Arc<RateLimiter>>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(Remote(ip)) = req.extensions().get::<Remote>().copied() else {
+        return next.run(req).await;
+    };
+    match limiter.check(ip) {
+        Ok(()) => next.run(req).await,
+        Err(retry_after) => {
+            tracing::debug!(%ip, "join requests over the rate limit");
+            error_response(&ApiError::new(
+                ErrorKind::RateLimited,
+                format!("too many join requests from {ip}; retry in {retry_after} s"),
+            ))
+        }
+    }
+}
+
 /// Lets an operator call through only with a valid operator token.
 async fn require_operator(
     State(agent): State<Arc<Agent>>,
-    req: Request,
+    mut req: Request,
     next: axum::middleware::Next,
 ) -> Response {
     let bearer = req
@@ -78,7 +114,10 @@ async fn require_operator(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match leader::authorize_operator(&agent, bearer) {
-        Ok(()) => next.run(req).await,
+        Ok(authority) => {
+            req.extensions_mut().insert(authority);
+            next.run(req).await
+        }
         Err(e) => {
             tracing::warn!(error = %e, "refused an operator call");
             error_response(&e)
@@ -179,7 +218,7 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
 }
 
 async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    match require_member(&agent, &req) {
+    let caller = match require_member(&agent, &req) {
         Err(refused) => return error_response(&refused),
         // A removed node still in the configuration (a voter being demoted) keeps replicating,
         // but it no longer acts for operators.
@@ -193,16 +232,16 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
                 ),
             ));
         }
-        Ok(_) => {}
-    }
-    let op: LeaderOp = match read_body(req.into_body(), FORWARD_BODY_LIMIT)
+        Ok(caller) => caller,
+    };
+    let forwarded: leader::Forwarded = match read_body(req.into_body(), FORWARD_BODY_LIMIT)
         .await
         .and_then(|body| parse_json(&body, "a forwarded operation"))
     {
-        Ok(op) => op,
+        Ok(f) => f,
         Err(e) => return error_response(&e),
     };
-    if !op.may_be_forwarded() {
+    if !forwarded.op.may_be_forwarded() {
         return error_response(&ApiError::new(
             ErrorKind::Unauthorized,
             "only key-value writes can be forwarded",
@@ -214,7 +253,11 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
             "this node is no longer the leader; retry",
         ));
     }
-    answer(leader::execute(&agent, op).await)
+    if let Err(e) = leader::check_forwarded(&agent, caller.node_id, &forwarded).await {
+        tracing::warn!(caller = %member_id(caller.node_id), error = %e, "refused a forwarded operation");
+        return error_response(&e);
+    }
+    answer(leader::execute(&agent, forwarded.op).await)
 }
 
 async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
@@ -225,9 +268,12 @@ async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         Ok(j) => j,
         Err(e) => return error_response(&e),
     };
-    let result = leader::admit_registrant(&agent, join).await;
+    // Any member answers; the admission runs on the leader (the formation is replicated, so
+    // whichever node leads admits the cohort).
+    let (name, member) = (join.name.clone(), join.member_id.clone());
+    let result = leader::run(&agent, &Authority::Node, LeaderOp::RegistrantJoin { join }).await;
     if let Err(e) = &result {
-        tracing::warn!(error = %e, "join refused");
+        tracing::warn!(node = %name, member = %member, kind = %e.kind, error = %e, "join refused");
     }
     answer(result)
 }
@@ -243,10 +289,13 @@ async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         Err(e) => return error_response(&e),
     };
     let (name, token_id) = (request.name.clone(), request.token_id.clone());
-    let join = LeaderOp::TokenJoin {
-        join: request.into(),
-    };
-    let result = leader::run(&agent, join).await;
+    let join: leader::TokenJoin = request.into();
+    if let Err(e) = leader::precheck_token(&agent, &join.token_id, &join.secret_sha256) {
+        tracing::warn!(node = %name, token = %token_id, kind = %e.kind, "token join refused here");
+        return error_response(&e);
+    }
+    let join = LeaderOp::TokenJoin { join };
+    let result = leader::run(&agent, &Authority::Node, join).await;
     if let Err(e) = &result {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, error = %e, "token join refused");
     }
@@ -302,9 +351,11 @@ pub async fn serve_peers(
                 tracing::warn!(%remote, peer_cluster = %id.cluster_id, "peer from another cluster");
             }
             let peer = Peer(identity);
+            let from = Remote(remote.ip());
             let service = hyper::service::service_fn(
                 move |mut req: hyper::Request<hyper::body::Incoming>| {
                     req.extensions_mut().insert(peer.clone());
+                    req.extensions_mut().insert(from);
                     app.clone().oneshot(req.map(axum::body::Body::new))
                 },
             );

@@ -52,20 +52,20 @@ pub async fn start(
         name: identity.name.clone(),
         key_fingerprint: identity.key.fingerprint(),
     };
+    // The key's fingerprint, published for people reading the URL. Admission does not trust
+    // it: the member id itself is derived from the key, and the initiator checks the CSR
+    // against the id. So a record someone else wrote first only stays wrong on the page.
     match retrying("publishing the node key", || discovery.put_meta(&me, &meta)).await {
         Ok(()) => {}
         Err(DiscoveryError::Exists(_)) => {
-            let stored = discovery.meta(&me).await?;
-            if stored.as_ref() != Some(&meta) {
-                return Err(AgentError::failed(format!(
-                    "the discovery URL holds another key for member {me}; someone else used this id. Mint a new URL."
-                )));
+            if discovery.meta(&me).await?.as_ref() != Some(&meta) {
+                tracing::warn!(member = %me, "the discovery URL shows another key for this member; someone with the URL wrote it. It cannot be admitted under this id; formation goes on");
             }
         }
         Err(e) => return Err(e.into()),
     }
     // The discovery URL is a credential: log only the service, not the token.
-    tracing::info!(service = %discovery.url().rsplit_once('/').map(|(s, _)| s).unwrap_or(""), member = %me, "registered");
+    tracing::info!(url = %discovery.shown(), member = %me, "registered");
     let mut last_progress = 0;
     loop {
         let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
@@ -119,7 +119,12 @@ async fn formed_without_me(
     me: &str,
 ) -> Option<FormedWithoutMe> {
     let cohort = listing.cohort();
-    let full_without_me = cohort.len() >= listing.size && !cohort.iter().any(|r| r.id == me);
+    // A member of the cohort is never "without": one whose join answer was lost comes back to
+    // the cluster with its key, even after the formation ended.
+    if cohort.iter().any(|r| r.id == me) {
+        return None;
+    }
+    let full_without_me = cohort.len() >= listing.size;
     let record = discovery.record().await.ok().flatten().map(|(r, _)| r);
     let formed = record
         .as_ref()
@@ -187,7 +192,7 @@ async fn join_or_refuse(
          on a member:    muster token create --ttl 1h\n  \
          on this node:   muster agent --name {} --advertise {} --data-dir {} --join {first} --token <TOKEN>\n\
          (or keep --discovery and add --token <TOKEN>: a node that finds the URL formed joins with it)",
-        discovery.url(),
+        discovery.shown(),
         elsewhere.members.join(", "),
         config.name,
         config.advertise,
@@ -204,6 +209,19 @@ async fn join_initiator(
     record: BootstrapRecord,
     listener: TcpListener,
 ) -> Result<RunningNode, AgentError> {
+    // Only the first registrant initiates. A record naming anyone else was written by someone
+    // with the URL who wants the cohort to join them: refuse it (the formation then stalls,
+    // which is all a URL holder can do).
+    let first = listing.cohort().first().map(|r| r.id.clone());
+    if first.as_deref() != Some(record.initiator.as_str()) {
+        return Err(AgentError::Refused(format!(
+            "the bootstrap record names {} as initiator, but {} registered first; someone with \
+             the discovery URL wrote a record of their own. Mint a new URL and keep it secret \
+             until the cluster has formed",
+            record.initiator,
+            first.as_deref().unwrap_or("nobody")
+        )));
+    }
     let initiator = listing
         .members
         .iter()
@@ -227,7 +245,14 @@ async fn join_initiator(
             .key
             .csr_pem(&identity.name, host_of(&config.advertise))?,
     };
-    let peers = [initiator.addr.clone()];
+    // The initiator first; once formed, the record lists every member, and any of them passes
+    // the join to the leader.
+    let mut peers = vec![initiator.addr.clone()];
+    for peer in &record.peers {
+        if !peers.contains(peer) {
+            peers.push(peer.clone());
+        }
+    }
     // The CA itself comes back in the answer and is checked against the pin there.
     let (response, via) = Joiner::new(&record.ca_pin, &peers, paths::JOIN, &request)?
         .join()

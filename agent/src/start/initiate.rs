@@ -20,7 +20,7 @@ use crate::discovery::{DiscoveryClient, DiscoveryError, Listing, retrying};
 use crate::error::AgentError;
 use crate::leader::new_operator_token;
 use crate::node::{self, NodeSpec, RunningNode};
-use crate::state::{CaMaterial, Node, NodeId, NodeRecord, Request};
+use crate::state::{CaMaterial, FormationRecord, Node, NodeId, NodeRecord, Request};
 
 /// How often a restarted initiator tries again to finish its formation.
 const RESUME_EVERY: Duration = Duration::from_secs(5);
@@ -70,6 +70,7 @@ pub async fn initiate(
             cert_pem: ca.cert_pem().to_string(),
             key_pem: ca.key_pem(),
         }),
+        published: false,
     };
     ClusterFile::new(&cluster_id, &config.advertise, Some(formation.clone()))
         .write(&config.data_dir)?;
@@ -78,7 +79,6 @@ pub async fn initiate(
         config,
         identity,
         cluster_id: &cluster_id,
-        formation: Some(formation.clone()),
         listener,
     })
     .await?;
@@ -152,6 +152,11 @@ async fn init_raft_group(
             cluster_id: agent.cluster_id().to_string(),
             ca,
             operator_token: Some((operator_token.id().to_string(), record)),
+            // Replicated, so whichever node leads admits the cohort and ends the formation.
+            formation: (formation.size > 1).then(|| FormationRecord {
+                discovery_url: formation.discovery_url.clone(),
+                size: formation.size,
+            }),
         })
         .await?;
         print_operator_token(&operator_token, &me.advertise);
@@ -177,7 +182,7 @@ async fn publish_record(
     me: &Initiator,
     cluster_id: &str,
     formation: &Formation,
-    agent: &Agent,
+    _agent: &Agent,
 ) -> Result<(), AgentError> {
     let ca = formation
         .ca
@@ -216,9 +221,10 @@ async fn publish_record(
         }
         Err(e) => return Err(e.into()),
     }
+    // From here on the local copy of the formation (and of the CA key) may go once the
+    // replicated formation has ended (see `reconcile::tidy_local_formation`).
+    ClusterFile::mark_record_published(&me.data_dir)?;
     if formation.size == 1 {
-        ClusterFile::clear_formation(&me.data_dir)?;
-        agent.end_formation();
         println!("cluster formed: 1 member");
     } else {
         println!(

@@ -198,7 +198,6 @@ pub async fn finish(
         config,
         identity,
         cluster_id: &response.cluster_id,
-        formation: None,
         listener,
     })
     .await

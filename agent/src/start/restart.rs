@@ -63,7 +63,6 @@ pub async fn start(
         config,
         identity,
         cluster_id: cluster.cluster_id(),
-        formation: cluster.formation().cloned(),
         listener,
     })
     .await?;

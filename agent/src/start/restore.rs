@@ -101,7 +101,6 @@ pub async fn start(
         config,
         identity,
         cluster_id: &cluster_id,
-        formation: None,
         listener,
     })
     .await?;

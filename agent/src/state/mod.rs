@@ -30,8 +30,12 @@ pub fn member_id(id: NodeId) -> String {
 }
 
 /// Reads a member id; `None` unless it is non-zero hex.
+/// Reads a member id in its one spelling ([`member_id`]): lowercase hex without leading zeros.
+/// `0abc` and `abc` would otherwise name the same node in two ways.
 pub fn parse_member_id(text: &str) -> Option<NodeId> {
-    u64::from_str_radix(text, 16).ok().filter(|id| *id != 0)
+    u64::from_str_radix(text, 16)
+        .ok()
+        .filter(|id| *id != 0 && member_id(*id) == text)
 }
 
 /// Everything the state machine holds. Snapshots are this struct, serialized.
@@ -51,6 +55,18 @@ pub struct ClusterState {
     /// The removed ids whose removal was forced (a subset of `removed`).
     #[serde(default)]
     pub forced_removals: BTreeSet<NodeId>,
+    /// The discovery formation in progress, until its cohort has joined.
+    #[serde(default)]
+    pub formation: Option<FormationRecord>,
+}
+
+/// A formation through a discovery URL: its first `size` registrants are admitted and made
+/// voters together. The URL is a credential; it lives in the replicated state (which holds the
+/// CA key as well) only until the formation ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FormationRecord {
+    pub discovery_url: String,
+    pub size: usize,
 }
 
 impl ClusterState {
@@ -62,6 +78,7 @@ impl ClusterState {
                 cluster_id,
                 ca,
                 operator_token,
+                formation,
             } => {
                 if self.cluster_id.is_some() {
                     return Response::refused(
@@ -71,9 +88,14 @@ impl ClusterState {
                 }
                 self.cluster_id = Some(cluster_id.clone());
                 self.ca = Some(ca.clone());
+                self.formation = formation.clone();
                 if let Some((id, token)) = operator_token {
                     self.operator_tokens.insert(id.clone(), token.clone());
                 }
+                Response::default()
+            }
+            Request::EndFormation => {
+                self.formation = None;
                 Response::default()
             }
             Request::RestoreState { state } => {

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::FormationRecord;
 use super::records::{CaMaterial, JoinTokenRecord, NodeRecord, OperatorTokenRecord};
 use super::{ClusterState, NodeId};
 use crate::api::ErrorKind;
@@ -18,7 +19,13 @@ pub enum Request {
         /// The operator token printed at formation (its hash).
         #[serde(default)]
         operator_token: Option<(String, OperatorTokenRecord)>,
+        /// The formation through a discovery URL that starts with this command, so that
+        /// whichever node leads can admit the cohort and finish it.
+        #[serde(default)]
+        formation: Option<FormationRecord>,
     },
+    /// The cohort has joined: the formation is over (whoever leads writes it).
+    EndFormation,
     /// Written once, by `muster restore`, as the first command of a restored cluster.
     RestoreState {
         state: Box<ClusterState>,

@@ -51,13 +51,25 @@ fn init_is_once_and_names_are_unique() {
         cert_pem: "c".into(),
         key_pem: "k".into(),
     };
+    let formation = FormationRecord {
+        discovery_url: "http://d/0123".into(),
+        size: 3,
+    };
     let init = Request::InitCluster {
         cluster_id: "abc".into(),
         ca: ca.clone(),
         operator_token: None,
+        formation: Some(formation.clone()),
     };
     assert_eq!(s.apply(&init).refused, None);
     assert!(s.apply(&init).refused.is_some());
+    assert_eq!(
+        s.formation,
+        Some(formation),
+        "the formation is replicated with the cluster"
+    );
+    assert_eq!(s.apply(&Request::EndFormation).refused, None);
+    assert_eq!(s.formation, None);
     let upsert = |id, name| Request::UpsertNode {
         id,
         node: node(name, "f"),

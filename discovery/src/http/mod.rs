@@ -20,9 +20,9 @@ use muster_shared::error::{ErrorBody, ErrorKind};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::ratelimit::RateLimiter;
 use crate::store::Store;
 use crate::v2::V2Error;
+use muster_shared::ratelimit::RateLimiter;
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY: usize = 64 * 1024;

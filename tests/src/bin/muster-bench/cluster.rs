@@ -63,6 +63,20 @@ pub(crate) struct RaftTiming {
 }
 
 impl RaftTiming {
+    /// The timing both systems accept: etcd refuses an election timeout under 5 heartbeats.
+    pub fn new(heartbeat_ms: u64, election_ms: u64) -> Result<Self> {
+        if election_ms < 5 * heartbeat_ms {
+            bail!(
+                "--election-timeout {election_ms} must be at least 5 times --heartbeat {heartbeat_ms} \
+                 (etcd refuses less); try --heartbeat 40 --election-timeout 200"
+            );
+        }
+        Ok(Self {
+            heartbeat_ms,
+            election_ms,
+        })
+    }
+
     /// muster's flags.
     pub fn muster_args(&self) -> Vec<String> {
         vec![
@@ -220,8 +234,11 @@ impl Member {
                     .json()
                     .await
                     .ok()?;
-                // The gateway renders 64-bit integers as strings.
-                json["raft_term"].as_str()?.parse().ok()
+                // The gateway renders 64-bit integers as strings, in the header as raft_term.
+                let term = &json["header"]["raft_term"];
+                term.as_str()
+                    .and_then(|t| t.parse().ok())
+                    .or_else(|| term.as_u64())
             }
         }
     }
@@ -1128,10 +1145,7 @@ pub async fn run(args: ClusterArgs) -> Result<()> {
     }
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
     let discovery = start_muster(tmp.path()).await?;
-    let timing = RaftTiming {
-        heartbeat_ms: args.heartbeat_ms,
-        election_ms: args.election_ms,
-    };
+    let timing = RaftTiming::new(args.heartbeat_ms, args.election_ms)?;
     let etcd_timing = (!args.etcd_default_timing).then_some(timing);
     let muster = ClusterSystem::Muster { timing };
     let mut bench = ClusterBench {

@@ -58,8 +58,9 @@ struct StabilityArgs {
     /// Busy-looping processes started next to the cluster (2 per core saturates this machine).
     #[arg(long, default_value_t = 4)]
     hogs: usize,
-    /// Raft heartbeat interval in milliseconds, for both systems.
-    #[arg(long = "heartbeat", default_value_t = 50, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    /// Raft heartbeat interval in milliseconds, for both systems (etcd wants the election
+    /// timeout at least 5 times this).
+    #[arg(long = "heartbeat", default_value_t = 40, value_parser = clap::value_parser!(u64).range(10..=10_000))]
     heartbeat_ms: u64,
     /// Election timeout in milliseconds, for both systems.
     #[arg(long = "election-timeout", default_value_t = 200, value_parser = clap::value_parser!(u64).range(20..=60_000))]
@@ -103,8 +104,8 @@ struct ClusterArgs {
     #[arg(long)]
     skip_etcd: bool,
     /// Raft heartbeat interval in milliseconds, for both systems (muster --heartbeat, etcd
-    /// --heartbeat-interval).
-    #[arg(long = "heartbeat", default_value_t = 50, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    /// --heartbeat-interval). etcd wants the election timeout at least 5 times this.
+    #[arg(long = "heartbeat", default_value_t = 40, value_parser = clap::value_parser!(u64).range(10..=10_000))]
     heartbeat_ms: u64,
     /// Election timeout in milliseconds, for both systems (muster and etcd --election-timeout):
     /// a follower campaigns after a silence drawn from [this, twice this).

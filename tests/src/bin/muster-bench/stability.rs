@@ -38,10 +38,7 @@ struct StabilityResult {
 
 pub async fn run(args: StabilityArgs) -> Result<()> {
     let etcd_bin = find_etcd(args.skip_etcd)?;
-    let timing = RaftTiming {
-        heartbeat_ms: args.heartbeat_ms,
-        election_ms: args.election_ms,
-    };
+    let timing = RaftTiming::new(args.heartbeat_ms, args.election_ms)?;
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
     let discovery = start_muster(tmp.path()).await?;
     let muster = ClusterSystem::Muster { timing };

@@ -1,4 +1,5 @@
-//! Per-client token buckets for `/new`, so one client cannot fill the disk with tokens.
+//! Per-client token buckets: the discovery service limits `/new` with them (one client cannot
+//! fill the disk with tokens), the agent its unauthenticated join routes.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
