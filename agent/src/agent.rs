@@ -36,6 +36,9 @@ pub struct Agent {
     promote_after: Duration,
     removal: RemovalSignal,
     refused_rpcs: AtomicU64,
+    /// Callers already logged as refused, and why: a refused node retries for ever, and one
+    /// line says it.
+    refusals_logged: Mutex<std::collections::HashSet<(NodeId, &'static str)>>,
     membership_ops: tokio::sync::Mutex<()>,
 }
 
@@ -52,6 +55,7 @@ impl Agent {
             promote_after: init.promote_after,
             removal: RemovalSignal::default(),
             refused_rpcs: AtomicU64::new(0),
+            refusals_logged: Mutex::default(),
             membership_ops: tokio::sync::Mutex::new(()),
         }
     }
@@ -101,6 +105,14 @@ impl Agent {
     /// not (or no longer) a member.
     pub fn count_refused(&self) {
         self.refused_rpcs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// True the first time node `id` is refused for `why` (so it is logged once).
+    pub fn first_refusal(&self, id: NodeId, why: &'static str) -> bool {
+        self.refusals_logged
+            .lock()
+            .map(|mut seen| seen.insert((id, why)))
+            .unwrap_or(false)
     }
 
     pub fn refused_rpcs(&self) -> u64 {

@@ -34,22 +34,17 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
     // The discovery service runs inside this process.
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
-    let config = muster_discovery::config::ServeConfig {
-        listen: listen
+    let mut config = muster_discovery::config::ServeConfig::embedded(
+        listen
             .parse()
             .map_err(|e| CliError::Failed(format!("{listen}: {e}")))?,
-        data_dir: root.join("discovery"),
-        public_url: Some(format!("http://{listen}")),
-        max_size: 9,
-        token_ttl: Duration::from_secs(3600),
-        hold: Duration::from_secs(30),
-        tls_cert: None,
-        tls_key: None,
-        new_rate: 0,
-        new_burst: 1,
-        max_watches: 1000,
-        log_format: "text".into(),
-    };
+        root.join("discovery"),
+    );
+    config.public_url = Some(format!("http://{listen}"));
+    config.token_ttl = Duration::from_secs(3600);
+    config.new_rate = 0;
+    config.new_burst = 1;
+    config.max_watches = 1000;
     let discovery_task = tokio::spawn(muster_discovery::server::serve(config));
     let base = format!("http://{listen}");
     let url = mint(&base, nodes).await?;

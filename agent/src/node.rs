@@ -15,6 +15,7 @@ use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::{AgentError, Context};
 use crate::raft::{RaftNode, Timing};
+use crate::serve::FleetLockListener;
 
 /// What a node starts from once `start/` has decided.
 pub struct NodeSpec<'a> {
@@ -22,7 +23,7 @@ pub struct NodeSpec<'a> {
     pub identity: &'a Identity,
     pub cluster_id: &'a str,
     /// The node's TLS port, bound before anything was registered or joined.
-    pub listener: TcpListener,
+    pub listener: BoundPort,
 }
 
 /// Handles of a started node.
@@ -57,6 +58,7 @@ enum Stop {
 pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let config = spec.config;
     let dir = &config.data_dir;
+    let (listener, fleetlock) = spec.listener.into_listeners().await?;
     let files = datadir::read_tls(dir)?;
     let key_pem = spec.identity.key.to_pem();
     let server_tls = tls::server_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
@@ -89,7 +91,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let tasks = vec![
         tokio::spawn(crate::serve::serve_peers(
             agent.clone(),
-            spec.listener,
+            listener,
             server_tls,
             stop_rx.clone(),
         )),
@@ -102,6 +104,14 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             }
         }),
         tokio::spawn(crate::reconcile::reconcile_loop(agent.clone())),
+        tokio::spawn({
+            let (agent, stop) = (agent.clone(), stop_rx.clone());
+            async move {
+                if let Some(listener) = fleetlock {
+                    crate::serve::serve_fleetlock(agent, listener, stop).await;
+                }
+            }
+        }),
         tokio::spawn(crate::watch::removal_watch(agent.clone())),
     ];
     tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
@@ -189,11 +199,102 @@ impl RunningNode {
 
 /// Binds the node's TLS port; done first, so a taken port is found before this node
 /// registers or joins anywhere.
-pub async fn bind(config: &AgentConfig) -> Result<TcpListener, AgentError> {
-    TcpListener::bind(config.listen).await.context(&format!(
+pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
+    let listener = TcpListener::bind(config.listen).await.context(&format!(
         "cannot listen on {} (another agent running? choose --listen)",
         config.listen
-    ))
+    ))?;
+    let fleetlock_tls = match &config.fleetlock_tls {
+        None => None,
+        Some((cert, key)) => Some(fleetlock_tls(cert, key)?),
+    };
+    let fleetlock = match config.fleetlock_listen {
+        None => None,
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(listener) => Some(FleetLockListener {
+                listener,
+                tls: fleetlock_tls,
+            }),
+            Err(e) if !config.fleetlock_explicit => {
+                // The default port on a host with several agents (a demo, a test): the first
+                // one serves the host's Zincati.
+                tracing::warn!(%addr, error = %e, "FleetLock is not served here: its default port is taken (set --fleetlock-listen, or off)");
+                None
+            }
+            Err(e) => {
+                return Err(AgentError::failed(format!(
+                    "cannot listen on {addr} for FleetLock ({e}); choose --fleetlock-listen ADDR, or off"
+                )));
+            }
+        },
+    };
+    Ok(BoundPort::new(listener, fleetlock))
+}
+
+/// The operator's certificate and key for FleetLock over TLS, read and checked before anything
+/// else starts.
+fn fleetlock_tls(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<Arc<rustls::ServerConfig>, AgentError> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            AgentError::failed(format!(
+                "cannot read {} for FleetLock's TLS ({e}); check --fleetlock-tls-cert/--fleetlock-tls-key",
+                path.display()
+            ))
+        })
+    };
+    tls::plain_server_config(&read(cert)?, &read(key)?).map_err(|e| {
+        AgentError::failed(format!(
+            "FleetLock's TLS certificate {} or key {} is not usable: {e}; give a PEM chain to \
+             --fleetlock-tls-cert and its PEM private key to --fleetlock-tls-key",
+            cert.display(),
+            key.display()
+        ))
+    })
+}
+
+/// The node's port between binding and serving. Until the node serves, whoever connects is
+/// closed on at once: a peer asking "do you run a cluster yet?" (a static bootstrap's first
+/// machine, a joiner) learns "not yet" in a round trip instead of waiting out a timeout on a
+/// connection nobody accepts.
+pub struct BoundPort {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<TcpListener>,
+    /// The FleetLock listener, bound as early (served once the node runs).
+    fleetlock: Option<FleetLockListener>,
+}
+
+impl BoundPort {
+    fn new(listener: TcpListener, fleetlock: Option<FleetLockListener>) -> Self {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return listener,
+                    accepted = listener.accept() => drop(accepted),
+                }
+            }
+        });
+        Self {
+            stop,
+            task,
+            fleetlock,
+        }
+    }
+
+    /// The listeners, for the node's servers: its TLS port and FleetLock's, if any.
+    pub async fn into_listeners(
+        self,
+    ) -> Result<(TcpListener, Option<FleetLockListener>), AgentError> {
+        let _ = self.stop.send(());
+        let listener = self
+            .task
+            .await
+            .map_err(|e| AgentError::failed(format!("the node's port was lost: {e}")))?;
+        Ok((listener, self.fleetlock))
+    }
 }
 
 async fn wait_for_signal() {

@@ -52,7 +52,7 @@ impl Reconciler {
         if let Some(formation) = agent.formation() {
             // The discovery service unreachable: the voter table still runs, so a cluster
             // never depends on discovery for its voters.
-            match formation_view(&formation, &removed).await {
+            match formation_view(agent, &formation, &removed).await {
                 Ok(f) => view.formation = Some(f),
                 Err(e) => tracing::debug!(error = %e, "formation step skipped"),
             }
@@ -103,19 +103,33 @@ fn tidy_local_formation(agent: &Agent) {
 
 /// The URL's cohort, read from the discovery service.
 async fn formation_view(
+    agent: &Agent,
     formation: &FormationRecord,
     removed: &BTreeSet<NodeId>,
 ) -> Result<FormationView, DiscoveryError> {
-    let listing = DiscoveryClient::new(&formation.discovery_url)?
-        .listing()
-        .await?;
-    Ok(FormationView {
-        size: formation.size,
-        cohort: listing
+    let cohort = match formation {
+        FormationRecord::Discovery { url, .. } => DiscoveryClient::new(url)?
+            .listing()
+            .await?
             .cohort()
             .iter()
             .filter_map(|r| parse_member_id(&r.id))
             .collect(),
+        // The members admitted so far under the listed names.
+        FormationRecord::Static { names } => agent
+            .raft()
+            .read_local(|s| {
+                s.nodes
+                    .iter()
+                    .filter(|(_, n)| names.contains(&n.name))
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    };
+    Ok(FormationView {
+        size: formation.size(),
+        cohort,
         removed: removed.clone(),
     })
 }
@@ -166,7 +180,10 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
 /// Moves the discovery record from open to formed with the members' addresses as its peers (a
 /// few tries; the cluster does not need it).
 async fn mark_formed(formation: &FormationRecord, peers: Vec<String>) {
-    let Ok(discovery) = DiscoveryClient::new(&formation.discovery_url) else {
+    let FormationRecord::Discovery { url, .. } = formation else {
+        return;
+    };
+    let Ok(discovery) = DiscoveryClient::new(url) else {
         return;
     };
     let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(16));

@@ -369,11 +369,15 @@ fn cloud_init_recipe_writes_the_config_and_starts_the_agent() {
 
 #[test]
 fn standalone_unit_starts_the_agent_with_the_documented_agent_toml() {
-    let tomls = blocks("toml");
+    // The agent.toml of the discovery recipes (the static-bootstrap one has its own test).
+    let tomls: Vec<Block> = blocks("toml")
+        .into_iter()
+        .filter(|b| b.body.contains("discovery"))
+        .collect();
     assert_eq!(
         tomls.len(),
         1,
-        "docs/recipes.md should hold exactly one ```toml block (agent.toml)"
+        "docs/recipes.md should hold exactly one ```toml block with the discovery URL (agent.toml)"
     );
     let units: Vec<Block> = blocks("ini")
         .into_iter()
@@ -390,20 +394,81 @@ fn standalone_unit_starts_the_agent_with_the_documented_agent_toml() {
 }
 
 #[test]
+fn static_bootstrap_recipe_resolves_on_each_of_its_machines() {
+    let toml = blocks("toml")
+        .into_iter()
+        .find(|b| b.body.contains("initial_cluster"))
+        .expect("docs/recipes.md holds the static-bootstrap agent.toml");
+    let list = toml
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("initial_cluster = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("initial_cluster = \"…\"")
+        .to_string();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let secret = dir.path().join("join-secret");
+    std::fs::write(
+        &secret,
+        muster_shared::token::JoinSecret::generate().reveal(),
+    )
+    .expect("secret");
+    for entry in list.split(',') {
+        let (name, addr) = entry.split_once('=').expect("NAME=HOST:PORT");
+        let ip = addr.split(':').next().expect("host");
+        // Each machine: its own env file, the same agent.toml (paths pointed at the temp dir).
+        let env = dir.path().join(format!("{name}.env"));
+        std::fs::write(&env, format!("MUSTER_NAME={name}\nMUSTER_IP={ip}\n")).expect("env");
+        let body = toml
+            .body
+            .replace("/etc/muster/join-secret", &secret.display().to_string())
+            .replace("/etc/muster/host.env", &env.display().to_string());
+        let file = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&file, body).expect("toml");
+        let flags = AgentFlags {
+            config: Some(file),
+            ..Default::default()
+        };
+        let resolved = config::resolve(&flags, &HashMap::new())
+            .unwrap_or_else(|e| panic!("docs/recipes.md:{} on {name}: {e}", toml.line));
+        assert_eq!(resolved.name, name);
+        assert_eq!(resolved.initial_cluster.len(), 3, "{name}");
+        assert!(resolved.join_secret.is_some(), "{name}");
+    }
+}
+
+#[test]
 fn the_test_catches_a_broken_recipe() {
     // The checks above must be able to fail: a unit whose `${…}` systemd would expand, and flags
     // the agent does not know.
+    // Each must fail for its own reason, not for any reason.
     let toml = "discovery = \"https://discovery.example.com/x\"\n";
-    for unit in [
-        "[Service]\nExecStart=/opt/bin/muster agent --name %H --advertise ${IP}:7000\n",
-        "[Service]\nExecStart=/opt/bin/muster agent --name %H --advertize 10.0.0.1:7000\n",
+    for (unit, why) in [
+        (
+            "[Service]\nExecStart=/opt/bin/muster agent --name %H --advertise ${IP}:7000\n",
+            "write `$$` in ExecStart=",
+        ),
+        (
+            "[Service]\nExecStart=/opt/bin/muster agent --name %H --advertize 10.0.0.1:7000\n",
+            "`muster agent` refuses these flags",
+        ),
     ] {
         let unit = unit.to_string();
         let toml = toml.to_string();
         let outcome = std::panic::catch_unwind(move || check_agent_start("broken", &unit, &toml));
-        assert!(outcome.is_err(), "a broken unit passed the check");
+        let panic = outcome.expect_err("a broken unit passed the check");
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(not a text panic)");
+        assert!(
+            message.contains("broken: ") && message.contains(why),
+            "refused for another reason than {why:?}: {message}"
+        );
     }
-    assert!(YamlLoader::load_from_str("a: [1, 2\n").is_err());
+    let e = YamlLoader::load_from_str("a: [1, 2\n").expect_err("an unclosed flow sequence");
+    assert!(e.to_string().contains("expected ',' or ']'"), "{e}");
 }
 
 /// The autoscaling recipe in docs/membership.md is cloud-config too: it must parse, and write the
@@ -420,24 +485,33 @@ fn membership_autoscaling_recipe_parses() {
     let files = docs[0]["write_files"]
         .as_vec()
         .expect("write_files is a list");
-    let dropin = files
-        .iter()
-        .find(|f| f["path"].as_str() == Some("/etc/systemd/system/muster.service.d/token.conf"))
-        .expect("the muster.service drop-in");
-    let content = dropin["content"].as_str().expect("content");
+    let file = |path: &str| {
+        files
+            .iter()
+            .find(|f| f["path"].as_str() == Some(path))
+            .and_then(|f| f["content"].as_str())
+            .unwrap_or_else(|| panic!("docs/membership.md writes {path}"))
+            .to_string()
+    };
+    // The agent's config names the discovery URL and the secret file the fetch unit writes.
+    let config: toml::Table = toml::from_str(&file("/etc/muster/agent.toml"))
+        .unwrap_or_else(|e| panic!("agent.toml in docs/membership.md: {e}"));
+    let secret_file = config["join_secret_file"]
+        .as_str()
+        .expect("join_secret_file");
     assert!(
-        content.contains("EnvironmentFile=/run/muster/token.env"),
-        "{content}"
-    );
-    let fetch = files
-        .iter()
-        .find(|f| f["path"].as_str() == Some("/etc/systemd/system/muster-token.service"))
-        .expect("the token service");
-    assert!(
-        fetch["content"]
+        config["discovery"]
             .as_str()
-            .unwrap_or_default()
-            .contains("MUSTER_JOIN_TOKEN="),
-        "the token service writes MUSTER_JOIN_TOKEN, the agent's variable"
+            .is_some_and(|u| u.starts_with("https://"))
+    );
+    let fetch = file("/etc/systemd/system/muster-secret.service");
+    assert!(
+        fetch.contains(&format!("> {secret_file}")) && fetch.contains("umask 077"),
+        "the fetch unit writes the secret file privately: {fetch}"
+    );
+    let dropin = file("/etc/systemd/system/muster.service.d/secret.conf");
+    assert!(
+        dropin.contains("Requires=muster-secret.service"),
+        "{dropin}"
     );
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use muster_shared::duration::parse_duration;
 
+use crate::limits::parse_bytes;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "muster-discovery",
@@ -114,6 +116,130 @@ pub struct ServeConfig {
     )]
     pub max_watches: usize,
 
+    /// Most watches one client (an IPv4 address or an IPv6 /64) may hold at once; beyond it its
+    /// watches get 503 (etcd retries with backoff). 0 = no per-client cap.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_MAX_WATCHES_PER_CLIENT",
+        hide_env_values = true,
+        default_value_t = 128
+    )]
+    pub max_watches_per_client: usize,
+
+    /// Most open connections from one client; a connection beyond it is answered 503 and closed.
+    /// 0 = no cap.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_MAX_CONNECTIONS_PER_CLIENT",
+        hide_env_values = true,
+        default_value_t = 256
+    )]
+    pub max_connections_per_client: usize,
+
+    /// Token writes (PUT under a token) per second that one client may make (0 = unlimited).
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_WRITE_RATE",
+        hide_env_values = true,
+        default_value_t = 20
+    )]
+    pub write_rate: u32,
+
+    /// Burst of token writes a client may make at once before --write-rate applies.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_WRITE_BURST",
+        hide_env_values = true,
+        default_value_t = 200
+    )]
+    pub write_burst: u32,
+
+    /// Most live tokens in the whole service; /new answers 503 beyond it. 0 = no cap.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_MAX_TOKENS",
+        hide_env_values = true,
+        default_value_t = 100_000
+    )]
+    pub max_tokens: u64,
+
+    /// Most live tokens minted by one client; /new answers 429 beyond it. 0 = no cap.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_MAX_TOKENS_PER_CLIENT",
+        hide_env_values = true,
+        default_value_t = 1_000
+    )]
+    pub max_tokens_per_client: u64,
+
+    /// Most bytes stored in all (e.g. 1GiB); /new and token writes answer 503 beyond it. With
+    /// --store etcd this is compared with the etcd member's database size in use. 0 = no cap.
+    #[arg(long, env = "MUSTER_DISCOVERY_MAX_STORED_BYTES", hide_env_values = true, default_value = "1GiB", value_parser = parse_bytes)]
+    pub max_stored_bytes: u64,
+
+    /// Most bytes one token may hold (its registrations, metadata and record history).
+    #[arg(long, env = "MUSTER_DISCOVERY_MAX_TOKEN_BYTES", hide_env_values = true, default_value = "128KiB", value_parser = parse_bytes)]
+    pub max_token_bytes: u64,
+
+    /// Memory for recently used tokens (fjall store); other tokens are read from disk on demand.
+    #[arg(long, env = "MUSTER_DISCOVERY_CACHE_BYTES", hide_env_values = true, default_value = "32MiB", value_parser = parse_bytes)]
+    pub cache_bytes: u64,
+
+    /// How long a client may take to send its request headers; then it gets 408 and the
+    /// connection is closed.
+    #[arg(long, env = "MUSTER_DISCOVERY_HEADER_TIMEOUT", hide_env_values = true, default_value = "10s", value_parser = parse_request_timeout)]
+    pub header_timeout: Duration,
+
+    /// How long a client may take to send a request body; then it gets 408.
+    #[arg(long, env = "MUSTER_DISCOVERY_BODY_TIMEOUT", hide_env_values = true, default_value = "10s", value_parser = parse_request_timeout)]
+    pub body_timeout: Duration,
+
+    /// Where state lives: `fjall` (embedded, in --data-dir) or `etcd` (an existing etcd v3
+    /// cluster, so that several stateless replicas can serve behind a load balancer).
+    #[arg(long, env = "MUSTER_DISCOVERY_STORE", hide_env_values = true, default_value = "fjall", value_parser = ["fjall", "etcd"])]
+    pub store: String,
+
+    /// etcd v3 client URLs for --store etcd, comma-separated (http:// or https://).
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_ETCD_ENDPOINTS",
+        hide_env_values = true,
+        value_delimiter = ',',
+        required_if_eq("store", "etcd")
+    )]
+    pub etcd_endpoints: Vec<String>,
+
+    /// Key prefix in etcd under which all state lives (one prefix per service).
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_ETCD_PREFIX",
+        hide_env_values = true,
+        default_value = "/muster-discovery/"
+    )]
+    pub etcd_prefix: String,
+
+    /// PEM CA bundle that signs the etcd servers' certificates (https endpoints).
+    #[arg(long, env = "MUSTER_DISCOVERY_ETCD_CA", hide_env_values = true)]
+    pub etcd_ca: Option<PathBuf>,
+
+    /// PEM client certificate for etcd (with --etcd-key).
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_ETCD_CERT",
+        hide_env_values = true,
+        requires = "etcd_key"
+    )]
+    pub etcd_cert: Option<PathBuf>,
+
+    /// PEM private key of --etcd-cert.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_ETCD_KEY",
+        hide_env_values = true,
+        requires = "etcd_cert"
+    )]
+    pub etcd_key: Option<PathBuf>,
+
     /// Log format: text or json.
     #[arg(long, env = "MUSTER_DISCOVERY_LOG_FORMAT", hide_env_values = true, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -173,6 +299,14 @@ fn parse_hold(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+fn parse_request_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(1) || d > Duration::from_secs(300) {
+        return Err("use 1s..=5m (etcd gives every non-watch request 5s in all)".into());
+    }
+    Ok(d)
+}
+
 fn parse_public_url(s: &str) -> Result<String, String> {
     let rest = s
         .strip_prefix("http://")
@@ -187,6 +321,44 @@ fn parse_public_url(s: &str) -> Result<String, String> {
 }
 
 impl ServeConfig {
+    /// The flag defaults for a service embedded in another process (`muster demo`, tests),
+    /// listening on `listen` with its database in `data_dir`. Unlike parsing, it reads no
+    /// `MUSTER_DISCOVERY_*` variable, so the caller's environment cannot change it.
+    pub fn embedded(listen: SocketAddr, data_dir: PathBuf) -> Self {
+        const MIB: u64 = 1024 * 1024;
+        ServeConfig {
+            listen,
+            data_dir,
+            public_url: None,
+            max_size: 9,
+            token_ttl: Duration::from_secs(7 * 24 * 3600),
+            hold: Duration::from_secs(30),
+            tls_cert: None,
+            tls_key: None,
+            new_rate: 20,
+            new_burst: 200,
+            max_watches: 10_000,
+            max_watches_per_client: 128,
+            max_connections_per_client: 256,
+            write_rate: 20,
+            write_burst: 200,
+            max_tokens: 100_000,
+            max_tokens_per_client: 1_000,
+            max_stored_bytes: 1024 * MIB,
+            max_token_bytes: 128 * 1024,
+            cache_bytes: 32 * MIB,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            store: "fjall".into(),
+            etcd_endpoints: Vec::new(),
+            etcd_prefix: "/muster-discovery/".into(),
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            log_format: "text".into(),
+        }
+    }
+
     pub fn tls(&self) -> Option<(&PathBuf, &PathBuf)> {
         self.tls_cert.as_ref().zip(self.tls_key.as_ref())
     }
@@ -195,6 +367,23 @@ impl ServeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn embedded_defaults_are_the_flag_defaults() {
+        let parsed = Cli::try_parse_from([
+            "muster-discovery",
+            "serve",
+            "--listen",
+            "127.0.0.1:9",
+            "--data-dir",
+            "/tmp/x",
+        ])
+        .expect("defaults parse");
+        let Command::Serve(parsed) = parsed.command;
+        let embedded = ServeConfig::embedded("127.0.0.1:9".parse().expect("addr"), "/tmp/x".into());
+        // Debug covers every field, so a new flag whose default differs fails here.
+        assert_eq!(format!("{parsed:?}"), format!("{embedded:?}"));
+    }
 
     #[test]
     fn default_data_dir_follows_the_platform_convention() {

@@ -35,9 +35,14 @@ pub fn absolute_key(token: &str, key: &str) -> String {
 
 /// Parses a raw URI path. Returns an etcd-shaped error for anything that cannot name a key.
 pub fn parse_token_path(raw: &str) -> Result<TokenPath, V2Error> {
-    let path = raw.strip_prefix(ETCD_REGISTRY_PREFIX).unwrap_or(raw);
+    // The alias counts only as a whole segment: `/v2/keys/_etcd/registryx` is no alias.
+    let path = raw
+        .strip_prefix(ETCD_REGISTRY_PREFIX)
+        .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+        .unwrap_or(raw);
     let Some(rest) = path.strip_prefix('/') else {
-        return Err(V2Error::key_not_found(raw.to_string(), 0));
+        // Errors quote at most a short prefix of what the client sent.
+        return Err(V2Error::key_not_found(truncate(raw).to_string(), 0));
     };
     // One trailing slash is how etcd spells a directory (`--discovery https://host/<token>/`).
     let rest = rest.strip_suffix('/').unwrap_or(rest);
@@ -180,7 +185,39 @@ fn validate_peer_url(url: &str) -> Result<(), String> {
     if host.is_empty() || port.parse::<u16>().is_err() {
         return Err(format!("{url:?}: expected host:port"));
     }
+    if !valid_host(host) {
+        return Err(format!(
+            "{url:?}: {host:?} is not a valid host (an IPv4 address, [IPv6] or a DNS name)"
+        ));
+    }
     Ok(())
+}
+
+/// An IPv4 address, a bracketed IPv6 address, or a DNS name (RFC 1123 labels of letters, digits
+/// and inner hyphens, at most 63 characters each and 253 in all, not ending in a numeric label).
+fn valid_host(host: &str) -> bool {
+    if let Some(inner) = host.strip_prefix('[') {
+        return inner
+            .strip_suffix(']')
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    if host.parse::<std::net::Ipv4Addr>().is_ok() {
+        return true;
+    }
+    if host.len() > 253 {
+        return false;
+    }
+    let labels: Vec<&str> = host.split('.').collect();
+    let label_ok = |l: &&str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    labels.iter().all(label_ok)
+        && labels
+            .last()
+            .is_some_and(|l| !l.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The member name of a (validated) registration value.
@@ -277,6 +314,26 @@ mod tests {
         assert!(validate_member_value("n1=http://h:99999").is_err());
         assert!(validate_member_value("a=http://h:1,b=http://h:2").is_err());
         assert!(validate_member_value(&format!("n=http://{}:1", "h".repeat(5000))).is_err());
+        for bad_host in [
+            "n=http://exa_mple.com:1",
+            "n=http://-h:1",
+            "n=http://h-.x:1",
+            "n=http://10.0.0.999:1",
+            "n=http://[::zz]:1",
+            "n=http://::1:1",
+            "n=http://a..b:1",
+            "n=http://h%20:1",
+        ] {
+            assert!(validate_member_value(bad_host).is_err(), "{bad_host}");
+        }
+        for good_host in [
+            "n=http://etcd-1.example.com:2380",
+            "n=http://[fd00::1]:2380",
+            "n=https://10.0.0.1:1",
+            "n=http://localhost:2380",
+        ] {
+            assert!(validate_member_value(good_host).is_ok(), "{good_host}");
+        }
         assert_eq!(member_name("n1=http://h:1"), "n1");
     }
 }

@@ -8,6 +8,7 @@
 pub mod config;
 pub mod http;
 pub mod keys;
+pub mod limits;
 pub mod metrics;
 pub mod model;
 pub mod server;

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::limits::LimitKind;
 use crate::store::StoreStats;
 
 /// Upper bounds (seconds) of the latency buckets.
@@ -26,6 +27,9 @@ pub struct Metrics {
     /// (route, status) -> latency histogram; the count doubles as the request counter.
     requests: Mutex<BTreeMap<(&'static str, u16), Histogram>>,
     held_watches: AtomicI64,
+    open_connections: AtomicI64,
+    /// Refusals by limit, indexed like [`LimitKind::ALL`].
+    limited: [AtomicU64; LimitKind::ALL.len()],
 }
 
 impl Metrics {
@@ -51,6 +55,21 @@ impl Metrics {
         self.held_watches.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// A limit refused something.
+    pub fn limited(&self, kind: LimitKind) {
+        if let Some(i) = LimitKind::ALL.iter().position(|k| *k == kind) {
+            self.limited[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn connection_opened(&self) {
+        self.open_connections.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn connection_closed(&self) {
+        self.open_connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
     pub fn held_watches(&self) -> i64 {
         self.held_watches.load(Ordering::Acquire)
     }
@@ -70,12 +89,42 @@ impl Metrics {
             "gauge",
             stats.tokens as f64,
         );
+        if let Some(registrations) = stats.registrations {
+            gauge(
+                &mut out,
+                "muster_discovery_registrations",
+                "Member registrations held by live tokens.",
+                "gauge",
+                registrations as f64,
+            );
+        }
         gauge(
             &mut out,
-            "muster_discovery_registrations",
-            "Member registrations held by live tokens.",
+            "muster_discovery_stored_bytes",
+            "Bytes counted against --max-stored-bytes.",
             "gauge",
-            stats.registrations as f64,
+            stats.stored_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_cache_bytes",
+            "Estimated memory held by the token cache.",
+            "gauge",
+            stats.cache_bytes as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_cached_tokens",
+            "Tokens in the memory cache.",
+            "gauge",
+            stats.cached_tokens as f64,
+        );
+        gauge(
+            &mut out,
+            "muster_discovery_open_connections",
+            "Client connections open right now.",
+            "gauge",
+            self.open_connections.load(Ordering::Acquire) as f64,
         );
         gauge(
             &mut out,
@@ -91,13 +140,28 @@ impl Metrics {
             "counter",
             stats.registrations_total as f64,
         );
-        gauge(
-            &mut out,
-            "muster_discovery_tokens_expired_total",
-            "Expired tokens deleted by this process.",
-            "counter",
-            stats.tokens_expired_total as f64,
+        if let Some(expired) = stats.tokens_expired_total {
+            gauge(
+                &mut out,
+                "muster_discovery_tokens_expired_total",
+                "Expired tokens deleted by this process.",
+                "counter",
+                expired as f64,
+            );
+        }
+        let name = "muster_discovery_limited_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Requests and connections refused by a resource limit, by kind.\n# TYPE {name} counter"
         );
+        for (kind, count) in LimitKind::ALL.iter().zip(&self.limited) {
+            let _ = writeln!(
+                out,
+                "{name}{{kind=\"{}\"}} {}",
+                kind.as_str(),
+                count.load(Ordering::Relaxed)
+            );
+        }
         gauge(
             &mut out,
             "muster_discovery_held_watches",
@@ -156,6 +220,16 @@ mod tests {
         );
         assert!(
             text.contains(r#"_count{route="new",status="200"} 2"#),
+            "{text}"
+        );
+        m.limited(LimitKind::TooManyWatches);
+        let text = m.render(&StoreStats::default());
+        assert!(
+            text.contains(r#"muster_discovery_limited_total{kind="too_many_watches"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"muster_discovery_limited_total{kind="storage_full"} 0"#),
             "{text}"
         );
     }

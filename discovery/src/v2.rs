@@ -42,6 +42,9 @@ pub struct V2Error {
     pub message: &'static str,
     pub cause: String,
     pub index: u64,
+    /// A Muster resource limit's stable kind (`rate_limited`, `storage_full`, …), sent as an
+    /// extra `kind` field that etcd's client ignores.
+    pub kind: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -51,11 +54,15 @@ struct ErrorJson<'a> {
     message: &'a str,
     cause: &'a str,
     index: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'a str>,
 }
 
 impl V2Error {
     /// Muster-specific: the token already holds as many keys as it may.
     pub const CODE_LIMIT: u32 = 1001;
+    /// Muster-specific: the client sent more writes than `--write-rate` allows.
+    pub const CODE_RATE: u32 = 1002;
 
     fn new(
         status: u16,
@@ -70,7 +77,33 @@ impl V2Error {
             message,
             cause: cause.into(),
             index,
+            kind: None,
         }
+    }
+
+    /// Tags the error with a limit's stable kind.
+    pub fn with_kind(mut self, kind: &'static str) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// The etcd-shaped answer for a resource limit on a token path: 5xx where etcd's client
+    /// should retry (watches, a full store), 4xx where retrying cannot help.
+    pub fn limited(l: &crate::limits::Limited, index: u64) -> Self {
+        use crate::limits::LimitKind as K;
+        let e = match l.kind {
+            K::RateLimited => {
+                Self::new(429, Self::CODE_RATE, "Too many requests", &l.message, index)
+            }
+            K::TokenFull => Self::limit_reached(&l.message, index),
+            K::RequestTimeout => Self::new(408, 210, "Invalid POST form", &l.message, index),
+            K::TooManyWatches
+            | K::StorageFull
+            | K::TooManyTokens
+            | K::ClientTokenQuota
+            | K::TooManyConnections => Self::unavailable(&l.message, index),
+        };
+        e.with_kind(l.kind.as_str())
     }
 
     pub fn key_not_found(cause: impl Into<String>, index: u64) -> Self {
@@ -132,6 +165,7 @@ impl V2Error {
             message: self.message,
             cause: &self.cause,
             index: self.index,
+            kind: self.kind,
         })
         .unwrap_or_else(|_| String::from("{}"))
     }

@@ -437,6 +437,18 @@ pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<
     Ok(Arc::new(config))
 }
 
+/// The rustls config for a listener with an operator's own certificate (FleetLock for Zincati on
+/// other machines): presents `cert_pem`'s chain with `key_pem`, asks no client certificate.
+/// ALPN `http/1.1`.
+pub fn plain_server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
+    let mut config = ServerConfig::builder_with_provider(ring_provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs(cert_pem)?, private_key(key_pem)?)?;
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// The rustls config for node-to-node requests: trusts only the CA in `ca_pem` and presents
 /// `cert_pem` / `key_pem` as the client certificate. Use [`node_dns_name`] (or the peer's
 /// advertise IP/host) as the server name. ALPN `http/1.1`.
@@ -538,6 +550,74 @@ pub fn is_ca_pin_mismatch(err: &(dyn std::error::Error + 'static)) -> bool {
         };
     }
     false
+}
+
+/// A client config that accepts any server certificate (the handshake's own signatures are
+/// still checked). For one purpose only: asking a server to *prove* it knows a join secret
+/// ([`crate::token::secret_proof`]), when the asker has no CA pin yet. The proof, not the
+/// channel, authenticates that answer; nothing secret is sent over such a connection, and the
+/// pin it yields is then used for a properly pinned connection.
+pub fn unverified_client_config() -> Result<Arc<ClientConfig>> {
+    let provider = ring_provider();
+    let mut config = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer { provider }))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    Ok(Arc::new(config))
+}
+
+#[derive(Debug)]
+struct AnyServer {
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// Verifies a server chain against the CA whose pin it was given (see [`pinned_client_config`]).

@@ -183,6 +183,122 @@ impl std::fmt::Debug for SecretToken {
     }
 }
 
+/// The prefix of a pre-shared join secret's text.
+const JOIN_SECRET_PREFIX: &str = "JS1";
+
+/// A pre-shared join secret (`muster secret generate`): 256 bits that sit in every machine's
+/// user-data from day one. The initiator records only its hash, as a multi-use join credential
+/// whose public id is derived from the secret, so a machine holding just the secret can name
+/// the credential it presents. Text: `JS1.<64 hex>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JoinSecret {
+    secret: String,
+}
+
+impl JoinSecret {
+    pub fn generate() -> Self {
+        Self {
+            secret: random_hex(TOKEN_SECRET_BYTES),
+        }
+    }
+
+    /// Parses `JS1.<64 hex>` (surrounding whitespace, e.g. a file's trailing newline, ignored).
+    pub fn parse(text: &str) -> Result<Self, TokenFormatError> {
+        let shape = || TokenFormatError::Shape {
+            expected: "a join secret (from `muster secret generate`)",
+            prefix: JOIN_SECRET_PREFIX,
+        };
+        let (prefix, secret) = text.trim().split_once('.').ok_or_else(shape)?;
+        if prefix != JOIN_SECRET_PREFIX
+            || secret.len() != 2 * TOKEN_SECRET_BYTES
+            || !is_lower_hex(secret)
+        {
+            return Err(shape());
+        }
+        Ok(Self {
+            secret: secret.to_string(),
+        })
+    }
+
+    /// The credential's public id (16 hex), safe to log and list. Derived from the secret in
+    /// its own domain, so it reveals nothing about the secret or its hash.
+    pub fn id(&self) -> String {
+        sha256_hex(format!("muster join secret id\n{}", self.secret).as_bytes())
+            [..2 * TOKEN_ID_BYTES]
+            .to_string()
+    }
+
+    /// What the cluster stores: SHA-256 (hex) of the secret, like a join token's.
+    pub fn secret_hash(&self) -> String {
+        hash_secret(&self.secret)
+    }
+
+    /// The secret itself: send it only inside TLS to a server that proved the cluster's CA.
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
+    /// The whole text. Print it once, to the person who asked for it.
+    pub fn reveal(&self) -> String {
+        format!("{JOIN_SECRET_PREFIX}.{}", self.secret)
+    }
+
+    /// This secret as a join token of the cluster whose CA has `ca_pin`: the same credential,
+    /// presented the way every join presents one.
+    pub fn as_token(&self, ca_pin: &str) -> SecretToken {
+        SecretToken {
+            kind: TokenKind::Join,
+            ca_pin: ca_pin.to_ascii_lowercase(),
+            id: self.id(),
+            secret: self.secret.clone(),
+        }
+    }
+}
+
+/// Never prints the secret.
+impl std::fmt::Debug for JoinSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinSecret")
+            .field("id", &self.id())
+            .field("secret", &format_args!("<redacted>"))
+            .finish()
+    }
+}
+
+/// Proof that a server knows a join secret, for a joiner that has no CA pin yet (static
+/// bootstrap, or a join through `--join` with only the secret): an HMAC-SHA-256, keyed with the
+/// secret's hash (what members store), over the joiner's nonce and the cluster the server
+/// claims to be. A server without the secret cannot produce it, so a joiner that checks it
+/// never sends its secret (nor trusts a CA) to an impostor.
+pub fn secret_proof(secret_sha256: &str, nonce: &str, ca_pin: &str, cluster_id: &str) -> String {
+    hmac_sha256_hex(
+        secret_sha256.as_bytes(),
+        format!("muster secret proof v1\n{nonce}\n{ca_pin}\n{cluster_id}").as_bytes(),
+    )
+}
+
+/// HMAC-SHA-256 (RFC 2104) as lowercase hex.
+fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    const BLOCK: usize = 64;
+    let mut block_key = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block_key[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block_key[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block_key.map(|k| k ^ byte);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    let outer = Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize();
+    hex::encode(outer)
+}
+
 /// SHA-256 (hex) of a token secret as it was presented.
 pub fn hash_secret(secret: &str) -> String {
     sha256_hex(secret.as_bytes())
@@ -226,6 +342,51 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
+    #[test]
+    fn hmac_matches_rfc_4231_vectors() {
+        // Test cases 1 and 2 of RFC 4231.
+        assert_eq!(
+            hmac_sha256_hex(&[0x0b; 20], b"Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+        );
+        assert_eq!(
+            hmac_sha256_hex(b"Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn join_secrets_round_trip_and_name_their_credential() {
+        let s = JoinSecret::generate();
+        let text = s.reveal();
+        assert!(text.starts_with("JS1."), "{text}");
+        let back = JoinSecret::parse(&format!("{text}\n")).expect("parses");
+        assert_eq!(back, s);
+        assert_eq!(back.id(), s.id());
+        assert_eq!(s.id().len(), 16);
+        assert_ne!(JoinSecret::generate().id(), s.id());
+        let token = s.as_token(&"ab".repeat(32));
+        assert_eq!(
+            (token.id(), token.secret_hash()),
+            (s.id().as_str(), s.secret_hash())
+        );
+        for bad in [
+            "",
+            "JS1.",
+            "JS2.00",
+            &text.to_uppercase(),
+            &text[..text.len() - 1],
+        ] {
+            assert!(JoinSecret::parse(bad).is_err(), "{bad:?}");
+        }
+        // The proof depends on every input.
+        let p = secret_proof(&s.secret_hash(), "n1", "pin", "c1");
+        assert_ne!(p, secret_proof(&s.secret_hash(), "n2", "pin", "c1"));
+        assert_ne!(p, secret_proof(&s.secret_hash(), "n1", "pin2", "c1"));
+        assert_ne!(p, secret_proof(&s.secret_hash(), "n1", "pin", "c2"));
+        assert_ne!(p, secret_proof(&hash_secret("other"), "n1", "pin", "c1"));
+    }
+
     #[test]
     fn join_tokens_round_trip_and_hash_their_secret() {
         let pin = "ab".repeat(32);

@@ -4,8 +4,10 @@
 //! Binaries are found next to the running test or bench executable (`target/<profile>/`), or in
 //! `$MUSTER_BIN_DIR`. `cargo test --workspace` builds them before any test runs.
 
+pub mod etcd_cluster;
 pub mod history;
 pub mod netns;
+pub mod peer_client;
 pub mod workload;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,40 +33,222 @@ pub fn bin_path(name: &str) -> PathBuf {
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or fails after `timeout` naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
+    poll_until(what, timeout, Duration::from_millis(20), check).await
+}
+
+/// [`wait_for`] with a poll interval of `every`, for checks that are expensive to run (a
+/// `docker compose exec`). The deadline also bounds each check: one that is still running when
+/// `timeout` is up is abandoned, and the wait fails instead of hanging on it.
+pub async fn poll_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if let Some(v) = check().await {
-            return Ok(v);
+        let started = tokio::time::Instant::now();
+        match tokio::time::timeout_at(deadline, check()).await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(_) => {
+                // Cut at the deadline. Say so when the check itself was what took the time
+                // (it hangs), not when the deadline merely fell during a quick one.
+                let ran = started.elapsed();
+                if ran >= (timeout / 2).min(Duration::from_secs(1)) {
+                    bail!(
+                        "timed out after {timeout:?} waiting for {what} (the last check was still \
+                         running after {ran:?})"
+                    );
+                }
+                bail!("timed out after {timeout:?} waiting for {what}");
+            }
         }
-        if Instant::now() >= deadline {
+        if tokio::time::Instant::now() >= deadline {
             bail!("timed out after {timeout:?} waiting for {what}");
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The poll interval of this deadline loop.
+        tokio::time::sleep_until((tokio::time::Instant::now() + every).min(deadline)).await;
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released; fine for tests on loopback). The kernel
-/// may hand a just-released port out again, so ports given out by this process are remembered
-/// and never given twice: tests running in parallel would otherwise collide.
+// ---------------------------------------------------------------------------------------------
+// prerequisites: fail, never skip, unless the environment says a skip is fine
+
+/// Whether `MUSTER_ALLOW_SKIP` names `what` (`etcd`, `docker`, `netns`): a comma-separated list,
+/// case-insensitive, spaces ignored. Only then may a test whose prerequisite is missing pass
+/// without running.
+pub fn skip_allowed(what: &str) -> bool {
+    std::env::var("MUSTER_ALLOW_SKIP").is_ok_and(|list| list_names(&list, what))
+}
+
+fn list_names(list: &str, what: &str) -> bool {
+    list.split(',')
+        .any(|name| name.trim().eq_ignore_ascii_case(what))
+}
+
+/// Whether the variable is set to a truthy value: `1`, `true`, `yes` or `on`, in any case.
+pub fn env_truthy(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| is_truthy(&v))
+}
+
+fn is_truthy(value: &str) -> bool {
+    ["1", "true", "yes", "on"]
+        .iter()
+        .any(|t| value.trim().eq_ignore_ascii_case(t))
+}
+
+/// Whether a test may skip because `what` is missing: only if `allow_skip` (the value of
+/// `MUSTER_ALLOW_SKIP`) names it and `require` (the value of the old `MUSTER_REQUIRE_*`
+/// variable) is not truthy. Everything else, including no variable at all, means "fail".
+fn may_skip(what: &str, allow_skip: Option<&str>, require: Option<&str>) -> bool {
+    allow_skip.is_some_and(|list| list_names(list, what)) && !require.is_some_and(is_truthy)
+}
+
+/// For a test whose prerequisite `what` is missing (`why`; `fix` says how to get it): fails the
+/// test (panics) unless `MUSTER_ALLOW_SKIP` names `what` and `require_var` (`MUSTER_REQUIRE_ETCD`,
+/// `MUSTER_REQUIRE_DOCKER`) is not truthy. If the skip is allowed it prints a loud notice and
+/// returns; the test then returns early.
+pub fn missing_prerequisite(test: &str, what: &str, require_var: &str, why: &str, fix: &str) {
+    let allow = std::env::var("MUSTER_ALLOW_SKIP").ok();
+    let require = std::env::var(require_var).ok();
+    if !may_skip(what, allow.as_deref(), require.as_deref()) {
+        let because = if require.as_deref().is_some_and(is_truthy) {
+            format!("{require_var} requires it")
+        } else {
+            format!("set MUSTER_ALLOW_SKIP={what} to skip instead")
+        };
+        panic!("{test} needs {what}: {why}; {fix} ({because})");
+    }
+    eprintln!("\n*** {test}: SKIPPED — {why} (MUSTER_ALLOW_SKIP contains {what}); {fix} ***\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// ports
+
+/// The ports tests hand out when the process cannot be given a bound socket (`muster agent`
+/// must know the port it advertises before it starts; so must etcd; Docker publishes a fixed
+/// host port): from 20000 up to the start of the kernel's ephemeral range
+/// (`/proc/sys/net/ipv4/ip_local_port_range`), so that no outgoing connection is ever given one
+/// of them between our check and the process's own bind.
+fn port_range() -> (u16, u16) {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low >= 21_000 {
+        (20_000, low)
+    } else if low >= 2_048 {
+        (1_024, low)
+    } else {
+        // Almost every port is ephemeral here: nothing below the range is left to use.
+        (20_000, 30_000)
+    }
+}
+
+/// A TCP port on 127.0.0.1 for a process that binds it itself. It comes from [`port_range`],
+/// below the kernel's ephemeral ports; each test process starts at its own offset (derived from
+/// its pid), never hands a port out twice, and checks by binding that nothing listens on it.
+/// Where the process can bind port 0 and report its address (`muster-discovery --listen
+/// 127.0.0.1:0`), use that instead.
 pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    for _ in 0..100 {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .unwrap_or(0);
-        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if port != 0 && !given.contains(&port) {
-            given.push(port);
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static RANGE: OnceLock<(u16, u16, u32)> = OnceLock::new();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high, start) = *RANGE.get_or_init(|| {
+        let (low, high) = port_range();
+        let span = u32::from(high - low);
+        // Spread the processes of parallel test runs over the range (Fibonacci hashing of the
+        // pid), so that they rarely start near each other.
+        let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+        (low, high, start)
+    });
+    let span = u32::from(high - low);
+    for _ in 0..span {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = low + ((start + i) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
-    0
+    panic!("no free TCP port on 127.0.0.1 in {low}..{high}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// logs
+
+/// The logs of one process we start and restart: a fresh file for every spawn, `<stem>.log`,
+/// then `<stem>.2.log`, `<stem>.3.log`, … next to each other. A name that is taken (another
+/// process of the same name under the same directory) is skipped, never appended to.
+#[derive(Debug)]
+struct Logs {
+    dir: PathBuf,
+    stem: String,
+    files: Vec<PathBuf>,
+}
+
+impl Logs {
+    fn new(dir: &Path, stem: &str) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            stem: stem.to_string(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Creates the next spawn's file; returns its path and the file to hand to the process.
+    fn next(&mut self) -> Result<(PathBuf, std::fs::File)> {
+        for n in (self.files.len() + 1).. {
+            let name = match n {
+                1 => format!("{}.log", self.stem),
+                n => format!("{}.{n}.log", self.stem),
+            };
+            let path = self.dir.join(name);
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    self.files.push(path.clone());
+                    return Ok((path, file));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+            }
+        }
+        unreachable!("an unbounded range ends")
+    }
+
+    /// Every spawn's log, oldest first.
+    fn all(&self) -> String {
+        let mut out = String::new();
+        for path in &self.files {
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        out
+    }
+
+    /// The log of the latest spawn only.
+    fn last(&self) -> String {
+        self.files
+            .last()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+    }
 }
 
 /// A running `muster-discovery serve`.
@@ -75,9 +259,21 @@ pub struct Discovery {
     /// `http://127.0.0.1:PORT` (or https).
     pub base: String,
     pub data_dir: PathBuf,
+    /// The log of the latest start (`<data dir>.log`, then `<data dir>.2.log`, …).
     pub log_path: PathBuf,
+    logs: Logs,
     args: Vec<String>,
     _tmp: Option<tempfile::TempDir>,
+    /// The private etcd behind `--store etcd` (see [`discovery_store_is_etcd`]); dropped, and
+    /// so killed, after the service.
+    _backing: Option<etcd_cluster::EtcdCluster>,
+}
+
+/// Whether the harness runs its discovery services on `--store etcd`
+/// (`MUSTER_TEST_DISCOVERY_STORE=etcd`) instead of the embedded store: the same protocol tests
+/// then prove both stores. Each service gets a single-member etcd of its own.
+pub fn discovery_store_is_etcd() -> bool {
+    std::env::var("MUSTER_TEST_DISCOVERY_STORE").is_ok_and(|v| v.trim() == "etcd")
 }
 
 impl Discovery {
@@ -97,17 +293,36 @@ impl Discovery {
         if !extra.contains(&"--new-rate") {
             args.extend(["--new-rate".to_string(), "0".to_string()]);
         }
-        let log_path = data_dir.with_extension("log");
+        let dir = data_dir.parent().unwrap_or(Path::new("."));
+        let stem = data_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "discovery".into());
         let mut d = Self {
             child: None,
             _stdout: None,
             addr: "127.0.0.1:0".parse()?,
             base: String::new(),
             data_dir: data_dir.to_path_buf(),
-            log_path,
+            log_path: PathBuf::new(),
+            logs: Logs::new(dir, &stem),
             args,
             _tmp: None,
+            _backing: None,
         };
+        if discovery_store_is_etcd() && !extra.contains(&"--store") {
+            let Some(bin) = etcd_binary("muster-discovery --store etcd") else {
+                bail!("MUSTER_TEST_DISCOVERY_STORE=etcd needs etcd on PATH");
+            };
+            let backing = etcd_cluster::EtcdCluster::start(&bin, 1).await?;
+            d.args.extend([
+                "--store".to_string(),
+                "etcd".to_string(),
+                "--etcd-endpoints".to_string(),
+                backing.endpoints(),
+            ]);
+            d._backing = Some(backing);
+        }
         d.spawn(listen).await?;
         Ok(d)
     }
@@ -120,10 +335,11 @@ impl Discovery {
                 bin.display()
             );
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
+        if still_running(&mut self.child) {
+            bail!("muster-discovery is still running: stop it before starting it again");
+        }
+        let (log_path, log) = self.logs.next()?;
+        self.log_path = log_path;
         let mut command = Command::new(&bin);
         clear_muster_env(&mut command);
         let mut child = command
@@ -145,8 +361,13 @@ impl Discovery {
         let mut line = String::new();
         let read = tokio::time::timeout(Duration::from_secs(20), reader.read_line(&mut line)).await;
         if !matches!(read, Ok(Ok(n)) if n > 0) {
-            let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-            bail!("muster-discovery did not start; log:\n{log}");
+            // Reap it (bounded), so that the log is complete and nothing holds the port.
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(KILL_TIMEOUT, child.wait()).await;
+            bail!(
+                "muster-discovery did not start on {listen}; log:\n{}",
+                self.logs.last()
+            );
         }
         let url = line
             .trim()
@@ -169,11 +390,9 @@ impl Discovery {
         self.child.as_ref().and_then(|c| c.id())
     }
 
-    /// SIGKILL: no chance to flush anything.
+    /// SIGKILL: no chance to flush anything. Returns once the process is gone (bounded).
     pub async fn kill9(&mut self) -> Result<()> {
-        if let Some(mut child) = self.child.take() {
-            child.kill().await?;
-        }
+        kill_child(&mut self.child, "muster-discovery").await?;
         self._stdout = None;
         Ok(())
     }
@@ -185,16 +404,24 @@ impl Discovery {
         code
     }
 
-    /// Starts again on the same address and data dir (after kill9 or terminate).
+    /// Starts again on the same address and data dir (after kill9 or terminate, which return
+    /// only once the old process is gone, so its listener and data-dir lock are released).
+    ///
+    /// The address came from the kernel's ephemeral range (`--listen 127.0.0.1:0`), so an
+    /// outgoing connection may hold the port for a moment: only that ("Address in use" in the
+    /// new process's log) is waited out, until a deadline; any other failure fails at once.
     pub async fn restart(&mut self) -> Result<()> {
         let listen = self.addr.to_string();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match self.spawn(&listen).await {
                 Ok(()) => return Ok(()),
-                // The old socket may linger for a moment after a kill.
-                Err(e) if Instant::now() < deadline => {
-                    let _ = e;
+                Err(_)
+                    if self.logs.last().contains("Address already in use")
+                        && Instant::now() < deadline =>
+                {
+                    eprintln!("restarting muster-discovery: {listen} is still taken; retrying");
+                    // The poll interval of this deadline loop.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => return Err(e),
@@ -202,22 +429,52 @@ impl Discovery {
         }
     }
 
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    /// The etcd behind this service when it runs on `--store etcd` for the harness.
+    pub fn backing_etcd(&self) -> Option<&etcd_cluster::EtcdCluster> {
+        self._backing.as_ref()
     }
 
-    /// Mints a token of `size`; returns the full discovery URL.
+    /// The logs of every start of this service, oldest first.
+    pub fn log(&self) -> String {
+        self.logs.all()
+    }
+
+    /// The log of the latest start only.
+    pub fn last_log(&self) -> String {
+        self.logs.last()
+    }
+
+    /// Every log file of this service, oldest first (one per start).
+    pub fn log_paths(&self) -> &[PathBuf] {
+        &self.logs.files
+    }
+
+    /// Mints a token of `size`; returns the full discovery URL. Fails after [`HTTP_TIMEOUT`].
     pub async fn new_token(&self, size: u32) -> Result<String> {
+        let url = format!("{}/new?size={size}", self.base);
         let resp = http_client()
-            .get(format!("{}/new?size={size}", self.base))
+            .get(&url)
+            .timeout(HTTP_TIMEOUT)
             .send()
-            .await?;
+            .await
+            .with_context(|| format!("GET {url}"))?;
         let status = resp.status();
         let body = resp.text().await?;
         if !status.is_success() {
             bail!("/new answered {status}: {body}");
         }
         Ok(body)
+    }
+
+    /// The value of one sample on `/metrics`, named exactly as it is printed, labels included
+    /// (`muster_discovery_held_watches`, `…_count{route="token_watch",status="200"}`). `None`
+    /// if the service does not answer or has no such sample.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let metrics = get(&format!("{}/metrics", self.base)).await.ok()?;
+        metrics.body.lines().find_map(|line| {
+            let value = line.strip_prefix(sample)?.strip_prefix(' ')?;
+            value.trim().parse().ok()
+        })
     }
 }
 
@@ -227,6 +484,31 @@ impl Drop for Discovery {
             let _ = child.start_kill();
         }
     }
+}
+
+/// How long a process may take to die after SIGKILL before the harness gives up on it.
+const KILL_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Whether the process we started is still running; forgets it if it has exited.
+fn still_running(child: &mut Option<Child>) -> bool {
+    match child.as_mut().map(Child::try_wait) {
+        Some(Ok(None)) => true,
+        Some(_) => {
+            *child = None;
+            false
+        }
+        None => false,
+    }
+}
+
+/// SIGKILL to a process we started, and a bounded wait until it is gone.
+async fn kill_child(child: &mut Option<Child>, what: &str) -> Result<()> {
+    if let Some(mut child) = child.take() {
+        tokio::time::timeout(KILL_TIMEOUT, child.kill())
+            .await
+            .with_context(|| format!("{what} did not die within {KILL_TIMEOUT:?} of SIGKILL"))??;
+    }
+    Ok(())
 }
 
 /// SIGTERM to a process we started, then a bounded wait; its exit code (`None` if not running).
@@ -263,8 +545,9 @@ pub fn token_of(url: &str) -> &str {
 // ---------------------------------------------------------------------------------------------
 // etcd
 
-/// Path of the `etcd` binary, if installed. With `MUSTER_REQUIRE_ETCD=1` (CI) a missing etcd is a
-/// failure; otherwise tests that need it print a loud notice and return early.
+/// Path of the `etcd` binary on `PATH`. A missing etcd fails the test (panics), unless
+/// `MUSTER_ALLOW_SKIP` names `etcd` (and `MUSTER_REQUIRE_ETCD` is not truthy): then this prints
+/// a loud SKIPPED notice and returns `None`, and the test returns early.
 pub fn etcd_binary(test: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -272,14 +555,12 @@ pub fn etcd_binary(test: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     });
     if found.is_none() {
-        let required = std::env::var("MUSTER_REQUIRE_ETCD").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "{test}: etcd is not installed but MUSTER_REQUIRE_ETCD=1; install it with `apt-get install etcd-server`"
-        );
-        eprintln!(
-            "\n*** {test}: SKIPPED — etcd is not installed (apt-get install etcd-server). \
-             Set MUSTER_REQUIRE_ETCD=1 to make this a failure. ***\n"
+        missing_prerequisite(
+            test,
+            "etcd",
+            "MUSTER_REQUIRE_ETCD",
+            "etcd is not installed (no `etcd` on PATH)",
+            "install it with `apt-get install etcd-server`",
         );
     }
     found
@@ -292,7 +573,9 @@ pub struct Etcd {
     pub client_url: String,
     pub peer_url: String,
     pub data_dir: PathBuf,
+    /// The log of the latest start (`<name>.log`, then `<name>.2.log`, …).
     pub log_path: PathBuf,
+    logs: Logs,
     bin: PathBuf,
     args: Vec<String>,
 }
@@ -341,7 +624,8 @@ impl Etcd {
             client_url: client,
             peer_url: peer,
             data_dir,
-            log_path: root.join(format!("{name}.log")),
+            log_path: PathBuf::new(),
+            logs: Logs::new(root, name),
             bin: bin.to_path_buf(),
             args,
         };
@@ -377,7 +661,8 @@ impl Etcd {
             client_url: client,
             peer_url: peer,
             data_dir,
-            log_path: root.join("anchor.log"),
+            log_path: PathBuf::new(),
+            logs: Logs::new(root, "anchor"),
             bin: bin.to_path_buf(),
             args,
         };
@@ -386,10 +671,14 @@ impl Etcd {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
+        if still_running(&mut self.child) {
+            bail!(
+                "{} is still running: stop it before starting it again",
+                self.name
+            );
+        }
+        let (log_path, log) = self.logs.next()?;
+        self.log_path = log_path;
         let log_err = log.try_clone()?;
         let child = Command::new(&self.bin)
             .args(&self.args)
@@ -407,8 +696,19 @@ impl Etcd {
         self.child.as_ref().and_then(|c| c.id())
     }
 
+    /// The logs of every start of this member, oldest first.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.logs.all()
+    }
+
+    /// The log of the latest start only.
+    pub fn last_log(&self) -> String {
+        self.logs.last()
+    }
+
+    /// Every log file of this member, oldest first (one per start).
+    pub fn log_paths(&self) -> &[PathBuf] {
+        &self.logs.files
     }
 
     /// Waits until the member's log contains `needle`.
@@ -460,9 +760,7 @@ impl Etcd {
 
     /// Kills the member and deletes its data dir (a "wiped" machine).
     pub async fn kill_and_wipe(&mut self) -> Result<()> {
-        if let Some(mut child) = self.child.take() {
-            child.kill().await?;
-        }
+        kill_child(&mut self.child, &self.name).await?;
         let _ = std::fs::remove_dir_all(&self.data_dir);
         Ok(())
     }
@@ -528,16 +826,52 @@ impl Reply {
     }
 }
 
-/// A plain HTTP client. reqwest is built without a bundled crypto provider (the workspace uses
-/// ring everywhere), so install ring as the process default first.
+/// The longest one harness HTTP request may take, connection and body included: a wedged
+/// service fails the test instead of hanging it.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest a watch (`wait=true`) may take: longer than the longest hold a test gives the
+/// service (60 s), so a hold timeout still ends it first.
+pub const WATCH_TIMEOUT: Duration = Duration::from_secs(75);
+/// The longest a TCP connect may take (on loopback a connect is answered at once).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A plain HTTP client whose every request is bounded by [`HTTP_TIMEOUT`] (set a longer one per
+/// request for watches; the helpers below do) and never goes through a proxy from the
+/// environment. reqwest is built without a bundled crypto provider (the workspace uses ring
+/// everywhere), so install ring as the process default first.
 pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
+    reqwest::Client::builder()
+        .timeout(HTTP_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .no_proxy()
+        .build()
+        .expect("an HTTP client with timeouts")
+}
+
+/// The bound for one request to `url`: [`WATCH_TIMEOUT`] for a watch, else [`HTTP_TIMEOUT`].
+fn timeout_for(url: &str) -> Duration {
+    if url.contains("wait=true") {
+        WATCH_TIMEOUT
+    } else {
+        HTTP_TIMEOUT
+    }
+}
+
+/// Sends `req` to `url` within [`timeout_for`] it.
+async fn send(url: &str, req: reqwest::RequestBuilder) -> Result<Reply> {
+    let timeout = timeout_for(url);
+    let resp = req
+        .timeout(timeout)
+        .send()
+        .await
+        .with_context(|| format!("{url}: no answer within {timeout:?}"))?;
+    Reply::from(resp).await
 }
 
 /// `GET url`.
 pub async fn get(url: &str) -> Result<Reply> {
-    Reply::from(http_client().get(url).send().await?).await
+    send(url, http_client().get(url)).await
 }
 
 /// `GET url` with extra headers.
@@ -546,7 +880,7 @@ pub async fn get_with(url: &str, headers: &[(&str, &str)]) -> Result<Reply> {
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    Reply::from(req.send().await?).await
+    send(url, req).await
 }
 
 /// `PUT url` with a form body, the way etcd's client registers.
@@ -556,13 +890,11 @@ pub async fn put_form(url: &str, form: &[(&str, &str)]) -> Result<Reply> {
         .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
         .collect::<Vec<_>>()
         .join("&");
-    let resp = http_client()
+    let req = http_client()
         .put(url)
         .header("content-type", "application/x-www-form-urlencoded")
-        .body(body)
-        .send()
-        .await?;
-    Reply::from(resp).await
+        .body(body);
+    send(url, req).await
 }
 
 /// Any method, any body, any headers (for hostile-input tests).
@@ -577,7 +909,7 @@ pub async fn raw(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    Reply::from(req.send().await?).await
+    send(url, req).await
 }
 
 pub use muster_shared::form::urlencode;
@@ -597,7 +929,9 @@ pub struct AgentProc {
     /// `127.0.0.1:PORT`: listen and advertise address.
     pub addr: String,
     pub data_dir: PathBuf,
+    /// The log of the latest start (`<name>.log`, then `<name>.2.log`, …).
     pub log_path: PathBuf,
+    logs: Logs,
     args: Vec<String>,
     /// `RUST_LOG` for the process; `None` leaves the agent's own default.
     log_filter: Option<String>,
@@ -630,7 +964,8 @@ impl AgentProc {
             name: name.into(),
             addr: addr.into(),
             data_dir,
-            log_path: root.join(format!("{name}.log")),
+            log_path: PathBuf::new(),
+            logs: Logs::new(root, name),
             args: all,
             log_filter: log_filter.map(String::from),
         };
@@ -672,7 +1007,8 @@ impl AgentProc {
             name: name.into(),
             addr,
             data_dir,
-            log_path: root.join(format!("{name}.log")),
+            log_path: PathBuf::new(),
+            logs: Logs::new(root, name),
             args,
             log_filter: Some("info,openraft=error".into()),
         };
@@ -688,13 +1024,20 @@ impl AgentProc {
                 bin.display()
             );
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
+        if still_running(&mut self.child) {
+            bail!(
+                "{} is still running: stop it before starting it again",
+                self.name
+            );
+        }
+        let (log_path, log) = self.logs.next()?;
+        self.log_path = log_path;
         let log_err = log.try_clone()?;
         let mut command = Command::new(&bin);
         clear_muster_env(&mut command);
+        // FleetLock's default port (127.0.0.1:7002) is one per machine, and tests run many
+        // agents side by side: off unless the test asks for it with --fleetlock-listen.
+        command.env("MUSTER_FLEETLOCK_LISTEN", "off");
         match &self.log_filter {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),
@@ -724,19 +1067,28 @@ impl AgentProc {
         self.spawn()
     }
 
+    /// The logs of every start of this agent, oldest first.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+        self.logs.all()
+    }
+
+    /// The log of the latest start only.
+    pub fn last_log(&self) -> String {
+        self.logs.last()
+    }
+
+    /// Every log file of this agent, oldest first (one per start).
+    pub fn log_paths(&self) -> &[PathBuf] {
+        &self.logs.files
     }
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(|c| c.id())
     }
 
+    /// SIGKILL; returns once the process is gone (bounded).
     pub async fn kill9(&mut self) -> Result<()> {
-        if let Some(mut child) = self.child.take() {
-            child.kill().await?;
-        }
-        Ok(())
+        kill_child(&mut self.child, &self.name).await
     }
 
     pub async fn terminate(&mut self) -> Result<Option<i32>> {
@@ -779,11 +1131,27 @@ impl AgentProc {
     }
 
     /// The operator token this agent printed when it initiated its cluster (or restored one).
-    pub fn printed_operator_token(&self) -> Option<String> {
-        self.log()
-            .lines()
-            .find(|l| l.starts_with("OP1."))
-            .map(str::to_string)
+    /// The operator token this agent printed when it formed the cluster. The initiator prints
+    /// it just after the cluster answers as formed, so this waits for it (10 s at most).
+    pub async fn printed_operator_token(&self) -> Option<String> {
+        Self::operator_token_of(std::slice::from_ref(self)).await
+    }
+
+    /// The operator token the initiator among `agents` printed (10 s at most).
+    pub async fn operator_token_of(agents: &[AgentProc]) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = agents.iter().find_map(|a| {
+                a.log()
+                    .lines()
+                    .find(|l| l.starts_with("OP1."))
+                    .map(str::to_string)
+            });
+            if found.is_some() || tokio::time::Instant::now() >= deadline {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `muster status --json` of this agent, if it answers.
@@ -964,5 +1332,221 @@ impl OperatorApi {
 
     pub async fn status(&self, addr: &str) -> Result<ApiReply> {
         self.call(addr, "GET", "/v1/status", None).await
+    }
+}
+
+#[cfg(test)]
+mod harness_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_prerequisite_fails_unless_allow_skip_names_it() {
+        // Nothing set: fail.
+        assert!(!may_skip("etcd", None, None));
+        // Named in the comma list (any case, spaces ignored): skip.
+        assert!(may_skip("etcd", Some("etcd"), None));
+        assert!(may_skip("docker", Some("etcd, Docker ,netns"), None));
+        // Not named, or only as part of another name: fail.
+        assert!(!may_skip("docker", Some("etcd,netns"), None));
+        assert!(!may_skip("etcd", Some("etcd-server"), None));
+        assert!(!may_skip("etcd", Some(""), None));
+        // The old MUSTER_REQUIRE_* with any truthy value still means required.
+        for truthy in ["1", "true", "TRUE", "yes", "Yes", "on", " ON "] {
+            assert!(!may_skip("etcd", Some("etcd"), Some(truthy)), "{truthy:?}");
+        }
+        for falsy in ["0", "false", "no", "off", ""] {
+            assert!(may_skip("etcd", Some("etcd"), Some(falsy)), "{falsy:?}");
+        }
+    }
+
+    #[test]
+    fn free_ports_are_distinct_free_and_below_the_ephemeral_range() {
+        let (low, high) = port_range();
+        let ephemeral_low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        if ephemeral_low >= 2_048 {
+            assert!(high <= ephemeral_low, "{low}..{high} vs {ephemeral_low}");
+        }
+        let ports: Vec<u16> = (0..64).map(|_| free_port()).collect();
+        let mut unique = ports.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            ports.len(),
+            "a port was handed out twice: {ports:?}"
+        );
+        for port in &ports {
+            assert!((low..high).contains(port), "{port} outside {low}..{high}");
+        }
+        // Each one can be bound right now (nothing else took it).
+        let held: Vec<std::net::TcpListener> = ports
+            .iter()
+            .map(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).expect("free"))
+            .collect();
+        assert_eq!(held.len(), ports.len());
+    }
+
+    /// A TCP listener that accepts connections and never answers: a wedged service.
+    async fn silent_listener() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn harness_http_calls_to_a_wedged_service_time_out() {
+        let (addr, _task) = silent_listener().await;
+        let base = format!("http://{addr}");
+        let d = Discovery {
+            child: None,
+            _stdout: None,
+            addr,
+            base: base.clone(),
+            data_dir: PathBuf::new(),
+            log_path: PathBuf::new(),
+            logs: Logs::new(Path::new("."), "unused"),
+            args: Vec::new(),
+            _tmp: None,
+            _backing: None,
+        };
+        let started = Instant::now();
+        let health = format!("{base}/health");
+        // Bounded here too, so that a harness without timeouts fails this test instead of
+        // hanging it.
+        let (token, reply) = tokio::time::timeout(HTTP_TIMEOUT + Duration::from_secs(10), async {
+            tokio::join!(d.new_token(3), get(&health))
+        })
+        .await
+        .expect("the harness's own timeouts end both calls");
+        let took = started.elapsed();
+        let token = token.expect_err("no answer, no token");
+        let reply = reply.expect_err("no answer, no reply");
+        for e in [&token, &reply] {
+            let timed_out = e.chain().any(|c| {
+                c.downcast_ref::<reqwest::Error>()
+                    .is_some_and(|r| r.is_timeout())
+            });
+            assert!(timed_out, "not a timeout: {e:#}");
+        }
+        assert!(
+            took >= HTTP_TIMEOUT && took < HTTP_TIMEOUT + Duration::from_secs(5),
+            "took {took:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_whose_check_hangs_fails_at_its_deadline() {
+        let started = Instant::now();
+        let waited: Result<()> = tokio::time::timeout(
+            Duration::from_secs(5),
+            wait_for(
+                "a check that never returns",
+                Duration::from_millis(300),
+                std::future::pending::<Option<()>>,
+            ),
+        )
+        .await
+        .expect("wait_for's own deadline ends it");
+        let e = waited.expect_err("a hanging check cannot succeed");
+        assert!(
+            e.to_string().contains("the last check was still running"),
+            "{e:#}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn each_spawn_gets_its_own_log_and_taken_names_are_skipped() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let mut logs = Logs::new(tmp.path(), "n1");
+        for (i, text) in ["first\n", "second", "third\n"].iter().enumerate() {
+            let (path, mut file) = logs.next().expect("log file");
+            assert_eq!(logs.files.len(), i + 1);
+            std::io::Write::write_all(&mut file, text.as_bytes()).expect("write");
+            assert_eq!(path, logs.files[i]);
+        }
+        let names: Vec<String> = logs
+            .files
+            .iter()
+            .map(|p| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names, ["n1.log", "n1.2.log", "n1.3.log"]);
+        assert_eq!(logs.all(), "first\nsecond\nthird\n");
+        assert_eq!(logs.last(), "third\n");
+        // Another process of the same name under the same directory appends to none of them.
+        let mut other = Logs::new(tmp.path(), "n1");
+        let (path, _) = other.next().expect("log file");
+        assert_eq!(path, tmp.path().join("n1.4.log"));
+        assert_eq!(other.all(), "");
+    }
+
+    #[tokio::test]
+    async fn a_restarted_discovery_logs_each_start_to_a_fresh_file() {
+        let mut d = Discovery::start(&[]).await.expect("start");
+        let first = d.addr;
+        // A restart over a running service is refused, not a second process on the same dir.
+        let e = d.restart().await.expect_err("still running");
+        assert!(e.to_string().contains("still running"), "{e:#}");
+        d.terminate().await.expect("stop");
+        d.restart().await.expect("restart after terminate");
+        d.kill9().await.expect("kill -9");
+        d.restart().await.expect("restart after kill -9");
+        assert_eq!(d.addr, first, "the same address");
+        let names: Vec<String> = d
+            .log_paths()
+            .iter()
+            .map(|p| {
+                p.file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names, ["data.log", "data.2.log", "data.3.log"]);
+        assert_eq!(d.log_path, d.log_paths()[2]);
+        // Logged at every start before the address is printed (a kill -9 right after the
+        // start may come before the later "serving" line).
+        let starts = |log: &str| log.matches("storage opened").count();
+        assert_eq!(starts(&d.log()), 3, "{}", d.log());
+        assert_eq!(starts(&d.last_log()), 1, "{}", d.last_log());
+        for path in d.log_paths() {
+            let log = std::fs::read_to_string(path).expect("log");
+            assert_eq!(starts(&log), 1, "{}: {log}", path.display());
+        }
+
+        // A restart that fails for another reason than a taken port fails at once, with the
+        // log of that start: here the data dir has become a file.
+        d.kill9().await.expect("kill -9");
+        std::fs::remove_dir_all(&d.data_dir).expect("remove the data dir");
+        std::fs::write(&d.data_dir, "not a directory").expect("a file in its place");
+        let started = Instant::now();
+        let e = d.restart().await.expect_err("no data dir, no start");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "gave up after {:?}",
+            started.elapsed()
+        );
+        assert!(e.to_string().contains("did not start"), "{e:#}");
+        assert_eq!(d.log_paths().len(), 4, "one more start, one more log");
     }
 }

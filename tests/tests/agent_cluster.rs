@@ -41,7 +41,12 @@ async fn size_1_forms_and_takes_writes() {
     assert_eq!(code, 0, "{err}");
     let (_, out, _) = a.cli(&["kv", "get", "k"]).await.expect("get");
     assert_eq!(out.trim(), "v1");
-    assert_eq!(record_state(&url).await.as_deref(), Some("formed"));
+    // Marking the record formed follows formation in the background.
+    wait_for("record formed", FORM, || async {
+        (record_state(&url).await.as_deref() == Some("formed")).then_some(())
+    })
+    .await
+    .expect("record");
 }
 
 #[tokio::test]
@@ -106,7 +111,21 @@ async fn size_3_staggered_forms_and_prints_progress() {
     })
     .await
     .expect("progress");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Staggered: the third starts only once the first two have got as far as they can without
+    // it, s2 admitted (its cluster.json written) and s1 leading a cluster of two.
+    wait_for("s2 to be admitted into s1's cluster", FORM, || async {
+        let s = a1.status().await?;
+        let admitted = a2.data_dir.join("cluster.json").exists();
+        (admitted && s["members"].as_array()?.len() == 2).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n--- s1\n{}\n--- s2\n{}",
+            tail(&a1.log(), 20),
+            tail(&a2.log(), 20)
+        )
+    });
     let a3 = start(tmp.path(), "s3", &url);
     wait_formed(&[&a1, &a2, &a3], 3, FORM)
         .await
@@ -144,24 +163,37 @@ async fn killing_the_leader_elects_another_and_writes_continue() {
         .await
         .expect("put");
     assert_eq!(code, 0, "{err}");
-    let leader = agents[0].status().await.expect("status")["leader"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let before = agents[0].status().await.expect("status");
+    let leader = before["leader"].as_str().unwrap_or_default().to_string();
+    let term = before["term"].as_u64().expect("term");
     let li = agents
         .iter()
         .position(|a| a.name == leader)
         .expect("leader is one of ours");
     agents[li].kill9().await.expect("kill");
     let survivor = &agents[(li + 1) % 3];
-    let new_leader = wait_for("a new leader", FORM, || async {
+    let (new_leader, new_term) = wait_for("a new leader", FORM, || async {
         let s = survivor.status().await?;
         let l = s["leader"].as_str()?.to_string();
-        (l != leader).then_some(l)
+        (l != leader).then_some((l, s["term"].as_u64()?))
     })
     .await
     .expect("failover");
-    assert_ne!(new_leader, leader);
+    // The wait saw another name; that name must be one of the two survivors, elected in a
+    // later term.
+    let survivors: Vec<&str> = agents
+        .iter()
+        .filter(|a| a.name != leader)
+        .map(|a| a.name.as_str())
+        .collect();
+    assert!(
+        survivors.contains(&new_leader.as_str()),
+        "{new_leader} is not one of {survivors:?}"
+    );
+    assert!(
+        new_term > term,
+        "elected in term {new_term}, not after {term}"
+    );
     let (code, _, err) = survivor
         .cli(&["kv", "put", "after", "2"])
         .await
@@ -203,11 +235,12 @@ async fn full_restart_without_the_discovery_service_keeps_the_cluster() {
     assert_eq!(again, cluster, "the same cluster comes back");
     let (_, out, err) = agents[0].cli(&["kv", "get", "kept"]).await.expect("get");
     assert_eq!(out.trim(), "yes", "{err}");
+    // Said by the second start of each (its own log), not the first.
     for a in &agents {
         assert!(
-            a.log().matches("restarting on static membership").count() >= 1,
+            a.last_log().contains("restarting on static membership"),
             "{}",
-            tail(&a.log(), 10)
+            tail(&a.last_log(), 10)
         );
     }
 }
@@ -327,8 +360,22 @@ async fn discovery_restart_during_formation_still_yields_one_cluster() {
     .await
     .expect("registered");
     d.kill9().await.expect("kill discovery");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Down for real (kill9 returns once the process is gone): nothing answers on its address.
+    assert!(
+        tokio::net::TcpStream::connect(d.addr)
+            .await
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "the discovery service still answers on {}",
+        d.addr
+    );
     d.restart().await.expect("restart discovery");
+    let dir = get(&url).await.expect("dir");
+    assert_eq!(
+        dir.json()["node"]["nodes"].as_array().map(Vec::len),
+        Some(2),
+        "the registrations survive the kill: {}",
+        dir.body
+    );
     let a3 = start(tmp.path(), "d3", &url);
     wait_formed(&[&a1, &a2, &a3], 3, FORM)
         .await
@@ -390,9 +437,9 @@ async fn a_wiped_member_restarted_with_the_same_user_data_is_refused() {
     .await
     .expect("w2");
     assert!(
-        agents[1].log().contains("--discovery is ignored"),
+        agents[1].last_log().contains("--discovery is ignored"),
         "{}",
-        tail(&agents[1].log(), 10)
+        tail(&agents[1].last_log(), 10)
     );
     assert_eq!(
         agents[1].status().await.expect("status")["cluster_id"],

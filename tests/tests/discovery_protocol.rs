@@ -176,7 +176,7 @@ async fn row7_and_8_recursive_watch_waits_for_the_next_member() {
     // Watch in the future: held until member 2 registers.
     let watch_url = format!("{url}?recursive=true&wait=true&waitIndex=3");
     let watcher = tokio::spawn(async move { get(&watch_url).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_held_watches(&d, 1).await;
     assert!(!watcher.is_finished(), "a watch in the future must be held");
     register(&url, ID2, V2).await.expect("put 2");
     let event = watcher.await.expect("join").expect("watch");
@@ -379,6 +379,17 @@ async fn expired_tokens_answer_like_unknown_ones_and_are_collected() {
         .expect("join")
         .expect("watch");
     assert_eq!(ended.status, 404);
+    if let Some(etcd) = d.backing_etcd() {
+        // On etcd the token's keys carry a lease of its lifetime: etcd deletes them itself.
+        muster_tests::wait_for(
+            "etcd to drop the token's keys",
+            Duration::from_secs(10),
+            || async { (etcd.count_keys("/muster-discovery/t/").await? == 0).then_some(()) },
+        )
+        .await
+        .expect("etcd lease expiry");
+        return;
+    }
     muster_tests::wait_for("GC to count the token", Duration::from_secs(10), || async {
         let m = get(&format!("{}/metrics", d.base)).await.ok()?;
         m.body
@@ -437,9 +448,15 @@ async fn health_writes_nothing_and_metrics_count_requests() {
     let url = d.new_token(1).await.expect("token");
     register(&url, ID1, V1).await.expect("register");
     let m = get(&format!("{}/metrics", d.base)).await.expect("metrics");
+    // On etcd a replica counts the registrations it accepted, not those of all replicas.
+    let registrations = if muster_tests::discovery_store_is_etcd() {
+        "muster_discovery_registrations_total 1"
+    } else {
+        "muster_discovery_registrations 1"
+    };
     for needle in [
         "muster_discovery_tokens 1",
-        "muster_discovery_registrations 1",
+        registrations,
         "muster_discovery_held_watches 0",
         r#"muster_discovery_http_request_duration_seconds_count{route="new",status="200"} 1"#,
         r#"muster_discovery_http_request_duration_seconds_count{route="token_put",status="201"} 1"#,
@@ -706,12 +723,48 @@ async fn serves_https_with_the_given_certificate() {
         .await
         .expect("size");
     assert_eq!(size.status(), 200);
-    // Plain HTTP to the TLS port does not get an answer.
+    // Plain HTTP to the TLS port gets no HTTP answer: the connection is taken (so the port is
+    // open and the service alive), and what comes back is a TLS alert record (content type 21),
+    // not a timeout and not an HTTP status line.
     let plain = muster_tests::http_client()
         .get(format!("http://{}/health", d.addr))
         .send()
-        .await;
-    assert!(plain.is_err() || plain.is_ok_and(|r| r.status() != 200));
+        .await
+        .expect_err("plain HTTP to the TLS port must not get an HTTP answer");
+    assert!(
+        !plain.is_timeout() && !plain.is_connect() && plain.is_request(),
+        "{plain:?}"
+    );
+    let mut conn = tokio::net::TcpStream::connect(d.addr)
+        .await
+        .expect("the TLS port takes connections");
+    tokio::io::AsyncWriteExt::write_all(
+        &mut conn,
+        b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut conn, &mut answer),
+    )
+    .await
+    .expect("the service answers and closes at once")
+    .ok();
+    assert_eq!(
+        answer.first(),
+        Some(&21),
+        "a TLS alert, not {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // And it still serves TLS afterwards.
+    let again = client
+        .get(format!("{}/health", d.base))
+        .send()
+        .await
+        .expect("health over TLS");
+    assert_eq!(again.status(), 200);
 }
 
 #[tokio::test]

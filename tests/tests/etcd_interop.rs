@@ -1,6 +1,7 @@
 //! Real etcd members (Debian's etcd-server, 3.4.23) bootstrap through `muster-discovery`
-//! unchanged. Without etcd installed these tests say so loudly and pass; with
-//! `MUSTER_REQUIRE_ETCD=1` (set by CI) a missing etcd fails them.
+//! unchanged. Without etcd installed these tests fail, unless `MUSTER_ALLOW_SKIP` names `etcd`
+//! (then they say so loudly and pass); a truthy `MUSTER_REQUIRE_ETCD` (set by CI) makes a missing
+//! etcd a failure even then.
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,6 +9,17 @@ use std::time::Duration;
 use muster_tests::{Discovery, Etcd, etcd_binary, get, tail};
 
 const FORM_TIMEOUT: Duration = Duration::from_secs(45);
+/// etcd's exit code for a fatal error (`lg.Fatal`: discovery refusals included).
+const ETCD_FATAL: Option<i32> = Some(1);
+
+/// Watches the service ended with `200` so far: hold timeouts (an empty answer, which etcd
+/// re-issues) and events.
+async fn answered_watches(d: &Discovery) -> Option<f64> {
+    d.metric(
+        r#"muster_discovery_http_request_duration_seconds_count{route="token_watch",status="200"}"#,
+    )
+    .await
+}
 
 /// Waits until every member reports exactly `names` as the started members.
 async fn wait_formed(members: &[Etcd], names: &[&str]) {
@@ -81,8 +93,16 @@ async fn size_3_staggered_then_full_token_and_wiped_member_are_refused() {
     })
     .await
     .expect("e2 registered");
-    // Let both wait through a few hold timeouts before the last member shows up.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Both wait through a few hold timeouts before the last member shows up: the service ends
+    // at least two more watches of each of them (empty answers, re-issued by etcd).
+    let before = answered_watches(&d).await.unwrap_or(0.0);
+    muster_tests::wait_for(
+        "e1 and e2 to re-issue watches after hold timeouts",
+        FORM_TIMEOUT,
+        || async { (answered_watches(&d).await? >= before + 4.0).then_some(()) },
+    )
+    .await
+    .expect("held watches re-issued");
     let e3 = start(&bin, tmp.path(), "e3", &url);
     let mut members = vec![e1, e2, e3];
     wait_formed(&members, &["e1", "e2", "e3"]).await;
@@ -90,7 +110,7 @@ async fn size_3_staggered_then_full_token_and_wiped_member_are_refused() {
     // A 4th member on the full token: "cluster is full", exit, and no registration.
     let mut e4 = start(&bin, tmp.path(), "e4", &url);
     let code = e4.wait_exit(FORM_TIMEOUT).await.expect("e4 exits");
-    assert_ne!(code, Some(0));
+    assert_eq!(code, ETCD_FATAL, "{}", tail(&e4.log(), 20));
     assert!(
         e4.log().contains("discovery: cluster is full"),
         "{}",
@@ -107,13 +127,14 @@ async fn size_3_staggered_then_full_token_and_wiped_member_are_refused() {
     e1.kill_and_wipe().await.expect("wipe");
     e1.restart().expect("restart");
     let code = e1.wait_exit(FORM_TIMEOUT).await.expect("wiped e1 exits");
-    assert_ne!(code, Some(0));
-    // etcd 3.4 prints ErrDuplicateID as "member … has previously registered with discovery service token".
+    assert_eq!(code, ETCD_FATAL, "{}", tail(&e1.last_log(), 20));
+    // etcd 3.4 prints ErrDuplicateID as "member … has previously registered with discovery
+    // service token" (in the log of this start, not the first one).
     assert!(
-        e1.log()
+        e1.last_log()
             .contains("has previously registered with discovery service token"),
         "{}",
-        tail(&e1.log(), 20)
+        tail(&e1.last_log(), 20)
     );
     assert_eq!(registrations(&url).await, 3);
 }
@@ -150,7 +171,7 @@ async fn two_members_with_one_name_get_duplicate_name() {
     let mut b = Etcd::start_discovery(&bin, &tmp.path().join("b"), "dup", &url).expect("b");
     for m in [&mut a, &mut b] {
         let code = m.wait_exit(FORM_TIMEOUT).await.expect("exits");
-        assert_ne!(code, Some(0));
+        assert_eq!(code, ETCD_FATAL, "{}", tail(&m.log(), 20));
         // etcd 3.4 prints ErrDuplicateName as "member with duplicated name has registered …".
         assert!(
             m.log()
@@ -178,7 +199,12 @@ async fn discovery_restart_mid_bootstrap_still_forms_the_cluster() {
     })
     .await
     .expect("registered");
-    // Both members are now holding watches. Kill the service hard and bring it back.
+    // Kill the service hard while both members hold watches on it, and bring it back.
+    muster_tests::wait_for("e1 and e2 to hold watches", FORM_TIMEOUT, || async {
+        (d.metric("muster_discovery_held_watches").await? >= 2.0).then_some(())
+    })
+    .await
+    .expect("held watches");
     d.kill9().await.expect("kill");
     d.restart().await.expect("restart");
     assert_eq!(

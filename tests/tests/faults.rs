@@ -309,9 +309,8 @@ async fn kill_9_cycles_under_load_lose_no_acknowledged_write() -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&AgentProc> = agents.iter().collect();
     wait_formed(&refs, 3, FORM).await?;
-    let token = agents
-        .iter()
-        .find_map(AgentProc::printed_operator_token)
+    let token = AgentProc::operator_token_of(&agents)
+        .await
         .context("operator token")?;
     let api = OperatorApi::new(&token, Duration::from_secs(3))?;
     let targets = agents.iter().map(|a| a.addr.clone()).collect();

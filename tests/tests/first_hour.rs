@@ -40,7 +40,10 @@ async fn listen_follows_advertise_and_a_mismatch_is_a_warning() {
     // No --listen: the node listens on the advertised loopback address, so the command it
     // prints works as printed.
     let a = one_node(&d, tmp.path(), "plain", &[], None).await;
-    let token = a.printed_operator_token().expect("operator token printed");
+    let token = a
+        .printed_operator_token()
+        .await
+        .expect("operator token printed");
     let (code, out, err) = run_muster(
         &["status", "--json", "--server", &a.addr],
         &[("MUSTER_OPERATOR_TOKEN", &token)],

@@ -23,9 +23,8 @@ async fn a_paused_follower_catches_up_after_large_writes() {
         .expect("start");
     let refs: Vec<&AgentProc> = agents.iter().collect();
     wait_formed(&refs, 3, FORM).await.expect("formed");
-    let token = agents
-        .iter()
-        .find_map(AgentProc::printed_operator_token)
+    let token = AgentProc::operator_token_of(&agents)
+        .await
         .expect("the initiator printed an operator token");
     let api = OperatorApi::new(&token, Duration::from_secs(10)).expect("client");
     let status = agents[0].status().await.expect("status");

@@ -153,8 +153,10 @@ async fn grow_3_to_8_with_tokens_then_shrink_to_5_following_the_voter_table() {
             .unwrap_or_else(|e| panic!("{i} members: {e:#}"));
         assert_eq!(voter_target(i), [0, 1, 1, 3, 3, 5, 5, 7, 7][i]);
     }
+    // wait_formed counted 8 members; they are the 8 we started, by name.
     let s = status(&agents[7]).await;
-    assert_eq!(member_names(&s).len(), 8);
+    let expected: Vec<String> = (1..=8).map(|i| format!("g{i}")).collect();
+    assert_eq!(member_names(&s), expected);
     let tokens = token_list(&agents[3]).await;
     let used: Vec<&str> = tokens
         .as_array()
@@ -209,8 +211,11 @@ async fn grow_3_to_8_with_tokens_then_shrink_to_5_following_the_voter_table() {
             assert_ne!(new_leader, victim, "leadership moved on");
         }
     }
+    // wait_formed counted 5 members; they are the 5 still running, by name.
     let s = status(&agents[0]).await;
-    assert_eq!(member_names(&s).len(), 5);
+    let mut running: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
+    running.sort();
+    assert_eq!(member_names(&s), running);
 
     // Secrets at rest are hashes: neither the join-token secrets nor the operator token appear
     // anywhere under any data dir.
@@ -445,9 +450,9 @@ async fn a_removed_node_stops_never_rejoins_and_its_name_can_join_again_with_a_n
     old.restart().expect("restart");
     assert_eq!(old.wait_exit(FORM).await.expect("exits"), Some(2));
     assert!(
-        old.log().contains("was removed from cluster"),
+        old.last_log().contains("was removed from cluster"),
         "{}",
-        old.log()
+        old.last_log()
     );
     assert_eq!(member_names(&status(&agents[0]).await).len(), 2);
 
@@ -545,7 +550,10 @@ async fn operator_commands_over_tcp_need_a_valid_operator_token() {
     let tmp = tempfile::tempdir().expect("tmp");
     let agents = form(&d, tmp.path(), "o", 1).await;
     let a = &agents[0];
-    let formation_token = a.printed_operator_token().expect("printed at formation");
+    let formation_token = a
+        .printed_operator_token()
+        .await
+        .expect("printed at formation");
     let server = a.addr.as_str();
     let with = |token: &str| vec![("MUSTER_OPERATOR_TOKEN", token.to_string())];
     let run = |args: Vec<&'static str>, env: Vec<(&'static str, String)>| async move {
@@ -634,6 +642,21 @@ async fn backup_then_restore_keeps_every_value_and_a_corrupt_backup_is_refused()
             .expect("put");
         assert_eq!(code, 0, "{err}");
     }
+    // Join tokens in the backup: one active, one revoked before the backup was taken.
+    let active = agents[0]
+        .create_token(&["--description", "active at backup"])
+        .await
+        .expect("token");
+    let revoked = agents[0]
+        .create_token(&["--description", "revoked before backup"])
+        .await
+        .expect("token");
+    let id_of = |token: &str| token.split('.').nth(2).expect("token id").to_string();
+    let (code, _, err) = agents[2]
+        .cli(&["token", "revoke", &id_of(&revoked)])
+        .await
+        .expect("revoke");
+    assert_eq!(code, 0, "{err}");
     let file = tmp.path().join("cluster.backup");
     let file_arg = file.display().to_string();
     let (code, out, err) = agents[1].cli(&["backup", &file_arg]).await.expect("backup");
@@ -702,9 +725,61 @@ async fn backup_then_restore_keeps_every_value_and_a_corrupt_backup_is_refused()
     let (_, got, err) = restored.cli(&["kv", "list", "key/"]).await.expect("list");
     assert_eq!(got, expected, "{err}");
     assert_eq!(got.lines().count(), 50);
-    let (code, _, _) = restored.cli(&["kv", "get", "late"]).await.expect("get");
-    assert_eq!(code, 1, "written after the backup");
-    assert!(restored.printed_operator_token().is_some());
+    // Written after the backup: the restored node answers, and the key is not there (exit 1
+    // alone would also be an unreachable agent).
+    let (code, out, err) = restored
+        .cli(&["kv", "get", "late", "--json"])
+        .await
+        .expect("get");
+    let answer: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kv get --json: {e}: {out}{err}"));
+    assert_eq!(
+        (code, answer["kind"].as_str()),
+        (1, Some("not_found")),
+        "written after the backup: {out}{err}"
+    );
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("late")),
+        "{answer}"
+    );
+    // Both join tokens are listed, both revoked: the one revoked before the backup, and the one
+    // that was active (a restore revokes every join token of the backup).
+    let tokens = token_list(&restored).await;
+    let state_of = |token: &str| {
+        let id = id_of(token);
+        tokens
+            .as_array()
+            .and_then(|list| list.iter().find(|t| t["id"] == id.as_str()))
+            .map(|t| t["state"].clone())
+    };
+    assert_eq!(
+        (state_of(&revoked), state_of(&active)),
+        (Some("revoked".into()), Some("revoked".into())),
+        "{tokens}"
+    );
+    // And the formerly active one admits nobody.
+    expect_refused(
+        tmp.path(),
+        "with-old-token",
+        &restored,
+        &active,
+        "token_revoked",
+    )
+    .await;
+    // The operator token restore printed works over TCP, on this cluster.
+    let operator = restored
+        .printed_operator_token()
+        .await
+        .expect("restore printed an operator token");
+    let api = muster_tests::OperatorApi::new(&operator, Duration::from_secs(10)).expect("client");
+    let over_tcp = api.status(&restored.addr).await.expect("status over TCP");
+    assert_eq!(
+        (over_tcp.status, &over_tcp.body["cluster_id"]),
+        (200, &s["cluster_id"]),
+        "{over_tcp:?}"
+    );
     // It takes writes and new members.
     let (code, _, err) = restored.cli(&["kv", "put", "new", "1"]).await.expect("put");
     assert_eq!(code, 0, "{err}");

@@ -19,6 +19,8 @@ pub enum ErrorKind {
     /// answered with HTTP 401 instead of 403.
     Unauthenticated,
     NotFound,
+    /// A route that exists with another method.
+    MethodNotAllowed,
     InvalidArgument,
     /// A request body over the route's limit.
     PayloadTooLarge,
@@ -39,6 +41,10 @@ pub enum ErrorKind {
     MembershipBusy,
     /// Something this node depends on (the discovery service, its disk) cannot serve now.
     Unavailable,
+    /// FleetLock: every slot of the group is held.
+    SemaphoreFull,
+    /// FleetLock: the group is not configured and unknown groups are refused.
+    UnknownGroup,
     Internal,
 }
 
@@ -54,6 +60,7 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::Unauthorized, "unauthorized", 403),
     (ErrorKind::Unauthenticated, "unauthorized", 401),
     (ErrorKind::NotFound, "not_found", 404),
+    (ErrorKind::MethodNotAllowed, "method_not_allowed", 405),
     (ErrorKind::InvalidArgument, "invalid_argument", 400),
     (ErrorKind::PayloadTooLarge, "payload_too_large", 413),
     (ErrorKind::RateLimited, "rate_limited", 429),
@@ -66,6 +73,8 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::Removed, "removed", 410),
     (ErrorKind::MembershipBusy, "membership_busy", 503),
     (ErrorKind::Unavailable, "unavailable", 503),
+    (ErrorKind::SemaphoreFull, "failed_lock_semaphore_full", 409),
+    (ErrorKind::UnknownGroup, "unknown_group", 400),
     (ErrorKind::Internal, "internal", 500),
 ];
 

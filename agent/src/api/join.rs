@@ -48,3 +48,21 @@ pub struct JoinResponse {
     pub cert_pem: String,
     pub node_id: String,
 }
+
+/// `POST /v1/join/hello`: a machine that holds the pre-shared join secret but no CA pin yet
+/// asks a member to prove that it knows the secret. `nonce` is fresh random hex, so a proof
+/// cannot be replayed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretHello {
+    pub secret_id: String,
+    pub nonce: String,
+}
+
+/// The answer: the cluster this member belongs to, its CA pin, and
+/// `muster_shared::token::secret_proof(hash of the secret, nonce, ca_pin, cluster_id)`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretProof {
+    pub cluster_id: String,
+    pub ca_pin: String,
+    pub proof: String,
+}

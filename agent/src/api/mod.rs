@@ -3,6 +3,7 @@
 //! `cli/`, `start/`) all speak it; it depends on nothing else in the agent.
 
 pub mod error;
+pub mod fleetlock;
 pub mod join;
 pub mod paths;
 pub mod types;

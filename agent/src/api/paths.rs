@@ -16,6 +16,8 @@ pub const MEMBER_CHECK: &str = "/raft/member";
 pub const JOIN: &str = "/v1/join";
 /// A node joining with a join token (no client certificate).
 pub const TOKEN_JOIN: &str = "/v1/join/token";
+/// A machine with the pre-shared join secret and no CA pin asks a member to prove the secret.
+pub const SECRET_HELLO: &str = "/v1/join/hello";
 /// Liveness of the node's TLS listener (no authentication).
 pub const HEALTH: &str = "/v1/health";
 
@@ -27,3 +29,13 @@ pub const TOKENS: &str = "/v1/tokens";
 pub const OPERATOR_TOKENS: &str = "/v1/operator-tokens";
 pub const MEMBERS: &str = "/v1/members";
 pub const BACKUP: &str = "/v1/backup";
+pub const FLEETLOCK: &str = "/v1/fleetlock";
+pub const FLEETLOCK_GROUPS: &str = "/v1/fleetlock/groups";
+pub const FLEETLOCK_RELEASE: &str = "/v1/fleetlock/release";
+pub const FLEETLOCK_SETTINGS: &str = "/v1/fleetlock/settings";
+
+/// The FleetLock protocol (Zincati), on the agent's FleetLock listener.
+pub const PRE_REBOOT: &str = "/v1/pre-reboot";
+pub const STEADY_STATE: &str = "/v1/steady-state";
+/// Prometheus text.
+pub const METRICS: &str = "/metrics";

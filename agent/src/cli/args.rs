@@ -77,6 +77,16 @@ pub enum Command {
         #[arg(long)]
         exit: bool,
     },
+    /// The pre-shared join secret: one credential in every machine's user-data from day one.
+    Secret {
+        #[command(subcommand)]
+        command: SecretCommand,
+    },
+    /// FleetLock, Zincati's reboot coordination: who holds a reboot slot, groups and slots.
+    Fleetlock {
+        #[command(subcommand)]
+        command: FleetlockCommand,
+    },
     /// The replicated key-value space.
     Kv {
         #[command(subcommand)]
@@ -150,6 +160,63 @@ pub enum OperatorTokenCommand {
         #[command(flatten)]
         op: OperatorArgs,
     },
+}
+
+#[derive(Subcommand)]
+pub enum FleetlockCommand {
+    /// Every group: its slots, who holds them, since when and through which member (holders
+    /// of more than an hour are flagged STALE).
+    Status(OperatorArgs),
+    /// Force-release a slot (a machine that will not come back to unlock). Logged.
+    Release {
+        group: String,
+        id: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Reboot groups and their slots (`default` exists with 1 slot).
+    Group {
+        #[command(subcommand)]
+        command: FleetlockGroupCommand,
+    },
+    /// What a lock or unlock for a group nobody configured gets: `create` it with 1 slot (the
+    /// default), or `reject` it with unknown_group (a Zincati in such a group then never gets
+    /// past its start-up unlock, so it never updates).
+    UnknownGroups {
+        #[arg(value_parser = ["create", "reject"])]
+        mode: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum FleetlockGroupCommand {
+    /// Create a group, or change its number of slots (machines that may reboot at once).
+    Set {
+        name: String,
+        #[arg(long)]
+        slots: u32,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// List groups with their slots and holders (the same as `fleetlock status`).
+    List(OperatorArgs),
+    /// Delete a group that nobody holds a slot of.
+    Del {
+        name: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SecretCommand {
+    /// Print a new 256-bit join secret (JS1.…), once. Put it in a file (mode 0600) on every
+    /// machine and start each with --join-secret-file FILE: the machine that forms the cluster
+    /// records its hash, and every later machine joins with it, no token needed. List and
+    /// revoke it like a join token (`muster token list|revoke`).
+    Generate,
 }
 
 #[derive(Subcommand)]

@@ -2,6 +2,7 @@
 //! TLS port with an operator token) and what they print (`output.rs`).
 
 mod args;
+mod fleetlock;
 pub mod output;
 mod run;
 

@@ -117,6 +117,11 @@ pub fn print_table(header: &[&str], rows: Vec<Vec<String>>, right: &[usize]) {
 }
 
 /// "in 23h 59m" / "5m ago" for a moment given in milliseconds since the Unix epoch.
+/// "5m ago" for a moment in the past given in milliseconds since the Unix epoch.
+pub fn ago(ms: u64, now: u64) -> String {
+    relative(ms, now)
+}
+
 fn relative(ms: u64, now: u64) -> String {
     let secs =
         |d: u64| muster_shared::duration::format_duration(std::time::Duration::from_secs(d / 1000));
@@ -135,9 +140,17 @@ pub fn print_join_tokens(list: &[crate::api::types::JoinTokenInfo]) {
             vec![
                 t.id.clone(),
                 t.state.clone(),
-                format!("{}/{}", t.uses_total - t.uses_left, t.uses_total),
+                if t.uses_total == u32::MAX {
+                    "unlimited".to_string()
+                } else {
+                    format!("{}/{}", t.uses_total - t.uses_left, t.uses_total)
+                },
                 relative(t.created_ms, now),
-                relative(t.expires_ms, now),
+                if t.expires_ms == u64::MAX {
+                    "never".to_string()
+                } else {
+                    relative(t.expires_ms, now)
+                },
                 t.last_used_by.clone().unwrap_or_else(|| "-".into()),
                 t.description.clone(),
             ]

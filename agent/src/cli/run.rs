@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 
-use super::args::{Command, KvCommand, NodeCommand, OperatorTokenCommand, TokenCommand};
+use super::args::{
+    Command, FleetlockCommand, FleetlockGroupCommand, KvCommand, NodeCommand, OperatorTokenCommand,
+    SecretCommand, TokenCommand,
+};
 use super::{CliError, output};
 use crate::config;
 use crate::error::{AgentError, EXIT_USAGE};
@@ -156,6 +159,39 @@ pub async fn run(command: Command) -> Result<(), Failure> {
                 Ok(super::kv_list(&op.target()?, &prefix, op.json).await?)
             }
         },
+        Command::Fleetlock { command } => match command {
+            FleetlockCommand::Status(op) => {
+                Ok(super::fleetlock::status(&op.target()?, op.json).await?)
+            }
+            FleetlockCommand::Release { group, id, op } => {
+                Ok(super::fleetlock::release(&op.target()?, &group, &id, op.json).await?)
+            }
+            FleetlockCommand::Group { command } => match command {
+                FleetlockGroupCommand::Set { name, slots, op } => {
+                    Ok(super::fleetlock::set_group(&op.target()?, &name, slots, op.json).await?)
+                }
+                FleetlockGroupCommand::List(op) => {
+                    Ok(super::fleetlock::status(&op.target()?, op.json).await?)
+                }
+                FleetlockGroupCommand::Del { name, op } => {
+                    Ok(super::fleetlock::delete_group(&op.target()?, &name, op.json).await?)
+                }
+            },
+            FleetlockCommand::UnknownGroups { mode, op } => {
+                Ok(super::fleetlock::unknown_groups(&op.target()?, &mode, op.json).await?)
+            }
+        },
+        Command::Secret {
+            command: SecretCommand::Generate,
+        } => {
+            outln!("{}", muster_shared::token::JoinSecret::generate().reveal());
+            eprintln!(
+                "a new join secret, shown only this once: store it in a secret store and in a \
+                 file (mode 0600) on every machine, and start each with --join-secret-file FILE \
+                 (together with --discovery URL, --initial-cluster, or --join HOST:PORT)"
+            );
+            Ok(())
+        }
         Command::Demo { nodes, exit } => Ok(crate::demo::run(nodes, exit).await?),
     }
 }

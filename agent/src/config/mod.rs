@@ -6,10 +6,12 @@
 //! value may refer to them as `${NAME}`, so one identical config works on every machine:
 //! `--advertise '${COREOS_EC2_IPV4_LOCAL}:7000'`.
 
+mod address;
+mod credentials;
 mod env_file;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,6 +19,10 @@ use clap::Args;
 use muster_shared::duration::parse_duration;
 use serde::Deserialize;
 
+pub use address::host_of;
+use address::{default_listen, listen_warning};
+pub(crate) use address::{validate_host_port, validate_name};
+use credentials::{ca_pin, join_secret, join_token, truthy};
 pub use env_file::{expand, read_env_file};
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/muster";
@@ -27,6 +33,8 @@ pub const JOIN_TOKEN_ENV: &str = "MUSTER_JOIN_TOKEN";
 /// `muster agent`; still read, with a warning, for one release.
 pub const LEGACY_TOKEN_ENV: &str = "MUSTER_TOKEN";
 pub const DEFAULT_PROMOTE_AFTER: Duration = Duration::from_secs(3);
+/// The FleetLock port on loopback, where each machine's Zincati finds its own agent.
+pub const DEFAULT_FLEETLOCK_PORT: u16 = 7002;
 const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Flags of `muster agent`. Every one is optional here: defaults are applied after merging.
@@ -79,12 +87,48 @@ pub struct AgentFlags {
     /// leader may make it a voter [default: 3s] [env: MUSTER_PROMOTE_AFTER]
     #[arg(long)]
     pub promote_after: Option<String>,
+    /// Form a new one-node cluster on this machine (its CA, cluster id and an operator token,
+    /// printed once); other machines then join it with a join token or the join secret. Refused
+    /// on a data dir that already holds a cluster [env: MUSTER_INIT=true]
+    #[arg(long)]
+    pub init: bool,
+    /// Static bootstrap, no discovery service: every member as NAME=HOST:PORT, comma-separated,
+    /// the same on every machine, with --join-secret-file. The first name (in byte order)
+    /// creates the cluster and the others join it [env: MUSTER_INITIAL_CLUSTER]
+    #[arg(long)]
+    pub initial_cluster: Option<String>,
+    /// File holding the pre-shared join secret (from `muster secret generate`), the same on
+    /// every machine: it admits machines with no token. Or give the secret itself in
+    /// MUSTER_JOIN_SECRET (never as a flag: `ps` shows flags) [env: MUSTER_JOIN_SECRET_FILE]
+    #[arg(long)]
+    pub join_secret_file: Option<PathBuf>,
+    /// How long the join secret admits machines, counted from formation, e.g. 30d [default:
+    /// no expiry; revoke it with `muster token revoke`] [env: MUSTER_JOIN_SECRET_TTL]
+    #[arg(long)]
+    pub join_secret_ttl: Option<String>,
+    /// The cluster CA's pin (64 hex, as in a join token) for a machine that joins with the join
+    /// secret through a discovery service reached over plain HTTP: trust this pin, not the
+    /// discovery record's [env: MUSTER_CA_PIN]
+    #[arg(long)]
+    pub ca_pin: Option<String>,
+    /// Where this agent answers FleetLock (Zincati's reboot coordination) and serves /metrics,
+    /// plain HTTP; `off` to disable [default: 127.0.0.1:7002, so the machine's own Zincati
+    /// reaches it] [env: MUSTER_FLEETLOCK_LISTEN]
+    #[arg(long)]
+    pub fleetlock_listen: Option<String>,
+    /// Serve FleetLock over TLS with this certificate chain (PEM), for Zincati on other machines;
+    /// needs --fleetlock-tls-key [env: MUSTER_FLEETLOCK_TLS_CERT]
+    #[arg(long)]
+    pub fleetlock_tls_cert: Option<String>,
+    /// The private key (PEM) of --fleetlock-tls-cert [env: MUSTER_FLEETLOCK_TLS_KEY]
+    #[arg(long)]
+    pub fleetlock_tls_key: Option<String>,
 }
 
 /// The TOML file: the same settings, spelled with underscores (`data_dir = "/var/lib/muster"`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FileConfig {
+pub(super) struct FileConfig {
     name: Option<String>,
     advertise: Option<String>,
     listen: Option<String>,
@@ -96,6 +140,14 @@ struct FileConfig {
     heartbeat: Option<String>,
     election_timeout: Option<String>,
     promote_after: Option<String>,
+    init: Option<bool>,
+    initial_cluster: Option<String>,
+    join_secret_file: Option<PathBuf>,
+    join_secret_ttl: Option<String>,
+    ca_pin: Option<String>,
+    fleetlock_listen: Option<String>,
+    fleetlock_tls_cert: Option<String>,
+    fleetlock_tls_key: Option<String>,
 }
 
 /// The merged, validated configuration.
@@ -111,8 +163,37 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub promote_after: Duration,
+    /// `--init`: form a one-node cluster here.
+    pub init: bool,
+    /// `--initial-cluster`: every member of a static bootstrap, in the given order.
+    pub initial_cluster: Vec<StaticMember>,
+    pub join_secret: Option<JoinSecretSetting>,
+    /// How long the join secret admits machines after formation (`None`: until revoked).
+    pub join_secret_ttl: Option<Duration>,
+    /// `--ca-pin`: the CA a join-secret joiner trusts instead of the discovery record's.
+    pub ca_pin: Option<String>,
+    /// Where FleetLock is served (`None`: off), and whether that was asked for explicitly (a
+    /// taken default port is skipped with a warning; a taken explicit one stops the agent).
+    pub fleetlock_listen: Option<SocketAddr>,
+    pub fleetlock_explicit: bool,
+    /// FleetLock over TLS with an operator's certificate: (certificate chain, key) PEM files.
+    pub fleetlock_tls: Option<(PathBuf, PathBuf)>,
     /// Settings that work but are probably not what was meant; logged at start.
     pub warnings: Vec<String>,
+}
+
+/// One member of `--initial-cluster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticMember {
+    pub name: String,
+    pub addr: String,
+}
+
+/// The join secret and where it came from, so a refusal can name the setting to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinSecretSetting {
+    pub source: String,
+    pub secret: muster_shared::token::JoinSecret,
 }
 
 /// The join token and where it came from, so a refusal can name the setting to fix.
@@ -335,6 +416,116 @@ pub fn resolve(
             d
         }
     };
+    let init = flags.init
+        || env.get("MUSTER_INIT").is_some_and(|v| truthy(v))
+        || file.init.unwrap_or(false);
+    let initial_cluster = expand_opt(
+        "initial-cluster",
+        pick(
+            "initial-cluster",
+            &flags.initial_cluster,
+            "MUSTER_INITIAL_CLUSTER",
+            &file.initial_cluster,
+        )?,
+    )?
+    .map(|list| parse_initial_cluster(&list, &name, &advertise))
+    .transpose()?
+    .unwrap_or_default();
+    let join_secret = join_secret(flags, &env, &file)?;
+    let join_secret_ttl = expand_opt(
+        "join-secret-ttl",
+        pick(
+            "join-secret-ttl",
+            &flags.join_secret_ttl,
+            "MUSTER_JOIN_SECRET_TTL",
+            &file.join_secret_ttl,
+        )?,
+    )?
+    .map(|raw| {
+        parse_duration(&raw).map_err(|e| ConfigError::Invalid {
+            setting: "join-secret-ttl",
+            message: e.to_string(),
+        })
+    })
+    .transpose()?;
+    let ca_pin = ca_pin(expand_opt(
+        "ca-pin",
+        pick("ca-pin", &flags.ca_pin, "MUSTER_CA_PIN", &file.ca_pin)?,
+    )?)?;
+    let fleetlock_setting = expand_opt(
+        "fleetlock-listen",
+        pick(
+            "fleetlock-listen",
+            &flags.fleetlock_listen,
+            "MUSTER_FLEETLOCK_LISTEN",
+            &file.fleetlock_listen,
+        )?,
+    )?;
+    let fleetlock_explicit = fleetlock_setting.is_some();
+    let fleetlock_listen = match fleetlock_setting.as_deref().map(str::trim) {
+        Some("off") => None,
+        Some(addr) => Some(
+            addr.parse::<SocketAddr>()
+                .map_err(|_| ConfigError::Invalid {
+                    setting: "fleetlock-listen",
+                    message: format!("{addr:?} is not an IP:port such as 127.0.0.1:7002, or `off`"),
+                })?,
+        ),
+        None => Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_FLEETLOCK_PORT))),
+    };
+    let fleetlock_tls = match (
+        pick(
+            "fleetlock-tls-cert",
+            &flags.fleetlock_tls_cert,
+            "MUSTER_FLEETLOCK_TLS_CERT",
+            &file.fleetlock_tls_cert,
+        )?,
+        pick(
+            "fleetlock-tls-key",
+            &flags.fleetlock_tls_key,
+            "MUSTER_FLEETLOCK_TLS_KEY",
+            &file.fleetlock_tls_key,
+        )?,
+    ) {
+        (None, None) => None,
+        (Some(cert), Some(key)) if fleetlock_listen.is_some() => {
+            Some((PathBuf::from(cert), PathBuf::from(key)))
+        }
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Invalid {
+                setting: "fleetlock-tls-cert",
+                message: "FleetLock is off (--fleetlock-listen off); drop the TLS files or \
+                          give a listen address"
+                    .into(),
+            });
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(ConfigError::Invalid {
+                setting: "fleetlock-tls-cert",
+                message: "FleetLock over TLS needs both --fleetlock-tls-cert and \
+                          --fleetlock-tls-key"
+                    .into(),
+            });
+        }
+    };
+    if init && (discovery.is_some() || !join.is_empty() || !initial_cluster.is_empty()) {
+        return Err(ConfigError::Invalid {
+            setting: "init",
+            message: "--init forms a new cluster on this machine alone; drop --discovery, --join \
+                      and --initial-cluster (other machines join it with a token or the join \
+                      secret)"
+                .into(),
+        });
+    }
+    if !initial_cluster.is_empty() && join_secret.is_none() {
+        return Err(ConfigError::Invalid {
+            setting: "initial-cluster",
+            message: "a static bootstrap needs the join secret on every machine: \
+                      --join-secret-file F with a secret from `muster secret generate` (it \
+                      proves each machine to the others)"
+                .into(),
+        });
+    }
     Ok(AgentConfig {
         name,
         advertise,
@@ -346,12 +537,61 @@ pub fn resolve(
         heartbeat,
         election_timeout,
         promote_after,
+        init,
+        initial_cluster,
+        join_secret,
+        join_secret_ttl,
+        ca_pin,
+        fleetlock_listen,
+        fleetlock_explicit,
+        fleetlock_tls,
         warnings,
     })
 }
 
+/// Parses `--initial-cluster NAME=HOST:PORT,…`: valid, distinct names and addresses, and this
+/// node among them at its advertised address.
+fn parse_initial_cluster(
+    list: &str,
+    me: &str,
+    advertise: &str,
+) -> Result<Vec<StaticMember>, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        setting: "initial-cluster",
+        message,
+    };
+    let mut members: Vec<StaticMember> = Vec::new();
+    for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("{entry:?} is not NAME=HOST:PORT")))?;
+        validate_name(name)?;
+        validate_host_port("initial-cluster", addr)?;
+        if members.iter().any(|m| m.name == name || m.addr == addr) {
+            return Err(invalid(format!("{entry:?} repeats a name or an address")));
+        }
+        members.push(StaticMember {
+            name: name.into(),
+            addr: addr.into(),
+        });
+    }
+    match members.iter().find(|m| m.name == me) {
+        None => Err(invalid(format!(
+            "this machine ({me}) is not in the list. To add it to the cluster those machines \
+             formed, give it the join secret and one of them to join through: muster agent \
+             --name {me} --advertise {advertise} --join {} --join-secret-file F",
+            members.first().map_or("HOST:PORT", |m| m.addr.as_str())
+        ))),
+        Some(m) if m.addr != advertise => Err(invalid(format!(
+            "the list has {me} at {}, but --advertise is {advertise}; they must match",
+            m.addr
+        ))),
+        Some(_) => Ok(members),
+    }
+}
+
 /// What to say about a flag given on the command line with an empty value.
-fn empty_flag_hint(setting: &str) -> String {
+pub(super) fn empty_flag_hint(setting: &str) -> String {
     match setting {
         "discovery" => "--discovery is empty. If it came from $(curl <service>/new?size=N), that \
             command failed: is the discovery service running? Mint the URL again and check it is \
@@ -362,91 +602,6 @@ fn empty_flag_hint(setting: &str) -> String {
             .into(),
         other => format!("--{other} is empty: give it a value, or leave the flag out"),
     }
-}
-
-/// Where a node listens when `--listen` is not set: every interface on the advertised port, or
-/// the advertised address itself when that is a loopback address (a node advertising
-/// 127.0.0.1 must not be reachable from other machines).
-fn default_listen(advertise: &str) -> Result<SocketAddr, ConfigError> {
-    let (host, port) = split_host_port(advertise).ok_or_else(|| ConfigError::Invalid {
-        setting: "advertise",
-        message: format!("{advertise:?} is not host:port (e.g. 10.0.0.5:7000)"),
-    })?;
-    let ip = match host.parse::<IpAddr>() {
-        Ok(ip) if ip.is_loopback() => ip,
-        Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-    };
-    Ok(SocketAddr::new(ip, port))
-}
-
-/// A warning when an explicit `--listen` cannot be what other nodes reach at `--advertise`.
-fn listen_warning(listen: SocketAddr, advertise: &str) -> Option<String> {
-    let (host, port) = split_host_port(advertise)?;
-    if listen.port() != port {
-        return Some(format!(
-            "--listen {listen} uses port {}, but other members dial --advertise {advertise} \
-             (port {port}). That works only if something forwards port {port} to {} (a NAT or a \
-             container port mapping); otherwise drop --listen, it defaults to 0.0.0.0:{port}",
-            listen.port(),
-            listen.port()
-        ));
-    }
-    let advertised_loopback = host.parse::<IpAddr>().map(|ip| ip.is_loopback());
-    if listen.ip().is_loopback() && advertised_loopback == Ok(false) {
-        return Some(format!(
-            "--listen {listen} accepts connections from this machine only, but other members \
-             dial --advertise {advertise}; listen on 0.0.0.0:{port} or on that address"
-        ));
-    }
-    None
-}
-
-/// `host:port` split at the last colon, the port parsed; IPv6 brackets removed.
-fn split_host_port(addr: &str) -> Option<(&str, u16)> {
-    let (host, port) = addr.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    Some((host, port.parse().ok()?))
-}
-
-/// The join token: `--token`, then `MUSTER_JOIN_TOKEN`, then the old `MUSTER_TOKEN` (read for
-/// one more release, with a warning, and ignored when it holds an operator token: operators
-/// export that one for the CLI), then the config file.
-fn join_token(
-    flags: &AgentFlags,
-    env: &HashMap<String, String>,
-    file: &FileConfig,
-    warnings: &mut Vec<String>,
-) -> Result<Option<(&'static str, String)>, ConfigError> {
-    let set = |v: Option<&String>| v.filter(|s| !s.trim().is_empty()).cloned();
-    if let Some(v) = &flags.token {
-        if v.trim().is_empty() {
-            return Err(ConfigError::Invalid {
-                setting: "token",
-                message: empty_flag_hint("token"),
-            });
-        }
-        return Ok(Some(("--token", v.clone())));
-    }
-    if let Some(v) = set(env.get(JOIN_TOKEN_ENV)) {
-        return Ok(Some((JOIN_TOKEN_ENV, v)));
-    }
-    if let Some(v) = set(env.get(LEGACY_TOKEN_ENV)) {
-        if v.trim_start().starts_with("OP1.") {
-            warnings.push(format!(
-                "{LEGACY_TOKEN_ENV} holds an operator token; `muster agent` ignores it (the agent \
-                 takes its join token from --token or {JOIN_TOKEN_ENV}; operator commands read \
-                 MUSTER_OPERATOR_TOKEN)"
-            ));
-        } else {
-            warnings.push(format!(
-                "{LEGACY_TOKEN_ENV} is read as the join token for one more release; rename it \
-                 {JOIN_TOKEN_ENV}"
-            ));
-            return Ok(Some((LEGACY_TOKEN_ENV, v)));
-        }
-    }
-    Ok(set(file.token.as_ref()).map(|v| ("`token` in the config file", v)))
 }
 
 fn duration_setting(
@@ -477,51 +632,6 @@ fn read_file_config(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.display().to_string(),
         message: e.to_string(),
     })
-}
-
-pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
-    let ok = (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::Invalid {
-            setting: "name",
-            message: format!("{name:?}: use 1..=63 chars of [A-Za-z0-9._-], e.g. the hostname"),
-        })
-    }
-}
-
-/// The host part of `host:port` (brackets of an IPv6 literal removed).
-pub fn host_of(addr: &str) -> &str {
-    addr.rsplit_once(':')
-        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))
-        .unwrap_or(addr)
-}
-
-pub(crate) fn validate_host_port(setting: &'static str, value: &str) -> Result<(), ConfigError> {
-    let invalid = || ConfigError::Invalid {
-        setting,
-        message: format!("{value:?} is not host:port (e.g. 10.0.0.5:7000)"),
-    };
-    let (host, port) = value.rsplit_once(':').ok_or_else(invalid)?;
-    if host.is_empty()
-        || port.parse::<u16>().map(|p| p == 0).unwrap_or(true)
-        || host.contains(['/', ' ', '@'])
-    {
-        return Err(invalid());
-    }
-    if host == "0.0.0.0" || host == "[::]" {
-        return Err(ConfigError::Invalid {
-            setting,
-            message: format!(
-                "{value:?}: other nodes cannot reach 0.0.0.0; advertise a routable address"
-            ),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -270,3 +270,83 @@ fn join_token_comes_from_its_own_variable_and_an_exported_operator_token_is_igno
     let c = resolve(&with_flag, &env(&[("MUSTER_JOIN_TOKEN", "K1.other")])).expect("valid");
     assert_eq!(c.token.map(|t| t.source), Some("--token"));
 }
+
+#[test]
+fn initial_cluster_lists_this_machine_at_its_address_and_needs_the_secret() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let secret_file = dir.path().join("secret");
+    let secret = muster_shared::token::JoinSecret::generate();
+    std::fs::write(&secret_file, format!("{}\n", secret.reveal())).expect("write");
+    let mut f = named("10.0.0.1:7000");
+    f.initial_cluster = Some("n1=10.0.0.1:7000, n2=10.0.0.2:7000,n3=10.0.0.3:7000".into());
+    let e = resolve(&f, &env(&[])).expect_err("no secret");
+    assert!(e.to_string().contains("--join-secret-file"), "{e}");
+    f.join_secret_file = Some(secret_file.clone());
+    let c = resolve(&f, &env(&[])).expect("valid");
+    let names: Vec<&str> = c.initial_cluster.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["n1", "n2", "n3"]);
+    assert_eq!(c.join_secret.map(|s| s.secret), Some(secret.clone()));
+    // (list, a phrase the refusal must hold)
+    let bad = [
+        ("n2=10.0.0.2:7000,n3=10.0.0.3:7000", "not in the list"),
+        ("n1=10.0.0.9:7000,n2=10.0.0.2:7000", "must match"),
+        ("n1=10.0.0.1:7000,n1=10.0.0.2:7000", "repeats"),
+        ("n1=10.0.0.1:7000,n2", "NAME=HOST:PORT"),
+        ("n1=10.0.0.1:7000,bad name=10.0.0.2:7000", "[A-Za-z0-9._-]"),
+    ];
+    for (list, phrase) in bad {
+        f.initial_cluster = Some(list.into());
+        let e = resolve(&f, &env(&[])).expect_err(list);
+        assert!(e.to_string().contains(phrase), "{list}: {e}");
+    }
+}
+
+#[test]
+fn join_secret_and_ca_pin_are_checked_where_they_come_from() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut f = named("10.0.0.1:7000");
+    f.join_secret_file = Some(dir.path().join("missing"));
+    let e = resolve(&f, &env(&[])).expect_err("missing file");
+    assert!(
+        e.to_string().contains("cannot read") && e.to_string().contains("muster secret generate"),
+        "{e}"
+    );
+    let garbage = dir.path().join("garbage");
+    std::fs::write(&garbage, "K1.not-a-secret").expect("write");
+    f.join_secret_file = Some(garbage);
+    let e = resolve(&f, &env(&[])).expect_err("not a secret");
+    assert!(e.to_string().contains("JS1"), "{e}");
+    f.join_secret_file = None;
+    let secret = muster_shared::token::JoinSecret::generate();
+    let c = resolve(&f, &env(&[("MUSTER_JOIN_SECRET", &secret.reveal())])).expect("from env");
+    assert_eq!(
+        c.join_secret.map(|s| s.source),
+        Some("MUSTER_JOIN_SECRET".to_string())
+    );
+    f.ca_pin = Some("AB".repeat(32));
+    assert_eq!(
+        resolve(&f, &env(&[])).expect("pin").ca_pin,
+        Some("ab".repeat(32))
+    );
+    f.ca_pin = Some("ab".repeat(31));
+    let e = resolve(&f, &env(&[])).expect_err("short pin");
+    assert!(e.to_string().starts_with("ca-pin:"), "{e}");
+}
+
+#[test]
+fn init_forms_alone() {
+    let mut f = named("10.0.0.1:7000");
+    f.init = true;
+    assert!(resolve(&f, &env(&[])).expect("init").init);
+    assert!(
+        resolve(&named("10.0.0.1:7000"), &env(&[("MUSTER_INIT", "yes")]))
+            .expect("env")
+            .init
+    );
+    f.discovery = Some("http://d:8087/0123456789abcdef0123456789abcdef".into());
+    let e = resolve(&f, &env(&[])).expect_err("init with discovery");
+    assert!(
+        e.to_string().starts_with("init:") && e.to_string().contains("alone"),
+        "{e}"
+    );
+}

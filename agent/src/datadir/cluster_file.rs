@@ -11,10 +11,13 @@ use crate::state::CaMaterial;
 
 const CLUSTER_FILE: &str = "cluster.json";
 
-/// A formation in progress on the initiator: the discovery URL whose first `size` registrants
-/// are admitted and made voters together.
+/// A cluster this node is creating (the discovery initiator, `--init`, or the first name of a
+/// static bootstrap), kept until nothing is left for a restart to finish.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Formation {
+    /// The discovery URL whose first `size` registrants form the cluster; empty for `--init`
+    /// and static bootstraps (which have no record to publish).
+    #[serde(default)]
     pub discovery_url: String,
     pub size: usize,
     pub initiator: bool,

@@ -14,12 +14,14 @@ use muster_shared::tls::ClusterCa;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::Agent;
-use crate::api::join::{JoinRequest, JoinResponse, TokenJoinRequest};
+use crate::api::join::{JoinRequest, JoinResponse, SecretHello, SecretProof, TokenJoinRequest};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::config;
 use crate::discovery::DiscoveryClient;
-use crate::state::{Node, NodeId, NodeRecord, Request, member_id, parse_member_id};
+use crate::state::{
+    FormationRecord, Node, NodeId, NodeRecord, Request, member_id, parse_member_id,
+};
 
 /// Node certificates are valid this long: as long as the CA, because certificate rotation does
 /// not exist yet and an expired certificate would silently cut a node off its cluster.
@@ -159,13 +161,16 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
         )
         .await;
     }
-    let Some(formation) = agent.formation() else {
+    let Some(FormationRecord::Discovery {
+        url: formation_url, ..
+    }) = agent.formation()
+    else {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
             "this cluster is not admitting discovery registrants; use a join token",
         ));
     };
-    if req.discovery_url.trim_end_matches('/') != formation.discovery_url.trim_end_matches('/') {
+    if req.discovery_url.trim_end_matches('/') != formation_url.trim_end_matches('/') {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
             "this cluster formed through another discovery URL",
@@ -174,7 +179,7 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
     // Check the registration and the key it registered, straight from the discovery service.
     let unavailable =
         |e: crate::discovery::DiscoveryError| ApiError::new(ErrorKind::Unavailable, e.to_string());
-    let discovery = DiscoveryClient::new(&formation.discovery_url).map_err(unavailable)?;
+    let discovery = DiscoveryClient::new(&formation_url).map_err(unavailable)?;
     let listing = discovery.listing().await.map_err(unavailable)?;
     let registered = listing
         .cohort()
@@ -219,6 +224,72 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
     .await?;
     tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as nonvoter");
     Ok(response)
+}
+
+/// Proves to a machine holding the join secret `hello.secret_id` names that this member knows
+/// it (an HMAC keyed with the secret's hash over the machine's nonce and this cluster's CA pin
+/// and id), from this member's applied state: the machine can then pin this cluster's CA.
+pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, ApiError> {
+    let hex = |s: &str, range: std::ops::RangeInclusive<usize>| {
+        range.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    if !hex(&hello.secret_id, 16..=16) || !hex(&hello.nonce, 32..=128) {
+        return Err(ApiError::invalid(
+            "a hello carries the join secret's 16-hex id and a nonce of 32 to 128 hex digits",
+        ));
+    }
+    let now = now_ms();
+    let (initialized, record) = agent.raft().read_local(|s| {
+        (
+            s.ca.is_some(),
+            s.join_tokens
+                .get(&hello.secret_id)
+                .filter(|t| t.unlimited())
+                .cloned(),
+        )
+    })?;
+    let record = match (initialized, record) {
+        (false, _) => {
+            return Err(ApiError::new(
+                ErrorKind::ClusterUninitialized,
+                "this member is still creating its cluster; ask again in a moment",
+            ));
+        }
+        (true, None) => {
+            return Err(ApiError::new(
+                ErrorKind::NotFound,
+                "this cluster does not know this join secret: is it the secret the cluster was \
+                 formed with (`muster token list` on a member shows its id)?",
+            ));
+        }
+        (true, Some(record)) => record,
+    };
+    match record.state(now) {
+        "revoked" => {
+            return Err(ApiError::new(
+                ErrorKind::TokenRevoked,
+                "the join secret was revoked on this cluster; start machines with a new one",
+            ));
+        }
+        "expired" => {
+            return Err(ApiError::new(
+                ErrorKind::TokenExpired,
+                "the join secret has expired on this cluster (--join-secret-ttl); use a join token",
+            ));
+        }
+        _ => {}
+    }
+    let hash = record.secret_sha256;
+    Ok(SecretProof {
+        cluster_id: agent.cluster_id().to_string(),
+        ca_pin: agent.ca_pin().to_string(),
+        proof: muster_shared::token::secret_proof(
+            &hash,
+            &hello.nonce,
+            agent.ca_pin(),
+            agent.cluster_id(),
+        ),
+    })
 }
 
 /// A cheap check of a join token against this node's applied state, before anything costs a

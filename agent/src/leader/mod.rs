@@ -8,6 +8,7 @@
 
 mod admit;
 mod backup;
+pub mod fleetlock;
 mod forward;
 mod kv;
 mod remove;
@@ -17,7 +18,7 @@ mod view;
 
 use serde::{Deserialize, Serialize};
 
-pub use admit::{CERT_VALIDITY, TokenJoin, precheck_token};
+pub use admit::{CERT_VALIDITY, TokenJoin, precheck_token, prove_secret};
 pub use forward::{run, run_once};
 pub use status::status;
 pub use tokens::{
@@ -36,20 +37,45 @@ use crate::state::Request;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum LeaderOp {
-    Write { request: Request },
-    KvGet { key: String },
-    KvList { prefix: String },
+    Write {
+        request: Request,
+    },
+    KvGet {
+        key: String,
+    },
+    KvList {
+        prefix: String,
+    },
     Status,
-    TokenJoin { join: TokenJoin },
-    RegistrantJoin { join: JoinRequest },
-    CreateJoinToken { create: NewToken },
+    TokenJoin {
+        join: TokenJoin,
+    },
+    RegistrantJoin {
+        join: JoinRequest,
+    },
+    CreateJoinToken {
+        create: NewToken,
+    },
     ListJoinTokens,
-    RevokeJoinToken { id: String },
-    CreateOperatorToken { create: NewToken },
+    RevokeJoinToken {
+        id: String,
+    },
+    CreateOperatorToken {
+        create: NewToken,
+    },
     ListOperatorTokens,
-    RevokeOperatorToken { id: String },
-    RemoveNode { name: String, force: bool },
+    RevokeOperatorToken {
+        id: String,
+    },
+    RemoveNode {
+        name: String,
+        force: bool,
+    },
     Backup,
+    FleetLock {
+        command: crate::state::fleetlock::Command,
+    },
+    FleetLockStatus,
 }
 
 impl LeaderOp {
@@ -69,6 +95,7 @@ impl LeaderOp {
                 | LeaderOp::ListJoinTokens
                 | LeaderOp::ListOperatorTokens
                 | LeaderOp::Backup
+                | LeaderOp::FleetLockStatus
         )
     }
 
@@ -96,6 +123,8 @@ pub enum Authority {
     LocalSocket,
     /// An operator over TCP with this operator token (id and SHA-256 of the secret).
     OperatorToken { id: String, secret_sha256: String },
+    /// The member's FleetLock endpoint, for a machine asking for a reboot slot (Zincati).
+    FleetLock,
 }
 
 impl Authority {
@@ -105,6 +134,13 @@ impl Authority {
             Authority::Node => matches!(
                 op,
                 LeaderOp::Status | LeaderOp::TokenJoin { .. } | LeaderOp::RegistrantJoin { .. }
+            ),
+            Authority::FleetLock => matches!(
+                op,
+                LeaderOp::FleetLock {
+                    command: crate::state::fleetlock::Command::Lock { .. }
+                        | crate::state::fleetlock::Command::Unlock { .. }
+                }
             ),
             Authority::LocalSocket | Authority::OperatorToken { .. } => true,
         }
@@ -174,6 +210,8 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             json(remove::remove_node(agent, &name, force).await?)
         }
         LeaderOp::Backup => json(backup::snapshot(agent).await?),
+        LeaderOp::FleetLock { command } => json(fleetlock::command(agent, command).await?),
+        LeaderOp::FleetLockStatus => json(fleetlock::status(agent).await?),
     }
 }
 

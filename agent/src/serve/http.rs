@@ -37,10 +37,16 @@ pub fn answer<T: Serialize>(result: Result<T, ApiError>) -> Response {
 /// Reads a whole request body of at most `limit` bytes.
 pub async fn read_body(body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit).await.map_err(|e| {
-        ApiError::new(
-            ErrorKind::PayloadTooLarge,
-            format!("request body over {limit} bytes, or unreadable: {e}"),
-        )
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("request body over {limit} bytes"),
+            )
+        } else {
+            ApiError::invalid(format!("the request body could not be read: {e}"))
+        }
     })
 }
 
@@ -48,4 +54,20 @@ pub async fn read_body(body: axum::body::Body, limit: usize) -> Result<Bytes, Ap
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], expected: &str) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::invalid(format!("expected {expected}: {e}")))
+}
+
+/// The answer to a path no route serves.
+pub async fn no_route(uri: axum::http::Uri) -> Response {
+    error_response(&ApiError::new(
+        ErrorKind::NotFound,
+        format!("no route {}", uri.path()),
+    ))
+}
+
+/// The answer to a route called with a method it does not serve.
+pub async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error_response(&ApiError::new(
+        ErrorKind::MethodNotAllowed,
+        format!("{} does not take {method}", uri.path()),
+    ))
 }

@@ -2,9 +2,12 @@
 //! serves the operator API to token holders) and the operator API on the unix socket
 //! (`operator.rs`). `http.rs` holds the answer and body helpers both use.
 
+mod fleetlock;
 mod http;
 mod operator;
+mod operator_fleetlock;
 mod peer;
 
+pub use fleetlock::{FleetLockListener, serve_fleetlock};
 pub use operator::serve_socket;
 pub use peer::serve_peers;

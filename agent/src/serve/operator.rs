@@ -225,6 +225,7 @@ pub fn routes() -> Router<Arc<Agent>> {
             delete(member_remove),
         )
         .route(paths::BACKUP, get(backup))
+        .merge(super::operator_fleetlock::routes())
         .layer(axum::extract::DefaultBodyLimit::max(OPERATOR_BODY_LIMIT))
 }
 
@@ -257,6 +258,8 @@ pub async fn serve_socket(
     let _ = std::fs::remove_dir_all(&staging);
     let listener = bound?;
     let app = routes()
+        .fallback(super::http::no_route)
+        .method_not_allowed_fallback(super::http::wrong_method)
         .layer(Extension(Authority::LocalSocket))
         .with_state(agent);
     axum::serve(listener, app)

@@ -17,10 +17,12 @@ use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use super::http::{answer, error_response, json_response, parse_json, read_body};
+use super::http::{
+    answer, error_response, json_response, no_route, parse_json, read_body, wrong_method,
+};
 use super::operator::OPERATOR_BODY_LIMIT;
 use crate::agent::Agent;
-use crate::api::join::{JoinRequest, TokenJoinRequest};
+use crate::api::join::{JoinRequest, SecretHello, TokenJoinRequest};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::leader::{self, Authority, LeaderOp};
 use crate::state::{NodeId, member_id};
@@ -54,6 +56,7 @@ fn router(agent: Arc<Agent>) -> Router {
     let join_routes = Router::new()
         .route(paths::JOIN, post(join))
         .route(paths::TOKEN_JOIN, post(token_join))
+        .route(paths::SECRET_HELLO, post(secret_hello))
         .route_layer(axum::middleware::from_fn_with_state(limiter, limit_joins));
     let raft_routes = Router::new()
         .route(paths::RAFT_APPEND, post(raft_rpc))
@@ -78,6 +81,8 @@ fn router(agent: Arc<Agent>) -> Router {
             paths::HEALTH,
             get(|| async { json_response(&serde_json::json!({"status": "ok"})) }),
         )
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(agent)
 }
 
@@ -146,6 +151,9 @@ fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError
         && is_tombstoned(agent, id.node_id)
     {
         agent.count_refused();
+        if agent.first_refusal(id.node_id, "removed") {
+            tracing::warn!(peer = %member_id(id.node_id), "refused a raft request: the node was removed (answered 410; logged once)");
+        }
         return Err(ApiError::new(
             ErrorKind::Removed,
             format!(
@@ -165,6 +173,9 @@ fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError
         }
         Some(id) if id.cluster_id == agent.cluster_id() => {
             agent.count_refused();
+            if agent.first_refusal(id.node_id, "not a member") {
+                tracing::warn!(peer = %member_id(id.node_id), "refused a raft request: the node is not a member (logged once)");
+            }
             Err(ApiError::new(
                 ErrorKind::Unauthorized,
                 format!(
@@ -300,6 +311,18 @@ async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, error = %e, "token join refused");
     }
     answer(result)
+}
+
+/// A machine with the join secret asks this member to prove it knows the secret.
+async fn secret_hello(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    let hello: SecretHello = match read_body(req.into_body(), JOIN_BODY_LIMIT)
+        .await
+        .and_then(|body| parse_json(&body, "a join-secret hello"))
+    {
+        Ok(h) => h,
+        Err(e) => return error_response(&e),
+    };
+    answer(leader::prove_secret(&agent, &hello))
 }
 
 /// Serves the peer API until `stop` resolves.

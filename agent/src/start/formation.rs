@@ -9,12 +9,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::node::BoundPort;
 use muster_shared::bootstrap::{BootstrapRecord, RECORD_KEY, RecordState, RegistrantMeta};
 use muster_shared::token::SecretToken;
-use tokio::net::TcpListener;
 
-use super::initiate::initiate;
+use super::initiate::{Origin, initiate};
 use super::join::{Joiner, finish, join_with_token};
+use super::secret::join_with_secret;
 use crate::api::join::JoinRequest;
 use crate::api::paths;
 use crate::config::{AgentConfig, host_of};
@@ -32,7 +33,7 @@ pub async fn start(
     identity: &Identity,
     url: &str,
     token: Option<&SecretToken>,
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     let discovery = DiscoveryClient::new(url)?;
     let me = identity.member_id();
@@ -74,7 +75,11 @@ pub async fn start(
         }
         let cohort = listing.cohort();
         if cohort.first().is_some_and(|r| r.id == me) {
-            return initiate(config, identity, &discovery, &listing, listener).await;
+            let origin = Origin::Discovery {
+                discovery: &discovery,
+                size: listing.size,
+            };
+            return initiate(config, identity, origin, listener).await;
         }
         // Progress first: a registrant that finds the record at once still says where it stands.
         if cohort.len() != last_progress {
@@ -157,7 +162,7 @@ async fn join_or_refuse(
     discovery: &DiscoveryClient,
     elsewhere: FormedWithoutMe,
     token: Option<&SecretToken>,
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     let state = if elsewhere.formed {
         "already formed a cluster"
@@ -180,6 +185,33 @@ async fn join_or_refuse(
             elsewhere.peers.join(", ")
         );
         return join_with_token(config, identity, token, &elsewhere.peers, listener).await;
+    }
+    if let Some(secret) = &config.join_secret {
+        // The pin: --ca-pin when given (a plain-HTTP discovery service could lie about it),
+        // else the record's (trustworthy over HTTPS), else a member must prove the secret.
+        let pin = match (&config.ca_pin, &elsewhere.ca_pin) {
+            (Some(mine), Some(record)) if mine != record => {
+                return Err(AgentError::Refused(format!(
+                    "ca_pin_mismatch: --ca-pin {mine} differs from the pin in the discovery \
+                     record ({record}); the record was changed, or --ca-pin is for another cluster"
+                )));
+            }
+            (Some(mine), _) => Some(mine.clone()),
+            (None, record) => record.clone(),
+        };
+        println!(
+            "the discovery URL {state} without this node; joining it with the join secret through {}",
+            elsewhere.peers.join(", ")
+        );
+        return join_with_secret(
+            config,
+            identity,
+            &secret.secret,
+            &elsewhere.peers,
+            pin.as_deref(),
+            listener,
+        )
+        .await;
     }
     let first = elsewhere
         .peers
@@ -207,7 +239,7 @@ async fn join_initiator(
     discovery: &DiscoveryClient,
     listing: &Listing,
     record: BootstrapRecord,
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     // Only the first registrant initiates. A record naming anyone else was written by someone
     // with the URL who wants the cohort to join them: refuse it (the formation then stalls,

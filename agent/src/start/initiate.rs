@@ -1,29 +1,45 @@
-//! The first registrant of a discovery URL creates the cluster: its CA and id, a raft group of
-//! itself, and the bootstrap record that the other registrants read (published by
-//! compare-and-set, so two initiators can never both win). A restarted initiator finishes
-//! whatever it had not done yet ([`resume`]).
+//! Creating a cluster on this node: its CA and id, a raft group of itself, the operator token
+//! printed once, and, by origin, the bootstrap record the other registrants of a discovery URL
+//! read (published by compare-and-set, so two initiators can never both win). The discovery
+//! initiator, `--init` and the first name of a static bootstrap all come through here. A
+//! restarted initiator finishes whatever it had not done yet ([`resume`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::node::BoundPort;
 use muster_shared::bootstrap::{BootstrapRecord, RecordState};
 use muster_shared::tls::{self, ClusterCa};
 use muster_shared::token::random_hex;
-use tokio::net::TcpListener;
 
 use super::{print_operator_token, sign_own_certificate};
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Formation, Identity};
-use crate::discovery::{DiscoveryClient, DiscoveryError, Listing, retrying};
+use crate::discovery::{DiscoveryClient, DiscoveryError, retrying};
 use crate::error::AgentError;
 use crate::leader::new_operator_token;
 use crate::node::{self, NodeSpec, RunningNode};
-use crate::state::{CaMaterial, FormationRecord, Node, NodeId, NodeRecord, Request};
+use crate::state::{
+    CaMaterial, FormationRecord, JoinTokenRecord, Node, NodeId, NodeRecord, Request,
+};
 
 /// How often a restarted initiator tries again to finish its formation.
 const RESUME_EVERY: Duration = Duration::from_secs(5);
+
+/// Where the cluster being created comes from.
+pub enum Origin<'a> {
+    /// The first registrant of a discovery URL of `size`.
+    Discovery {
+        discovery: &'a DiscoveryClient,
+        size: usize,
+    },
+    /// `--init`: a one-node cluster.
+    Init,
+    /// The first name of `--initial-cluster`.
+    Static,
+}
 
 /// Who initiates, as the steps below need it (owned, so a background task can keep it).
 #[derive(Clone)]
@@ -34,10 +50,48 @@ struct Initiator {
     key_fingerprint: String,
     advertise: String,
     data_dir: PathBuf,
+    /// The formation the replicated state records (so any leader can finish it).
+    formation: Option<FormationRecord>,
+    /// The join secret's credential, recorded with the cluster.
+    join_secret: Option<(String, JoinTokenRecord)>,
 }
 
 impl Initiator {
-    fn new(config: &AgentConfig, identity: &Identity) -> Self {
+    fn new(config: &AgentConfig, identity: &Identity, local: &Formation) -> Self {
+        let formation = if !local.discovery_url.is_empty() {
+            (local.size > 1).then(|| FormationRecord::Discovery {
+                url: local.discovery_url.clone(),
+                size: local.size,
+            })
+        } else if config.initial_cluster.len() > 1 {
+            Some(FormationRecord::Static {
+                names: config
+                    .initial_cluster
+                    .iter()
+                    .map(|m| m.name.clone())
+                    .collect(),
+            })
+        } else {
+            None
+        };
+        let join_secret = config.join_secret.as_ref().map(|s| {
+            let now = now_ms();
+            let expires_ms = config.join_secret_ttl.map_or(u64::MAX, |ttl| {
+                now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+            });
+            let record = JoinTokenRecord {
+                secret_sha256: s.secret.secret_hash(),
+                description: "pre-shared join secret".into(),
+                created_ms: now,
+                expires_ms,
+                uses_total: u32::MAX,
+                uses_left: u32::MAX,
+                consumed_ms: None,
+                revoked_ms: None,
+                last_used_by: None,
+            };
+            (s.secret.id(), record)
+        });
         Self {
             node_id: identity.node_id,
             member_id: identity.member_id(),
@@ -45,36 +99,51 @@ impl Initiator {
             key_fingerprint: identity.key.fingerprint(),
             advertise: config.advertise.clone(),
             data_dir: config.data_dir.clone(),
+            formation,
+            join_secret,
         }
     }
 }
 
-/// Creates the cluster as the URL's first registrant and publishes the record.
+/// Creates the cluster on this node and starts it.
 pub async fn initiate(
     config: &AgentConfig,
     identity: &Identity,
-    discovery: &DiscoveryClient,
-    listing: &Listing,
-    listener: TcpListener,
+    origin: Origin<'_>,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     let cluster_id = random_hex(16);
     let ca = ClusterCa::generate(&cluster_id)?;
     let cert = sign_own_certificate(&ca, identity, &cluster_id, &config.advertise)?;
     // Persist everything before raft exists, so a crash from here on resumes instead of forking.
     datadir::write_tls(&config.data_dir, ca.cert_pem(), &cert)?;
+    let (discovery, size) = match &origin {
+        Origin::Discovery { discovery, size } => (Some(*discovery), *size),
+        Origin::Init => (None, 1),
+        Origin::Static => (None, config.initial_cluster.len()),
+    };
     let formation = Formation {
-        discovery_url: discovery.url().to_string(),
-        size: listing.size,
+        discovery_url: discovery.map(|d| d.url().to_string()).unwrap_or_default(),
+        size,
         initiator: true,
         ca: Some(CaMaterial {
             cert_pem: ca.cert_pem().to_string(),
             key_pem: ca.key_pem(),
         }),
-        published: false,
+        // Without a discovery URL there is no record to publish.
+        published: discovery.is_none(),
     };
     ClusterFile::new(&cluster_id, &config.advertise, Some(formation.clone()))
         .write(&config.data_dir)?;
-    println!("this node initiates the cluster (first registrant); cluster id {cluster_id}");
+    match origin {
+        Origin::Discovery { .. } => {
+            println!("this node initiates the cluster (first registrant); cluster id {cluster_id}")
+        }
+        Origin::Init => println!("this node forms a new cluster (--init); cluster id {cluster_id}"),
+        Origin::Static => println!(
+            "this node initiates the cluster (first of --initial-cluster); cluster id {cluster_id}"
+        ),
+    }
     let running = node::start(NodeSpec {
         config,
         identity,
@@ -82,9 +151,18 @@ pub async fn initiate(
         listener,
     })
     .await?;
-    let me = Initiator::new(config, identity);
+    let me = Initiator::new(config, identity, &formation);
     init_raft_group(&me, running.agent(), &formation).await?;
-    publish_record(&me, &cluster_id, &formation, running.agent()).await?;
+    if discovery.is_some() {
+        publish_record(&me, &cluster_id, &formation).await?;
+    } else if size == 1 {
+        println!("cluster formed: 1 member");
+    } else {
+        println!(
+            "cluster {cluster_id} created; waiting for the other {} members of --initial-cluster",
+            size - 1
+        );
+    }
     Ok(running)
 }
 
@@ -100,13 +178,17 @@ pub fn resume(
 ) -> Result<(), AgentError> {
     let agent = running.agent().clone();
     let refuser = running.refuser();
-    let me = Initiator::new(config, identity);
+    let me = Initiator::new(config, identity, formation);
     let (formation, cluster_id) = (formation.clone(), cluster_id.to_string());
     tokio::spawn(async move {
         loop {
             let step = async {
                 init_raft_group(&me, &agent, &formation).await?;
-                publish_record(&me, &cluster_id, &formation, &agent).await
+                if formation.published {
+                    Ok(())
+                } else {
+                    publish_record(&me, &cluster_id, &formation).await
+                }
             };
             match step.await {
                 Ok(()) => return,
@@ -153,10 +235,8 @@ async fn init_raft_group(
             ca,
             operator_token: Some((operator_token.id().to_string(), record)),
             // Replicated, so whichever node leads admits the cohort and ends the formation.
-            formation: (formation.size > 1).then(|| FormationRecord {
-                discovery_url: formation.discovery_url.clone(),
-                size: formation.size,
-            }),
+            formation: me.formation.clone(),
+            join_secret: me.join_secret.clone(),
         })
         .await?;
         print_operator_token(&operator_token, &me.advertise);
@@ -182,7 +262,6 @@ async fn publish_record(
     me: &Initiator,
     cluster_id: &str,
     formation: &Formation,
-    _agent: &Agent,
 ) -> Result<(), AgentError> {
     let ca = formation
         .ca

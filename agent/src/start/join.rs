@@ -8,10 +8,10 @@
 
 use std::time::Duration;
 
+use crate::node::BoundPort;
 use muster_shared::tls;
 use muster_shared::token::SecretToken;
 use serde::Serialize;
-use tokio::net::TcpListener;
 
 use crate::api::join::{JoinResponse, TokenJoinRequest};
 use crate::api::paths;
@@ -130,7 +130,7 @@ pub async fn join_with_token(
     identity: &Identity,
     token: &SecretToken,
     peers: &[String],
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     if peers.is_empty() {
         return Err(AgentError::Usage(
@@ -181,7 +181,7 @@ pub async fn finish(
     cluster_id: Option<&str>,
     response: JoinResponse,
     via: &str,
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     if response.node_id != identity.member_id()
         || tls::spki_pin(&response.ca_cert_pem)? != ca_pin

@@ -3,19 +3,25 @@
 //! binds the node's port, and carries the plan out through one file per path:
 //!
 //! 1. the data dir belongs to a cluster → [`restart`]: static membership, discovery is never
-//!    contacted again;
-//! 2. `--token` with `--join` → [`join`]: join an existing cluster through those members;
-//! 3. `--discovery` → [`formation`]: register; the first registrant initiates ([`initiate`]),
+//!    contacted again (`--init` is refused here: it would not create what it promises);
+//! 2. `--init` → [`initiate`] a one-node cluster here;
+//! 3. `--initial-cluster` with the join secret → [`bootstrap`]: the first name creates the
+//!    cluster, the others join it proving the secret;
+//! 4. `--discovery` → [`formation`]: register; the first registrant initiates ([`initiate`]),
 //!    the other first-N join it; a node that finds the URL formed without it joins with its
-//!    token, or stops with the commands that would add it;
-//! 4. `muster restore FILE` → [`restore`]: a one-node cluster from a backup;
-//! 5. nothing of these → an error naming every way to start.
+//!    token or the join secret, or stops with the commands that would add it;
+//! 5. `--token` or the join secret with `--join` → [`join`] / [`secret`]: join an existing
+//!    cluster through those members;
+//! 6. `muster restore FILE` → [`restore`]: a one-node cluster from a backup;
+//! 7. nothing of these → an error naming every way to start.
 
+mod bootstrap;
 mod formation;
 mod initiate;
 mod join;
 mod restart;
 mod restore;
+mod secret;
 
 use std::path::{Path, PathBuf};
 
@@ -63,11 +69,18 @@ pub enum Plan {
         token: SecretToken,
         peers: Vec<String>,
     },
-    /// Register with the discovery URL; join with `token` if it formed without this node.
+    /// Join an existing cluster through `peers` with the join secret.
+    SecretJoin { peers: Vec<String> },
+    /// Register with the discovery URL; join with `token` (or the join secret) if it formed
+    /// without this node.
     Discovery {
         url: String,
         token: Option<SecretToken>,
     },
+    /// `--init`: a new one-node cluster here.
+    Init,
+    /// `--initial-cluster`: a static bootstrap.
+    Static,
     /// Start a new one-node cluster from a verified backup.
     Restore(Box<restore::Verified>),
 }
@@ -93,6 +106,15 @@ pub fn decide(
             .map_err(|e| AgentError::Usage(format!("{}: {e}", t.source)))
     });
     if let Some(cluster) = found.cluster {
+        if config.init {
+            return Err(AgentError::Usage(format!(
+                "{} already holds cluster {}: --init creates a new cluster, and only on an \
+                 empty data dir. To restart this member, start it without --init; to create \
+                 another cluster, give this machine an empty --data-dir",
+                config.data_dir.display(),
+                cluster.cluster_id()
+            )));
+        }
         // A restart never needs the token; only one that is surely for another cluster stops
         // it (a malformed one left in the settings does not).
         if let (Some(Ok(token)), Some(pin)) = (&token, &found.ca_pin)
@@ -119,9 +141,19 @@ pub fn decide(
             config.data_dir.display()
         )));
     }
+    if config.init {
+        return Ok(Plan::Init);
+    }
+    if !config.initial_cluster.is_empty() {
+        return Ok(Plan::Static);
+    }
+    let secret = config.join_secret.is_some();
     match (token, &config.discovery) {
         (Some(token), _) if !config.join.is_empty() => Ok(Plan::TokenJoin {
             token,
+            peers: config.join.clone(),
+        }),
+        (None, None) if secret && !config.join.is_empty() => Ok(Plan::SecretJoin {
             peers: config.join.clone(),
         }),
         (token, Some(url)) => Ok(Plan::Discovery {
@@ -133,12 +165,21 @@ pub fn decide(
              (or --discovery URL of the cluster's formation, whose record lists its peers)"
                 .into(),
         )),
+        (None, None) if secret => Err(AgentError::Usage(
+            "the join secret needs somewhere to join: --join HOST:PORT[,HOST:PORT…] of one or \
+             more members, --discovery URL of the cluster's formation, or --initial-cluster for \
+             a static bootstrap"
+                .into(),
+        )),
         (None, None) => Err(AgentError::Usage(
             "nothing to start from. Use one of:\n  \
-             muster agent --discovery URL …              (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
-             muster agent --join HOST:PORT --token T …  (join an existing cluster; token from `muster token create`)\n  \
-             an existing --data-dir                       (restart a member)\n  \
-             muster restore FILE …                        (a new cluster from a backup)"
+             muster agent --discovery URL …                     (form a new cluster: mint URL with curl <service>/new?size=3)\n  \
+             muster agent --init …                              (a new one-node cluster on this machine)\n  \
+             muster agent --initial-cluster n1=H:P,… --join-secret-file F …  (static bootstrap, the same flags everywhere)\n  \
+             muster agent --join HOST:PORT --token T …         (join a cluster; token from `muster token create`)\n  \
+             muster agent --join HOST:PORT --join-secret-file F …  (join with the pre-shared join secret)\n  \
+             an existing --data-dir                              (restart a member)\n  \
+             muster restore FILE …                               (a new cluster from a backup)"
                 .into(),
         )),
     }
@@ -165,9 +206,28 @@ pub async fn run(config: AgentConfig, restore: Option<PathBuf>) -> Result<(), Ag
         Plan::TokenJoin { token, peers } => {
             join::join_with_token(&config, &identity, &token, &peers, listener).await?
         }
+        Plan::SecretJoin { peers } => {
+            let secret = config
+                .join_secret
+                .as_ref()
+                .ok_or_else(|| AgentError::Usage("no join secret".into()))?;
+            secret::join_with_secret(
+                &config,
+                &identity,
+                &secret.secret,
+                &peers,
+                config.ca_pin.as_deref(),
+                listener,
+            )
+            .await?
+        }
         Plan::Discovery { url, token } => {
             formation::start(&config, &identity, &url, token.as_ref(), listener).await?
         }
+        Plan::Init => {
+            initiate::initiate(&config, &identity, initiate::Origin::Init, listener).await?
+        }
+        Plan::Static => bootstrap::start(&config, &identity, listener).await?,
         Plan::Restore(backup) => restore::start(&config, &identity, *backup, listener).await?,
     };
     running.run_until_stopped().await

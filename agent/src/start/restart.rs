@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use crate::node::BoundPort;
 use muster_shared::tls;
-use tokio::net::TcpListener;
 
 use super::initiate;
 use crate::api::paths;
@@ -21,7 +21,7 @@ pub async fn start(
     config: &AgentConfig,
     identity: &Identity,
     cluster: ClusterFile,
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     if cluster.was_removed() {
         return Err(AgentError::Refused(format!(

@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::node::BoundPort;
 use muster_shared::tls::ClusterCa;
 use muster_shared::token::random_hex;
-use tokio::net::TcpListener;
 
 use super::{print_operator_token, sign_own_certificate};
 use crate::backup_file::{self, BackupHeader, MAX_BACKUP_BYTES};
@@ -65,7 +65,7 @@ pub async fn start(
     config: &AgentConfig,
     identity: &Identity,
     backup: Verified,
-    listener: TcpListener,
+    listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     let Verified {
         file,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use muster_shared::token::{SecretToken, TokenKind};
 
 use super::*;
-use crate::config::JoinTokenSetting;
+use crate::config::{JoinSecretSetting, JoinTokenSetting, StaticMember};
 
 fn config() -> AgentConfig {
     AgentConfig {
@@ -21,8 +21,36 @@ fn config() -> AgentConfig {
         heartbeat: Duration::from_millis(50),
         election_timeout: Duration::from_millis(200),
         promote_after: Duration::from_secs(3),
+        init: false,
+        initial_cluster: Vec::new(),
+        join_secret: None,
+        join_secret_ttl: None,
+        ca_pin: None,
+        fleetlock_listen: None,
+        fleetlock_explicit: false,
+        fleetlock_tls: None,
         warnings: Vec::new(),
     }
+}
+
+fn secret() -> Option<JoinSecretSetting> {
+    Some(JoinSecretSetting {
+        source: "test".into(),
+        secret: muster_shared::token::JoinSecret::generate(),
+    })
+}
+
+fn static_list() -> Vec<StaticMember> {
+    ["n1=10.0.0.1:7000", "n2=10.0.0.2:7000", "n3=10.0.0.3:7000"]
+        .iter()
+        .map(|e| {
+            let (name, addr) = e.split_once('=').expect("=");
+            StaticMember {
+                name: name.into(),
+                addr: addr.into(),
+            }
+        })
+        .collect()
 }
 
 /// The pin of the cluster `member()` belongs to.
@@ -58,6 +86,9 @@ fn member() -> Found {
 enum Outcome {
     Restart,
     TokenJoin,
+    SecretJoin,
+    Init,
+    Static,
     Discovery { with_token: bool },
     Usage(&'static str),
     Failed(&'static str),
@@ -68,6 +99,9 @@ fn outcome(result: Result<Plan, AgentError>) -> (Outcome, String) {
     match result {
         Ok(Plan::Restart(_)) => (Outcome::Restart, String::new()),
         Ok(Plan::TokenJoin { .. }) => (Outcome::TokenJoin, String::new()),
+        Ok(Plan::SecretJoin { .. }) => (Outcome::SecretJoin, String::new()),
+        Ok(Plan::Init) => (Outcome::Init, String::new()),
+        Ok(Plan::Static) => (Outcome::Static, String::new()),
         Ok(Plan::Discovery { token, .. }) => (
             Outcome::Discovery {
                 with_token: token.is_some(),
@@ -116,6 +150,67 @@ fn the_start_decision() {
             with(&|c| c.token = Some(raw_token("garbage"))),
             member(),
             Outcome::Restart,
+            "",
+        ),
+        (
+            "--init forms a cluster on an empty data dir",
+            with(&|c| c.init = true),
+            Found::default(),
+            Outcome::Init,
+            "",
+        ),
+        (
+            "--init on a data dir that holds a cluster is refused with the next step",
+            with(&|c| c.init = true),
+            member(),
+            Outcome::Usage(""),
+            "start it without --init",
+        ),
+        (
+            "--initial-cluster is a static bootstrap",
+            with(&|c| {
+                c.initial_cluster = static_list();
+                c.join_secret = secret();
+            }),
+            Found::default(),
+            Outcome::Static,
+            "",
+        ),
+        (
+            "a member restarts from its data dir despite --initial-cluster",
+            with(&|c| {
+                c.initial_cluster = static_list();
+                c.join_secret = secret();
+            }),
+            member(),
+            Outcome::Restart,
+            "",
+        ),
+        (
+            "the join secret with --join joins",
+            with(&|c| {
+                c.join_secret = secret();
+                c.join = vec!["10.0.0.2:7000".into()];
+            }),
+            Found::default(),
+            Outcome::SecretJoin,
+            "",
+        ),
+        (
+            "the join secret with nowhere to join names the ways",
+            with(&|c| c.join_secret = secret()),
+            Found::default(),
+            Outcome::Usage(""),
+            "--initial-cluster",
+        ),
+        (
+            "the join secret with a discovery URL registers (and joins if it formed)",
+            with(&|c| {
+                c.join_secret = secret();
+                c.discovery = Some(url.into());
+            }),
+            Found::default(),
+            Outcome::Discovery { with_token: false },
             "",
         ),
         (
@@ -178,7 +273,7 @@ fn the_start_decision() {
             config(),
             Found::default(),
             Outcome::Usage(""),
-            "muster restore FILE",
+            "--init",
         ),
         (
             "raft state without cluster.json is a damaged data dir",

@@ -4,6 +4,7 @@
 //! replicates these types; the leader's operations (`leader/`) build the commands.
 
 mod admission;
+pub mod fleetlock;
 mod records;
 mod request;
 #[cfg(test)]
@@ -43,6 +44,7 @@ pub fn parse_member_id(text: &str) -> Option<NodeId> {
 pub struct ClusterState {
     pub cluster_id: Option<String>,
     pub ca: Option<CaMaterial>,
+    #[serde(deserialize_with = "id_keyed_map")]
     pub nodes: BTreeMap<NodeId, NodeRecord>,
     pub kv: BTreeMap<String, String>,
     #[serde(default)]
@@ -58,15 +60,56 @@ pub struct ClusterState {
     /// The discovery formation in progress, until its cohort has joined.
     #[serde(default)]
     pub formation: Option<FormationRecord>,
+    /// FleetLock's reboot semaphores.
+    #[serde(default)]
+    pub fleetlock: fleetlock::FleetLock,
 }
 
-/// A formation through a discovery URL: its first `size` registrants are admitted and made
-/// voters together. The URL is a credential; it lives in the replicated state (which holds the
-/// CA key as well) only until the formation ends.
+/// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
+/// strings; serde turns them back into numbers, except inside an internally tagged enum (a
+/// `Request::RestoreState` entry), where they stay strings and a plain map would refuse them.
+fn id_keyed_map<'de, D, V>(d: D) -> Result<BTreeMap<NodeId, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    #[derive(Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+    #[serde(untagged)]
+    enum Key {
+        Number(NodeId),
+        Text(String),
+    }
+    let raw: BTreeMap<Key, V> = BTreeMap::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| match k {
+            Key::Number(id) => Ok((id, v)),
+            Key::Text(text) => text
+                .parse::<NodeId>()
+                .map(|id| (id, v))
+                .map_err(|_| serde::de::Error::custom(format!("{text:?} is not a node id"))),
+        })
+        .collect()
+}
+
+/// A formation in progress: a cohort that is admitted and made voters together.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FormationRecord {
-    pub discovery_url: String,
-    pub size: usize,
+#[serde(tag = "through", rename_all = "snake_case")]
+pub enum FormationRecord {
+    /// Through a discovery URL: its first `size` registrants. The URL is a credential; it lives
+    /// in the replicated state (which holds the CA key as well) only until the formation ends.
+    Discovery { url: String, size: usize },
+    /// Static bootstrap (`--initial-cluster`): the members with these names.
+    Static { names: Vec<String> },
+}
+
+impl FormationRecord {
+    /// How many members the cohort has.
+    pub fn size(&self) -> usize {
+        match self {
+            FormationRecord::Discovery { size, .. } => *size,
+            FormationRecord::Static { names } => names.len(),
+        }
+    }
 }
 
 impl ClusterState {
@@ -79,6 +122,7 @@ impl ClusterState {
                 ca,
                 operator_token,
                 formation,
+                join_secret,
             } => {
                 if self.cluster_id.is_some() {
                     return Response::refused(
@@ -89,11 +133,21 @@ impl ClusterState {
                 self.cluster_id = Some(cluster_id.clone());
                 self.ca = Some(ca.clone());
                 self.formation = formation.clone();
+                if let Some((id, record)) = join_secret {
+                    self.join_tokens.insert(id.clone(), record.clone());
+                }
                 if let Some((id, token)) = operator_token {
                     self.operator_tokens.insert(id.clone(), token.clone());
                 }
                 Response::default()
             }
+            Request::FleetLock(command) => match self.fleetlock.apply(command) {
+                Ok(outcome) => Response {
+                    fleetlock: Some(outcome),
+                    ..Response::default()
+                },
+                Err(refused) => Response::refusal(refused),
+            },
             Request::EndFormation => {
                 self.formation = None;
                 Response::default()
@@ -110,10 +164,7 @@ impl ClusterState {
             }
             Request::UpsertNode { id, node } => {
                 if let Err(refused) = self.check_node(*id, node) {
-                    return Response {
-                        previous: None,
-                        refused: Some(refused),
-                    };
+                    return Response::refusal(refused);
                 }
                 self.nodes.insert(*id, node.clone());
                 Response::default()
@@ -121,6 +172,11 @@ impl ClusterState {
             Request::RemoveNode { id, force } => {
                 self.nodes.remove(id);
                 self.removed.insert(*id);
+                // Slots the removed machine took through its own endpoint go with it (logged on
+                // every member as it applies the removal).
+                for (group, holder) in self.fleetlock.release_member(*id) {
+                    tracing::info!(%group, %holder, member = %member_id(*id), "released the FleetLock slot of a removed member");
+                }
                 if *force {
                     self.forced_removals.insert(*id);
                 }
@@ -133,14 +189,13 @@ impl ClusterState {
                 id,
                 node,
             } => match self.check_admission(token_id, secret_sha256, *now_ms, *id, node) {
-                Err(refused) => Response {
-                    previous: None,
-                    refused: Some(refused),
-                },
+                Err(refused) => Response::refusal(refused),
                 Ok(Admission::AlreadyMember) => Response::default(),
                 Ok(Admission::New) => {
                     if let Some(token) = self.join_tokens.get_mut(token_id) {
-                        token.uses_left -= 1;
+                        if !token.unlimited() {
+                            token.uses_left -= 1;
+                        }
                         token.consumed_ms = Some(*now_ms);
                         token.last_used_by = Some(node.name.clone());
                     }
@@ -192,11 +247,11 @@ impl ClusterState {
             },
             Request::KvPut { key, value } => Response {
                 previous: self.kv.insert(key.clone(), value.clone()),
-                refused: None,
+                ..Response::default()
             },
             Request::KvDel { key } => Response {
                 previous: self.kv.remove(key),
-                refused: None,
+                ..Response::default()
             },
         }
     }

@@ -68,6 +68,11 @@ pub struct JoinTokenRecord {
 }
 
 impl JoinTokenRecord {
+    /// A pre-shared join secret: it admits any number of machines, so using it takes nothing.
+    pub fn unlimited(&self) -> bool {
+        self.uses_total == u32::MAX
+    }
+
     /// `active`, `expired`, `consumed` or `revoked` at `now_ms` (revocation wins, then
     /// consumption, then expiry).
     pub fn state(&self, now_ms: u64) -> &'static str {

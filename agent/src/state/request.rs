@@ -23,6 +23,9 @@ pub enum Request {
         /// whichever node leads can admit the cohort and finish it.
         #[serde(default)]
         formation: Option<FormationRecord>,
+        /// The pre-shared join secret's credential (its id and hash), if the cluster has one.
+        #[serde(default)]
+        join_secret: Option<(String, JoinTokenRecord)>,
     },
     /// The cohort has joined: the formation is over (whoever leads writes it).
     EndFormation,
@@ -77,6 +80,8 @@ pub enum Request {
     KvDel {
         key: String,
     },
+    /// A FleetLock decision (lock, unlock) or setting.
+    FleetLock(super::fleetlock::Command),
 }
 
 /// Why the state machine refused a command: a stable error kind and a message for people.
@@ -102,13 +107,23 @@ pub struct Response {
     pub previous: Option<String>,
     /// Set when the command was refused by the state machine (e.g. a second `InitCluster`).
     pub refused: Option<Refusal>,
+    /// For `FleetLock`: what the lock or unlock came to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleetlock: Option<super::fleetlock::Outcome>,
 }
 
 impl Response {
+    pub(super) fn refusal(refused: Refusal) -> Self {
+        Self {
+            refused: Some(refused),
+            ..Self::default()
+        }
+    }
+
     pub(super) fn refused(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self {
-            previous: None,
             refused: Some(Refusal::new(kind, message)),
+            ..Self::default()
         }
     }
 }

@@ -51,8 +51,8 @@ fn init_is_once_and_names_are_unique() {
         cert_pem: "c".into(),
         key_pem: "k".into(),
     };
-    let formation = FormationRecord {
-        discovery_url: "http://d/0123".into(),
+    let formation = FormationRecord::Discovery {
+        url: "http://d/0123".into(),
         size: 3,
     };
     let init = Request::InitCluster {
@@ -60,6 +60,7 @@ fn init_is_once_and_names_are_unique() {
         ca: ca.clone(),
         operator_token: None,
         formation: Some(formation.clone()),
+        join_secret: None,
     };
     assert_eq!(s.apply(&init).refused, None);
     assert!(s.apply(&init).refused.is_some());
@@ -217,4 +218,26 @@ fn dead_tokens_are_dropped_a_week_after_they_stopped_working() {
     s.apply(&create(1_000 + DEAD_TOKEN_RETENTION_MS));
     assert!(!s.join_tokens.contains_key("old"));
     assert!(s.join_tokens.contains_key("live"));
+}
+
+#[test]
+fn a_restore_entry_with_members_reads_back() {
+    // Inside the internally tagged `Request`, map keys stay strings; the id map reads them.
+    let mut state = ClusterState::default();
+    state.nodes.insert(
+        7,
+        NodeRecord {
+            name: "n7".into(),
+            addr: "10.0.0.7:7000".into(),
+            key_fingerprint: "ab".repeat(32),
+            joined_ms: 1,
+            joined_with: None,
+        },
+    );
+    let entry = Request::RestoreState {
+        state: Box::new(state.clone()),
+    };
+    let json = serde_json::to_string(&entry).expect("encode");
+    let back: Request = serde_json::from_str(&json).expect("decode");
+    assert_eq!(back, entry);
 }

@@ -19,6 +19,7 @@ use axum::routing::{any, get};
 use muster_shared::error::{ErrorBody, ErrorKind};
 use tokio::sync::watch;
 
+use crate::limits::{ClientKey, LimitKind, Limited, PerClient};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::v2::V2Error;
@@ -30,6 +31,17 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// The peer address of the connection, inserted by the server loop.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub SocketAddr);
+
+/// The client a request counts against (IPv6 per /64); loopback when the server loop did not
+/// say (in-process tests).
+fn client_of(req: &Request) -> ClientKey {
+    let ip = req
+        .extensions()
+        .get::<ClientAddr>()
+        .map(|c| c.0.ip())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    ClientKey::of(ip)
+}
 
 /// Route label for metrics, attached to each response by its handler.
 #[derive(Debug, Clone, Copy)]
@@ -45,13 +57,20 @@ pub struct HttpConfig {
     pub token_ttl: Duration,
     pub hold: Duration,
     pub max_watches: usize,
+    /// How long a request body may take to arrive.
+    pub body_timeout: Duration,
 }
 
 pub struct App<S> {
     pub store: S,
     pub config: HttpConfig,
     pub metrics: Metrics,
+    /// `/new` per client.
     pub limiter: RateLimiter,
+    /// Token writes per client.
+    pub write_limiter: RateLimiter,
+    /// Held watches per client.
+    pub watches_per_client: PerClient,
     /// Flips to true on SIGTERM: held watches end at once with an empty 200.
     pub shutdown: watch::Sender<bool>,
 }
@@ -106,7 +125,7 @@ fn labelled(mut response: Response, route: &'static str) -> Response {
 }
 
 /// An etcd keys-API JSON answer with its `X-Etcd-Index`.
-fn etcd_json(status: u16, body: String, index: u64) -> Response {
+fn etcd_json(status: u16, body: bytes::Bytes, index: u64) -> Response {
     let mut response = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
         [(
@@ -123,7 +142,28 @@ fn etcd_json(status: u16, body: String, index: u64) -> Response {
 }
 
 fn etcd_error(e: &V2Error) -> Response {
-    etcd_json(e.status, e.to_json(), e.index)
+    etcd_json(e.status, bytes::Bytes::from(e.to_json()), e.index)
+}
+
+/// A limit's `{kind, message}` answer on the non-etcd routes (counted in `/metrics`).
+fn limit_error<S: Store>(app: &App<S>, l: &Limited) -> Response {
+    app.metrics.limited(l.kind);
+    let status = StatusCode::from_u16(l.kind.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        crate::limits::kind_json(l.kind.as_str(), &l.message),
+    )
+        .into_response()
+}
+
+/// A limit's etcd-shaped answer on a token path (counted in `/metrics`).
+fn etcd_limit<S: Store>(app: &App<S>, l: &Limited, index: u64) -> Response {
+    app.metrics.limited(l.kind);
+    etcd_error(&V2Error::limited(l, index))
 }
 
 /// A `{kind, message}` JSON error for the non-etcd routes.
@@ -143,12 +183,20 @@ fn kind_error(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -
 enum BodyError {
     TooLarge,
     Read(String),
+    Timeout(Limited),
 }
 
-/// Reads a request body of at most [`MAX_BODY`] bytes.
-async fn read_body(body: Body) -> Result<bytes::Bytes, BodyError> {
+/// Reads a request body of at most [`MAX_BODY`] bytes within `timeout`.
+async fn read_body(body: Body, timeout: Duration) -> Result<bytes::Bytes, BodyError> {
     use http_body_util::BodyExt;
-    match http_body_util::Limited::new(body, MAX_BODY).collect().await {
+    let collect = http_body_util::Limited::new(body, MAX_BODY).collect();
+    let Ok(collected) = tokio::time::timeout(timeout, collect).await else {
+        return Err(BodyError::Timeout(Limited::new(
+            LimitKind::RequestTimeout,
+            format!("the request body did not arrive within {timeout:?} (--body-timeout)"),
+        )));
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -176,25 +224,58 @@ fn wants_html(req: &Request) -> bool {
 }
 
 /// Parses `a=b&c=d` into pairs, refusing duplicates (an ambiguous request is an error, not a
-/// guess) and anything not in `allowed`.
+/// guess), anything not in `allowed`, and anything that does not decode to UTF-8 (a value is
+/// never silently rewritten).
 fn parse_params(raw: &[&[u8]], allowed: &[&str]) -> Result<Vec<(String, String)>, String> {
     let mut out: Vec<(String, String)> = Vec::new();
     for part in raw {
-        for (k, v) in form_urlencoded::parse(part) {
-            if !allowed.contains(&k.as_ref()) {
+        for pair in part.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
+            let (k, v) = match pair.iter().position(|b| *b == b'=') {
+                Some(i) => (&pair[..i], &pair[i + 1..]),
+                None => (pair, &pair[pair.len()..]),
+            };
+            let k = form_decode(k).ok_or("a parameter name is not valid UTF-8")?;
+            let v = form_decode(v)
+                .ok_or_else(|| format!("the value of {:?} is not valid UTF-8", truncate(&k)))?;
+            if !allowed.contains(&k.as_str()) {
                 return Err(format!(
                     "unknown parameter {:?} (accepted: {})",
                     truncate(&k),
                     allowed.join(", ")
                 ));
             }
-            if out.iter().any(|(seen, _)| seen == k.as_ref()) {
+            if out.iter().any(|(seen, _)| *seen == k) {
                 return Err(format!("parameter {k:?} given more than once"));
             }
-            out.push((k.into_owned(), v.into_owned()));
+            out.push((k, v));
         }
     }
     Ok(out)
+}
+
+/// `application/x-www-form-urlencoded` decoding (`+` is a space, `%XX` a byte; a stray `%` stays
+/// as it is, as browsers and Go do) that fails instead of replacing bytes that are not UTF-8.
+fn form_decode(raw: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match raw[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < raw.len() => {
+                let hex = std::str::from_utf8(&raw[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
 }
 
 fn truncate(s: &str) -> String {
@@ -207,5 +288,22 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
         _ => Err(format!("{name}={:?} is not a boolean", truncate(value))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_values_must_be_utf8_and_are_never_rewritten() {
+        assert_eq!(form_decode(b"n1%3Dhttp+x").as_deref(), Some("n1=http x"));
+        assert_eq!(form_decode(b"%zz%4").as_deref(), Some("%zz%4"));
+        assert_eq!(form_decode("é".as_bytes()).as_deref(), Some("é"));
+        assert_eq!(form_decode(b"%ff%fe"), None);
+        assert_eq!(form_decode(&[0xff]), None);
+        let pairs = parse_params(&[b"value=a%C3%A9"], &["value"]).expect("utf-8");
+        assert_eq!(pairs, vec![("value".to_string(), "a\u{e9}".to_string())]);
+        assert!(parse_params(&[b"value=%C3"], &["value"]).is_err());
     }
 }

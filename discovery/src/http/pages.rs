@@ -8,7 +8,8 @@ use axum::response::{Html, IntoResponse, Response};
 use muster_shared::error::ErrorKind;
 
 use super::{
-    App, BodyError, ClientAddr, declared_too_large, kind_error, labelled, parse_params, read_body,
+    App, BodyError, client_of, declared_too_large, kind_error, labelled, limit_error, parse_params,
+    read_body,
 };
 use crate::store::{Store, StoreError, now_ms};
 
@@ -26,17 +27,13 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
             "use GET or POST /new?size=N",
         );
     }
-    if let Some(ClientAddr(addr)) = req.extensions().get::<ClientAddr>().copied()
-        && let Err(retry_after) = app.limiter.check(addr.ip())
-    {
-        let mut response = kind_error(
-            StatusCode::TOO_MANY_REQUESTS,
-            ErrorKind::RateLimited,
-            format!(
-                "too many new tokens from {}; retry in {retry_after}s",
-                addr.ip()
-            ),
+    let client = client_of(&req);
+    if let Err(retry_after) = app.limiter.check(client.0) {
+        let l = crate::limits::Limited::new(
+            crate::limits::LimitKind::RateLimited,
+            format!("too many new tokens from {client}; retry in {retry_after}s"),
         );
+        let mut response = limit_error(app, &l);
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
@@ -51,8 +48,9 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
     }
     let base = public_base(app, &req);
     let query = req.uri().query().unwrap_or("").to_string();
-    let body = match read_body(req.into_body()).await {
+    let body = match read_body(req.into_body(), app.config.body_timeout).await {
         Ok(b) => b,
+        Err(BodyError::Timeout(l)) => return limit_error(app, &l),
         Err(BodyError::TooLarge) => {
             return kind_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -85,7 +83,11 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
             }
         },
     };
-    match app.store.create_token(size, app.config.token_ttl).await {
+    match app
+        .store
+        .create_token(size, app.config.token_ttl, client)
+        .await
+    {
         Ok(token) => {
             tracing::debug!(token = %crate::keys::short(&token), size, "token created");
             (
@@ -97,6 +99,7 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
             )
                 .into_response()
         }
+        Err(StoreError::Limited(l)) => limit_error(app, &l),
         Err(e) => kind_error(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Unavailable,
@@ -209,7 +212,7 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 code,pre{background:#f4f4f4;padding:.1rem .3rem}.ok{color:#1a7f37}.wait{color:#9a6700}</style>";
 
 /// The page a person sees when opening a discovery URL in a browser.
-pub fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
+pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
     let now = now_ms();
     let page = app.store.read(token, |s| {
         let members = s.members();
@@ -266,7 +269,7 @@ pub fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
             age = ago(now, s.meta.created_ms),
             expires = humanize_ms(s.meta.expires_ms.saturating_sub(now)),
         )
-    });
+    }).await;
     match page {
         Ok(html) => Html(html).into_response(),
         Err(StoreError::TokenNotFound) => (

@@ -3,14 +3,16 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{Method, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::response::Response;
+use bytes::Bytes;
 
 use super::{
-    App, BodyError, declared_too_large, etcd_error, etcd_json, labelled, parse_bool, parse_params,
-    read_body,
+    App, BodyError, client_of, declared_too_large, etcd_error, etcd_json, etcd_limit, labelled,
+    parse_bool, parse_params, read_body,
 };
 use crate::keys::{TokenPath, parse_token_path};
+use crate::limits::{ClientKey, LimitKind, Limited};
 use crate::model::PutRequest;
 use crate::store::{Store, StoreError, WatchOutcome};
 use crate::v2::V2Error;
@@ -34,7 +36,7 @@ pub async fn handle<S: Store>(State(app): State<Arc<App<S>>>, req: Request) -> R
         Method::GET | Method::HEAD => get(&app, path, req).await,
         Method::PUT => labelled(put(&app, path, req).await, "token_put"),
         ref other => {
-            let index = app.store.read(&path.token, |s| s.index).unwrap_or(0);
+            let index = app.store.read(&path.token, |s| s.index).await.unwrap_or(0);
             let e = V2Error::method_not_allowed(
                 format!(
                     "{}: method {other} is not supported; use GET or PUT",
@@ -47,13 +49,21 @@ pub async fn handle<S: Store>(State(app): State<Arc<App<S>>>, req: Request) -> R
     }
 }
 
-fn store_error(path: &TokenPath, e: StoreError) -> V2Error {
+fn store_error<S: Store>(app: &App<S>, path: &TokenPath, e: StoreError) -> Response {
     match e {
-        StoreError::TokenNotFound => V2Error::key_not_found(format!("/{}", path.token), 0),
-        StoreError::Rejected(e) => e,
+        StoreError::TokenNotFound => {
+            etcd_error(&V2Error::key_not_found(format!("/{}", path.token), 0))
+        }
+        StoreError::Rejected(e) => {
+            if let Some(kind) = LimitKind::ALL.iter().find(|k| Some(k.as_str()) == e.kind) {
+                app.metrics.limited(*kind);
+            }
+            etcd_error(&e)
+        }
+        StoreError::Limited(l) => etcd_limit(app, &l, 0),
         StoreError::Unavailable(why) => {
             tracing::warn!(error = %why, "storage unavailable");
-            V2Error::unavailable(why, 0)
+            etcd_error(&V2Error::unavailable(why, 0))
         }
     }
 }
@@ -64,9 +74,8 @@ struct GetParams {
     wait_index: u64,
 }
 
-fn get_params(path: &TokenPath, query: Option<&str>, index: u64) -> Result<GetParams, V2Error> {
-    let invalid =
-        |why: String| V2Error::invalid_field(format!("{}: {why}", path.absolute()), index);
+fn get_params(path: &TokenPath, query: Option<&str>) -> Result<GetParams, V2Error> {
+    let invalid = |why: String| V2Error::invalid_field(format!("{}: {why}", path.absolute()), 0);
     let pairs = parse_params(&[query.unwrap_or("").as_bytes()], GET_PARAMS).map_err(invalid)?;
     let mut p = GetParams {
         recursive: false,
@@ -79,7 +88,7 @@ fn get_params(path: &TokenPath, query: Option<&str>, index: u64) -> Result<GetPa
             "wait" => p.wait = parse_bool(&k, &v).map_err(invalid)?,
             "waitIndex" => {
                 p.wait_index = v.parse().map_err(|_| {
-                    V2Error::index_nan(format!("waitIndex={:?}", super::truncate(&v)), index)
+                    V2Error::index_nan(format!("waitIndex={:?}", super::truncate(&v)), 0)
                 })?;
             }
             "stream" => {
@@ -101,32 +110,53 @@ async fn get<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
     let plain_get = !req.uri().query().unwrap_or("").contains("wait");
     if path.key.is_empty() && plain_get && super::wants_html(&req) {
         // Also renders the "unknown or expired token" page for people.
-        return labelled(super::pages::token_page(app, &path.token), "token_page");
+        return labelled(
+            super::pages::token_page(app, &path.token).await,
+            "token_page",
+        );
     }
-    let index = match app.store.read(&path.token, |s| s.index) {
-        Ok(i) => i,
-        Err(e) => return labelled(etcd_error(&store_error(&path, e)), "token_get"),
-    };
-    let params = match get_params(&path, req.uri().query(), index) {
+    let params = match get_params(&path, req.uri().query()) {
         Ok(p) => p,
-        Err(e) => return labelled(etcd_error(&e), "token_get"),
+        // An unknown token answers 404 before its parameters are judged.
+        Err(mut e) => {
+            let response = match app.store.read(&path.token, |s| s.index).await {
+                Ok(index) => {
+                    e.index = index;
+                    etcd_error(&e)
+                }
+                Err(err) => store_error(app, &path, err),
+            };
+            return labelled(response, "token_get");
+        }
     };
     if params.wait {
-        return labelled(watch(app, &path, params).await, "token_watch");
+        let client = client_of(&req);
+        return labelled(watch(app, &path, params, client).await, "token_watch");
     }
-    let result = app.store.read(&path.token, |s| {
-        s.get(&path.key, params.recursive)
-            .map(|r| (serde_json::to_string(&r).unwrap_or_default(), s.index))
-    });
+    // One read answers: the directory listing etcd repeats comes pre-serialized.
+    let result = app
+        .store
+        .read(&path.token, |s| {
+            if path.key.is_empty() && !params.recursive {
+                return Ok((s.dir_json(), s.index));
+            }
+            s.get(&path.key, params.recursive).map(|r| {
+                (
+                    Bytes::from(serde_json::to_vec(&r).unwrap_or_default()),
+                    s.index,
+                )
+            })
+        })
+        .await;
     let response = match result {
         Ok(Ok((body, index))) => etcd_json(200, body, index),
         Ok(Err(e)) => etcd_error(&e),
-        Err(e) => etcd_error(&store_error(&path, e)),
+        Err(e) => store_error(app, &path, e),
     };
     labelled(response, "token_get")
 }
 
-/// Decrements the held-watch gauge however the watch ends (including a client that hangs up).
+/// Gives a held-watch slot back however the watch ends (including a client that hangs up).
 struct HeldWatch<'a>(&'a crate::metrics::Metrics);
 
 impl Drop for HeldWatch<'_> {
@@ -135,48 +165,69 @@ impl Drop for HeldWatch<'_> {
     }
 }
 
-async fn watch<S: Store>(app: &Arc<App<S>>, path: &TokenPath, params: GetParams) -> Response {
+async fn watch<S: Store>(
+    app: &Arc<App<S>>,
+    path: &TokenPath,
+    params: GetParams,
+    client: ClientKey,
+) -> Response {
     // Answer from history first: etcd treats a failed watch on its own registration as fatal, so
-    // neither the watch limit nor a shutdown may refuse a watch that needs no waiting.
-    let from_history = app.store.read(&path.token, |s| {
-        let from = if params.wait_index == 0 {
-            s.index + 1
-        } else {
-            params.wait_index
-        };
-        s.first_event_from(from, &path.key, params.recursive)
-            .map(|r| (serde_json::to_string(&r).unwrap_or_default(), s.index))
-    });
-    match from_history {
-        Ok(Some((body, index))) => return etcd_json(200, body, index),
-        Ok(None) => {}
-        Err(e) => return etcd_error(&store_error(path, e)),
-    }
+    // neither a watch limit nor a shutdown may refuse a watch that needs no waiting. "From now"
+    // (waitIndex 0) is fixed here, at the index the token has when the watch arrives.
+    let from_history = app
+        .store
+        .read(&path.token, |s| {
+            let from = if params.wait_index == 0 {
+                s.index + 1
+            } else {
+                params.wait_index
+            };
+            let found = s
+                .first_event_from(from, &path.key, params.recursive)
+                .map(|r| (serde_json::to_vec(&r).unwrap_or_default(), s.index));
+            (from, found, s.index)
+        })
+        .await;
+    let (from, index) = match from_history {
+        Ok((_, Some((body, index)), _)) => return etcd_json(200, Bytes::from(body), index),
+        Ok((from, None, index)) => (from, index),
+        Err(e) => return store_error(app, path, e),
+    };
+    let Some(_slot) = app.watches_per_client.acquire(client) else {
+        let l = Limited::new(
+            LimitKind::TooManyWatches,
+            format!(
+                "{client} holds {} watches, the most one client may (--max-watches-per-client); retry",
+                app.watches_per_client.cap()
+            ),
+        );
+        return etcd_limit(app, &l, index);
+    };
     let held = app.metrics.watch_started();
     let _guard = HeldWatch(&app.metrics);
     if held as usize > app.config.max_watches {
-        let e = V2Error::unavailable(
+        let l = Limited::new(
+            LimitKind::TooManyWatches,
             format!(
-                "{} watches are held, the configured most; retry",
+                "{} watches are held, the configured most (--max-watches); retry",
                 app.config.max_watches
             ),
-            0,
         );
-        return etcd_error(&e);
+        return etcd_limit(app, &l, index);
     }
     let mut shutdown = app.shutdown.subscribe();
     if *shutdown.borrow_and_update() {
-        return empty_watch_end(app, path);
+        return empty_watch_end(app, path).await;
     }
     let outcome = tokio::select! {
-        r = app.store.watch(&path.token, &path.key, params.recursive, params.wait_index) => r,
-        _ = tokio::time::sleep(app.config.hold) => return empty_watch_end(app, path),
-        _ = shutdown.changed() => return empty_watch_end(app, path),
+        r = app.store.watch(&path.token, &path.key, params.recursive, from) => r,
+        _ = tokio::time::sleep(app.config.hold) => return empty_watch_end(app, path).await,
+        _ = shutdown.changed() => return empty_watch_end(app, path).await,
     };
     match outcome {
         Ok(WatchOutcome::Event { response, index }) => etcd_json(
             200,
-            serde_json::to_string(&response).unwrap_or_default(),
+            Bytes::from(serde_json::to_vec(&response).unwrap_or_default()),
             index,
         ),
         // The token expired while we waited. A delete event would be counted as a member by
@@ -184,27 +235,41 @@ async fn watch<S: Store>(app: &Arc<App<S>>, path: &TokenPath, params: GetParams)
         Ok(WatchOutcome::TokenGone) => {
             etcd_error(&V2Error::key_not_found(format!("/{}", path.token), 0))
         }
-        Err(e) => etcd_error(&store_error(path, e)),
+        Err(e) => store_error(app, path, e),
     }
 }
 
 /// Ends a held watch the way etcd expects: 200 with an empty body, after which the client
 /// re-issues the same watch.
-fn empty_watch_end<S: Store>(app: &Arc<App<S>>, path: &TokenPath) -> Response {
-    let index = app.store.read(&path.token, |s| s.index).unwrap_or(0);
+async fn empty_watch_end<S: Store>(app: &Arc<App<S>>, path: &TokenPath) -> Response {
+    let index = app.store.read(&path.token, |s| s.index).await.unwrap_or(0);
     let mut response = Response::new(axum::body::Body::empty());
     if index > 0 {
         response
             .headers_mut()
-            .insert("x-etcd-index", axum::http::HeaderValue::from(index));
+            .insert("x-etcd-index", HeaderValue::from(index));
     }
     response
 }
 
 async fn put<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Response {
-    let index = match app.store.read(&path.token, |s| s.index) {
+    let client = client_of(&req);
+    if let Err(retry_after) = app.write_limiter.check(client.0) {
+        let l = Limited::new(
+            LimitKind::RateLimited,
+            format!(
+                "too many writes from {client} (--write-rate/--write-burst); retry in {retry_after}s"
+            ),
+        );
+        let mut response = etcd_limit(app, &l, 0);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+        return response;
+    }
+    let index = match app.store.read(&path.token, |s| s.index).await {
         Ok(i) => i,
-        Err(e) => return etcd_error(&store_error(&path, e)),
+        Err(e) => return store_error(app, &path, e),
     };
     if declared_too_large(&req) {
         return etcd_error(&V2Error::payload_too_large(
@@ -225,7 +290,7 @@ async fn put<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
         ));
     }
     let query = req.uri().query().unwrap_or("").to_string();
-    let body = match read_body(req.into_body()).await {
+    let body = match read_body(req.into_body(), app.config.body_timeout).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
             return etcd_error(&V2Error::payload_too_large(
@@ -234,6 +299,7 @@ async fn put<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
             ));
         }
         Err(BodyError::Read(why)) => return etcd_error(&V2Error::invalid_form(why, index)),
+        Err(BodyError::Timeout(l)) => return etcd_limit(app, &l, index),
     };
     let request = match put_request(&path, &query, &body, index) {
         Ok(r) => r,
@@ -246,11 +312,11 @@ async fn put<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
             }
             etcd_json(
                 status,
-                serde_json::to_string(&response).unwrap_or_default(),
+                Bytes::from(serde_json::to_vec(&response).unwrap_or_default()),
                 index,
             )
         }
-        Err(e) => etcd_error(&store_error(&path, e)),
+        Err(e) => store_error(app, &path, e),
     }
 }
 

@@ -1,11 +1,19 @@
-//! Where discovery state lives. The HTTP layer talks to a [`Store`]; the embedded fjall backend
-//! is the default, and a later backend can keep the same state in an existing etcd cluster.
+//! Where discovery state lives. The HTTP layer talks to a [`Store`]: the embedded fjall backend
+//! ([`fjall`], the default) or an existing etcd v3 cluster ([`etcd`]), which lets several
+//! stateless replicas serve one set of tokens.
+//!
+//! Both keep a token as its metadata plus its event log and rebuild a [`TokenState`] from them;
+//! [`crate::model`] decides every write, so both stores answer byte for byte alike.
 
+pub mod cache;
+pub mod etcd;
 pub mod fjall;
+pub mod notify;
 
 use std::future::Future;
 use std::time::Duration;
 
+use crate::limits::{ClientKey, Limited};
 use crate::model::{PutRequest, TokenState};
 use crate::v2::{Response, V2Error};
 
@@ -17,7 +25,10 @@ pub enum StoreError {
     /// The write broke a protocol rule; answer with this etcd error.
     #[error(transparent)]
     Rejected(#[from] V2Error),
-    /// Storage cannot take writes (disk full, fsync failed, shutting down).
+    /// A resource limit refused the request.
+    #[error(transparent)]
+    Limited(#[from] Limited),
+    /// Storage cannot take writes (disk full, fsync failed, etcd unreachable, shutting down).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
 }
@@ -29,28 +40,69 @@ pub enum WatchOutcome {
     TokenGone,
 }
 
-/// Counters for `/metrics` and `/health`.
+/// Counters for `/metrics` and `/health`. `None` where a store cannot know a figure cheaply.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StoreStats {
     pub tokens: u64,
-    pub registrations: u64,
+    pub registrations: Option<u64>,
     pub tokens_created_total: u64,
     pub registrations_total: u64,
-    pub tokens_expired_total: u64,
+    pub tokens_expired_total: Option<u64>,
+    /// Bytes counted against `--max-stored-bytes`.
+    pub stored_bytes: u64,
+    /// Memory held by the token cache (bytes, estimated) and the tokens in it.
+    pub cache_bytes: u64,
+    pub cached_tokens: u64,
     pub healthy: bool,
+}
+
+/// The global and per-client bounds a store enforces (0 = no bound).
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    pub max_tokens: u64,
+    pub max_tokens_per_client: u64,
+    pub max_stored_bytes: u64,
+    pub max_token_bytes: u64,
+    pub cache_bytes: u64,
+}
+
+impl Caps {
+    /// No bounds (unit tests).
+    pub fn unbounded() -> Self {
+        Caps {
+            max_tokens: 0,
+            max_tokens_per_client: 0,
+            max_stored_bytes: 0,
+            max_token_bytes: 0,
+            cache_bytes: 16 << 20,
+        }
+    }
+
+    /// The per-token byte cap as a model limit.
+    pub fn token_byte_cap(&self) -> usize {
+        if self.max_token_bytes == 0 {
+            usize::MAX
+        } else {
+            usize::try_from(self.max_token_bytes).unwrap_or(usize::MAX)
+        }
+    }
 }
 
 /// Durable discovery state. Every method that writes returns only after the write is durable.
 pub trait Store: Send + Sync + 'static {
-    /// Creates a token of `size` that lives for `ttl`; returns the token.
+    /// Creates a token of `size` that lives for `ttl`, minted by `client`; returns the token.
     fn create_token(
         &self,
         size: u32,
         ttl: Duration,
+        client: ClientKey,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
 
     /// Runs `f` on a consistent view of a live token.
-    fn read<R>(&self, token: &str, f: impl FnOnce(&TokenState) -> R) -> Result<R, StoreError>;
+    fn read<R, F>(&self, token: &str, f: F) -> impl Future<Output = Result<R, StoreError>> + Send
+    where
+        F: FnOnce(&TokenState) -> R + Send,
+        R: Send;
 
     /// Applies a keys-API write; returns the etcd answer, its HTTP status and the token's index.
     fn put(
@@ -60,7 +112,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(Response, u16, u64), StoreError>> + Send;
 
     /// Waits (without bound: the caller applies the hold timeout) for the first event with index
-    /// ≥ `from` that a watch on `key` sees.
+    /// ≥ `from` (never 0: the caller resolves "from now") that a watch on `key` sees.
     fn watch(
         &self,
         token: &str,
@@ -76,6 +128,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Flushes and stops accepting writes.
     fn close(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// The HTTP status of a successful write: 201 for a create, 200 otherwise.
+pub(crate) fn put_status(event: &crate::model::Event) -> u16 {
+    if event.action == crate::model::Action::Create {
+        201
+    } else {
+        200
+    }
 }
 
 pub(crate) fn now_ms() -> u64 {

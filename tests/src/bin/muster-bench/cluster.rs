@@ -576,6 +576,66 @@ async fn failover_round(
     Ok(elapsed)
 }
 
+/// muster only: forms `n` agents without a discovery service — `--init` for one, else a static
+/// `--initial-cluster` with a join secret — and times it from spawn to the full shape.
+async fn static_round(
+    timing: RaftTiming,
+    bench: &ClusterBench,
+    n: usize,
+    polls: &mut PollStats,
+) -> Result<Duration> {
+    let dir = tempfile::tempdir_in(&bench.root).context("creating a cluster dir")?;
+    let secret = dir.path().join("secret");
+    std::fs::write(
+        &secret,
+        muster_shared::token::JoinSecret::generate().reveal(),
+    )?;
+    let secret = secret.display().to_string();
+    let nodes: Vec<(String, String)> = (1..=n)
+        .map(|i| {
+            (
+                format!("s{i}"),
+                format!("127.0.0.1:{}", muster_tests::free_port()),
+            )
+        })
+        .collect();
+    let list = nodes
+        .iter()
+        .map(|(name, addr)| format!("{name}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut names: Vec<String> = nodes.iter().map(|(name, _)| name.clone()).collect();
+    names.sort();
+    let started = Instant::now();
+    let members = nodes
+        .iter()
+        .map(|(name, addr)| {
+            let mut args = vec!["--advertise".to_string(), addr.clone()];
+            if n == 1 {
+                args.push("--init".into());
+            } else {
+                args.extend(["--initial-cluster".into(), list.clone()]);
+                args.extend(["--join-secret-file".into(), secret.clone()]);
+            }
+            args.extend(timing.muster_args());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            AgentProc::start_bare(dir.path(), name, addr, &args, Some("info,openraft=error"))
+                .map(Member::Muster)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let cluster = Cluster { members, _dir: dir };
+    let what = format!("{n} muster members to form without discovery");
+    let outcome = poll_until(&what, started, polls, || cluster.formed(&names)).await;
+    let logs = cluster.logs();
+    cluster.stop().await?;
+    let ((), elapsed) = outcome.context(logs)?;
+    eprintln!(
+        "  muster: {n} nodes formed without discovery in {:.3} s",
+        elapsed.as_secs_f64()
+    );
+    Ok(elapsed)
+}
+
 /// Kills the leader with SIGKILL and times until a survivor names another leader.
 async fn time_failover(
     cluster: &Cluster,
@@ -726,6 +786,10 @@ async fn time_join(cluster: &Cluster, polls: &mut PollStats) -> Result<(Duration
 struct ClusterSamples {
     formation_3: Vec<Duration>,
     formation_5: Vec<Duration>,
+    /// muster only: `--init` (one node), and static `--initial-cluster` bootstraps of 3 and 5.
+    init: Vec<Duration>,
+    static_3: Vec<Duration>,
+    static_5: Vec<Duration>,
     failover: Vec<Duration>,
     join_nonvoter: Vec<Duration>,
     join_voter: Vec<Duration>,
@@ -738,6 +802,10 @@ struct ClusterSamples {
 enum Step {
     Form3,
     Form5,
+    /// muster only: formation without a discovery service.
+    Init,
+    Static3,
+    Static5,
     Failover,
     /// muster only: etcd adds members by hand (`member add --learner`, then `member promote`).
     Join,
@@ -760,6 +828,21 @@ async fn run_step(
         Step::Failover => samples
             .failover
             .push(failover_round(system, bench, polls).await?),
+        Step::Init | Step::Static3 | Step::Static5 => {
+            if let ClusterSystem::Muster { timing } = system {
+                let n = match step {
+                    Step::Init => 1,
+                    Step::Static3 => 3,
+                    _ => 5,
+                };
+                let elapsed = static_round(*timing, bench, n, polls).await?;
+                match step {
+                    Step::Init => samples.init.push(elapsed),
+                    Step::Static3 => samples.static_3.push(elapsed),
+                    _ => samples.static_5.push(elapsed),
+                }
+            }
+        }
         Step::Join => {
             if matches!(system, ClusterSystem::Muster { .. }) {
                 let (nonvoter, voter) = join_round(bench, polls).await?;
@@ -782,7 +865,15 @@ async fn run_cluster_rounds(
         systems.iter().map(|_| ClusterSamples::default()).collect();
     for round in 1..=rounds {
         eprintln!("round {round} of {rounds}");
-        for step in [Step::Form3, Step::Form5, Step::Failover, Step::Join] {
+        for step in [
+            Step::Form3,
+            Step::Form5,
+            Step::Init,
+            Step::Static3,
+            Step::Static5,
+            Step::Failover,
+            Step::Join,
+        ] {
             for (system, s) in systems.iter().zip(samples.iter_mut()) {
                 run_step(step, system, bench, s)
                     .await
@@ -863,6 +954,13 @@ fn mean(values: &[f64]) -> f64 {
 struct ClusterResults {
     formation_3: Times,
     formation_5: Times,
+    /// muster only: `--init`, and static `--initial-cluster` bootstraps (no discovery).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    init: Option<Times>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    static_3: Option<Times>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    static_5: Option<Times>,
     failover: Times,
     /// muster only: spawn of a node joining with a token → the leader lists it as a nonvoter.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -883,6 +981,9 @@ impl ClusterResults {
         ClusterResults {
             formation_3: Times::of(&s.formation_3),
             formation_5: Times::of(&s.formation_5),
+            init: (!s.init.is_empty()).then(|| Times::of(&s.init)),
+            static_3: (!s.static_3.is_empty()).then(|| Times::of(&s.static_3)),
+            static_5: (!s.static_5.is_empty()).then(|| Times::of(&s.static_5)),
             failover: Times::of(&s.failover),
             join_nonvoter: (!s.join_nonvoter.is_empty()).then(|| Times::of(&s.join_nonvoter)),
             join_voter: (!s.join_voter.is_empty()).then(|| Times::of(&s.join_voter)),
@@ -998,6 +1099,55 @@ fn cluster_goals(
     ];
     goals.extend(failover_vs_etcd);
     goals.push(rss_goal);
+    // Issue 10: formation through discovery at most half etcd's, and the static path no
+    // slower than the discovery path.
+    if let Some(e) = etcd {
+        for (metric, m, et) in [
+            (
+                "formation, 3 nodes vs etcd",
+                &muster.formation_3,
+                &e.formation_3,
+            ),
+            (
+                "formation, 5 nodes vs etcd",
+                &muster.formation_5,
+                &e.formation_5,
+            ),
+        ] {
+            let ratio = m.median_s / et.median_s.max(f64::MIN_POSITIVE);
+            goals.push(Goal {
+                metric,
+                goal_met: Some(ratio <= 0.5),
+                detail: format!(
+                    "muster {:.3} s, etcd {:.3} s = {ratio:.2}x, want <= 0.5x",
+                    m.median_s, et.median_s
+                ),
+            });
+        }
+    }
+    for (metric, fixed, discovery) in [
+        (
+            "--initial-cluster 3 vs discovery",
+            &muster.static_3,
+            &muster.formation_3,
+        ),
+        (
+            "--initial-cluster 5 vs discovery",
+            &muster.static_5,
+            &muster.formation_5,
+        ),
+    ] {
+        if let Some(fixed) = fixed {
+            goals.push(Goal {
+                metric,
+                goal_met: Some(fixed.median_s <= discovery.median_s),
+                detail: format!(
+                    "static {:.3} s, through discovery {:.3} s, want static <= discovery",
+                    fixed.median_s, discovery.median_s
+                ),
+            });
+        }
+    }
     goals.extend(join_goals);
     goals
 }
@@ -1055,7 +1205,10 @@ fn print_cluster_table(report: &ClusterReport) {
             );
         }
     }
-    let join_rows: [(&str, Option<&Times>); 2] = [
+    let join_rows: [(&str, Option<&Times>); 5] = [
+        ("--init, 1 node", report.muster.init.as_ref()),
+        ("--initial-cluster, 3", report.muster.static_3.as_ref()),
+        ("--initial-cluster, 5", report.muster.static_5.as_ref()),
         (
             "join: start → nonvoter",
             report.muster.join_nonvoter.as_ref(),

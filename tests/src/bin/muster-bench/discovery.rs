@@ -1,5 +1,14 @@
 //! `muster-bench discovery`: muster-discovery against etcd 3.4 (`--enable-v2`) as a discovery
 //! backend, on token creation, member registration and directory reads.
+//!
+//! With `--store etcd --replicas N` it also measures `muster-discovery --store etcd` on a
+//! 3-member etcd v3 cluster, with 1, 2, … N replicas (the clients spread over the replicas, as a
+//! load balancer would spread them). Each figure comes with the servers' CPU time per operation,
+//! read from /proc for every process of the system under test, so that a comparison does not
+//! depend on the load generator's own CPU.
+
+#[path = "discovery_cpu.rs"]
+mod cpu;
 
 use std::future::Future;
 use std::path::Path;
@@ -10,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use muster_shared::duration::format_duration;
 use muster_shared::token::{new_discovery_token, random_hex};
+use muster_tests::etcd_cluster::{EtcdCluster, start_replicas};
 use muster_tests::{Discovery, Etcd, bin_path, tail, token_of, wait_for};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -38,27 +48,40 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// token is created; registration and reads use the same etcd v2 keys-API requests on both.
 #[derive(Clone)]
 enum System {
-    /// `base` is `http://127.0.0.1:PORT`; tokens live at `{base}/<token>`.
-    Muster { base: String },
+    /// `bases` are `http://127.0.0.1:PORT` of one or more replicas; tokens live at
+    /// `{base}/<token>` on any of them. `pids` are every server process the system runs on.
+    Muster {
+        label: String,
+        bases: Vec<String>,
+        pids: Vec<u32>,
+    },
     /// `client_url` is etcd's client URL; tokens live under `/v2/keys/_etcd/registry/`.
-    Etcd { client_url: String },
+    Etcd { client_url: String, pid: u32 },
 }
 
 impl System {
-    fn label(&self) -> &'static str {
+    fn label(&self) -> &str {
         match self {
-            System::Muster { .. } => "muster-discovery",
+            System::Muster { label, .. } => label,
             System::Etcd { .. } => "etcd",
         }
     }
 
-    /// `host:port` to connect to.
-    fn authority(&self) -> &str {
+    /// `host:port` that client number `client` connects to (clients spread over replicas).
+    fn authority(&self, client: usize) -> &str {
         let url = match self {
-            System::Muster { base } => base,
-            System::Etcd { client_url } => client_url,
+            System::Muster { bases, .. } => &bases[client % bases.len()],
+            System::Etcd { client_url, .. } => client_url,
         };
         url.split("://").nth(1).unwrap_or(url).trim_end_matches('/')
+    }
+
+    /// The server processes whose CPU time counts for this system.
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            System::Muster { pids, .. } => pids.clone(),
+            System::Etcd { pid, .. } => vec![*pid],
+        }
     }
 
     /// The path under which `/<token>` paths live.
@@ -275,6 +298,8 @@ struct Stats {
     p99_ms: f64,
     errors: u64,
     elapsed_secs: f64,
+    /// CPU time (user + system) of the system's server processes per successful operation.
+    server_cpu_us_per_op: f64,
 }
 
 impl Stats {
@@ -289,7 +314,16 @@ impl Stats {
             p99_ms: percentile_us(&rec.latencies_us, 0.99) as f64 / 1000.0,
             errors: rec.errors,
             elapsed_secs: secs,
+            server_cpu_us_per_op: 0.0,
         }
+    }
+
+    /// Adds the servers' CPU time spent on the workload (`cpu_us`) per operation.
+    fn with_cpu(mut self, cpu_us: f64) -> Self {
+        if self.ops > 0 {
+            self.server_cpu_us_per_op = cpu_us / self.ops as f64;
+        }
+        self
     }
 }
 
@@ -316,7 +350,7 @@ where
     T: Send + 'static,
 {
     let https: Vec<Conn> = (0..clients)
-        .map(|_| Conn::new(system.authority()))
+        .map(|i| Conn::new(system.authority(usize::from(i))))
         .collect();
     let started = Instant::now();
     let handles: Vec<_> = https
@@ -380,6 +414,7 @@ async fn bench_create(system: &System, clients: u16, duration: Duration) -> Resu
         system.label(),
         format_duration(duration)
     );
+    let cpu = cpu::Sample::take(&system.pids());
     let (recs, elapsed) = run_clients(system, clients, |_, mut http, started| {
         let system = system.clone();
         async move {
@@ -392,9 +427,10 @@ async fn bench_create(system: &System, clients: u16, duration: Duration) -> Resu
         }
     })
     .await?;
+    let cpu_us = cpu.elapsed_us();
     let rec = merged(recs);
     report_errors(system, Workload::Create, &rec);
-    Ok(Stats::from_recorder(rec, elapsed))
+    Ok(Stats::from_recorder(rec, elapsed).with_cpu(cpu_us))
 }
 
 /// Untimed: creates `count` tokens with `clients` concurrent tasks for the registration
@@ -448,6 +484,7 @@ async fn bench_register(
     let pool = Arc::new(pool);
     // An index into the pool instead of a locked Vec: each token is handed out exactly once.
     let next = Arc::new(AtomicUsize::new(0));
+    let cpu = cpu::Sample::take(&system.pids());
     let (results, elapsed) = run_clients(system, clients, |_, mut http, started| {
         let (system, pool, next) = (system.clone(), pool.clone(), next.clone());
         async move {
@@ -473,6 +510,7 @@ async fn bench_register(
         }
     })
     .await?;
+    let cpu_us = cpu.elapsed_us();
     let exhausted = next.load(Ordering::Relaxed) >= pool.len();
     let (recs, fulls): (Vec<_>, Vec<_>) = results.into_iter().unzip();
     let rec = merged(recs);
@@ -485,7 +523,7 @@ async fn bench_register(
         );
     }
     Ok((
-        Stats::from_recorder(rec, elapsed),
+        Stats::from_recorder(rec, elapsed).with_cpu(cpu_us),
         fulls.into_iter().flatten().collect(),
     ))
 }
@@ -511,6 +549,7 @@ async fn bench_read(
         system.label(),
         format_duration(duration)
     );
+    let cpu = cpu::Sample::take(&system.pids());
     let (recs, elapsed) = run_clients(system, clients, |i, mut http, started| {
         let (system, tokens) = (system.clone(), tokens.clone());
         async move {
@@ -528,9 +567,10 @@ async fn bench_read(
         }
     })
     .await?;
+    let cpu_us = cpu.elapsed_us();
     let rec = merged(recs);
     report_errors(system, Workload::Read, &rec);
-    Ok(Stats::from_recorder(rec, elapsed))
+    Ok(Stats::from_recorder(rec, elapsed).with_cpu(cpu_us))
 }
 
 /// Results of the three workloads on one system.
@@ -639,6 +679,19 @@ pub(crate) async fn start_muster(tmp: &Path) -> Result<Discovery> {
     Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", &[]).await
 }
 
+/// What the throughput workloads need switched off: one client (the load generator) mints and
+/// writes far beyond what the per-client limits allow a real client.
+const BENCH_LIMITS: &[&str] = &[
+    "--write-rate",
+    "0",
+    "--max-tokens-per-client",
+    "0",
+    "--max-connections-per-client",
+    "0",
+    "--max-tokens",
+    "0",
+];
+
 async fn start_etcd(etcd_bin: &Path, tmp: &Path) -> Result<Etcd> {
     eprintln!("starting {} --enable-v2…", etcd_bin.display());
     let etcd = Etcd::start_v2(etcd_bin, tmp)?;
@@ -702,11 +755,22 @@ struct Report {
     duration_secs: f64,
     /// Rounds run; the reported figures are each workload's median round.
     rounds: u16,
+    /// muster-discovery with its embedded store.
     muster: SystemResults,
     etcd: Option<SystemResults>,
     comparison: Option<Vec<Comparison>>,
+    /// muster-discovery `--store etcd` with 1, 2, … replicas (`--store etcd --replicas N`).
+    etcd_store: Vec<ReplicaResults>,
     muster_rounds: Vec<SystemResults>,
     etcd_rounds: Option<Vec<SystemResults>>,
+}
+
+#[derive(Serialize)]
+struct ReplicaResults {
+    replicas: usize,
+    results: SystemResults,
+    comparison: Option<Vec<Comparison>>,
+    rounds: Vec<SystemResults>,
 }
 
 fn print_table(report: &Report) {
@@ -715,19 +779,32 @@ fn print_table(report: &Report) {
         report.clients, report.duration, report.rounds
     );
     println!(
-        "{:<20} {:<17} {:>9} {:>11} {:>9} {:>9} {:>7}",
-        "workload", "system", "ops", "ops/s", "p50 ms", "p99 ms", "errors"
+        "{:<20} {:<22} {:>9} {:>11} {:>9} {:>9} {:>7} {:>11}",
+        "workload", "system", "ops", "ops/s", "p50 ms", "p99 ms", "errors", "cpu us/op"
     );
     for (i, &w) in Workload::ALL.iter().enumerate() {
         print_row(w.title(), "muster-discovery", report.muster.get(w));
+        for r in &report.etcd_store {
+            let label = format!("muster --store etcd x{}", r.replicas);
+            print_row("", &label, r.results.get(w));
+        }
         if let Some(etcd) = &report.etcd {
             print_row("", "etcd 3.4 (v2)", etcd.get(w));
         }
-        if let Some(c) = report.comparison.as_ref().and_then(|c| c.get(i)) {
-            println!(
-                "{:<20} {:<17} {:>9} {:>10.2}x {:>9} {:>8.2}x",
-                "", "muster/etcd", "", c.throughput_ratio, "", c.p99_ratio
-            );
+        let mut ratios = vec![("muster/etcd".to_string(), report.comparison.as_ref())];
+        for r in &report.etcd_store {
+            ratios.push((
+                format!("etcd-store x{}/etcd", r.replicas),
+                r.comparison.as_ref(),
+            ));
+        }
+        for (label, comparison) in ratios {
+            if let Some(c) = comparison.and_then(|c| c.get(i)) {
+                println!(
+                    "{:<20} {:<22} {:>9} {:>10.2}x {:>9} {:>8.2}x",
+                    "", label, "", c.throughput_ratio, "", c.p99_ratio
+                );
+            }
         }
     }
     if let Some(comparison) = &report.comparison {
@@ -746,8 +823,15 @@ fn print_table(report: &Report) {
 
 fn print_row(workload: &str, system: &str, s: &Stats) {
     println!(
-        "{:<20} {:<17} {:>9} {:>11.1} {:>9.3} {:>9.3} {:>7}",
-        workload, system, s.ops, s.ops_per_sec, s.p50_ms, s.p99_ms, s.errors
+        "{:<20} {:<22} {:>9} {:>11.1} {:>9.3} {:>9.3} {:>7} {:>11.1}",
+        workload,
+        system,
+        s.ops,
+        s.ops_per_sec,
+        s.p50_ms,
+        s.p99_ms,
+        s.errors,
+        s.server_cpu_us_per_op
     );
 }
 
@@ -755,20 +839,51 @@ fn print_row(workload: &str, system: &str, s: &Stats) {
 
 pub async fn run(args: DiscoveryArgs) -> Result<()> {
     let etcd_bin = find_etcd(args.skip_etcd)?;
+    let store_etcd = args.store == "etcd";
+    if store_etcd && etcd_bin.is_none() {
+        bail!("--store etcd needs etcd (a 3-member etcd v3 cluster is started); drop --skip-etcd");
+    }
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
-    // Both servers stay up for the whole run (an idle one costs next to nothing) and the
-    // workloads alternate between them, so a slow minute on a shared machine hurts both alike.
-    let mut discovery = start_muster(tmp.path()).await?;
+    // Every server stays up for the whole run (an idle one costs next to nothing) and the
+    // workloads alternate between them, so a slow minute on a shared machine hurts all alike.
+    let mut discovery =
+        Discovery::start_with(&tmp.path().join("data"), "127.0.0.1:0", BENCH_LIMITS).await?;
+    let mut systems = vec![System::Muster {
+        label: "muster-discovery".into(),
+        bases: vec![discovery.base.clone()],
+        pids: discovery.pid().into_iter().collect(),
+    }];
+    let mut backing = None;
+    let mut replicas = Vec::new();
+    if store_etcd && let Some(bin) = &etcd_bin {
+        eprintln!(
+            "starting a 3-member etcd v3 cluster and {} replicas…",
+            args.replicas
+        );
+        let cluster = EtcdCluster::start(bin, 3).await?;
+        replicas = start_replicas(&cluster, usize::from(args.replicas), BENCH_LIMITS)
+            .await?
+            .0;
+        let etcd_pids: Vec<u32> = cluster.members.iter().filter_map(|m| m.pid()).collect();
+        for k in 1..=replicas.len() {
+            let mut pids: Vec<u32> = replicas[..k].iter().filter_map(|r| r.pid()).collect();
+            pids.extend(&etcd_pids);
+            systems.push(System::Muster {
+                label: format!("muster --store etcd x{k}"),
+                bases: replicas[..k].iter().map(|r| r.base.clone()).collect(),
+                pids,
+            });
+        }
+        backing = Some(cluster);
+    }
     let mut etcd = match &etcd_bin {
         Some(bin) => Some(start_etcd(bin, tmp.path()).await?),
         None => None,
     };
-    let mut systems = vec![System::Muster {
-        base: discovery.base.clone(),
-    }];
     if let Some(e) = &etcd {
         systems.push(System::Etcd {
             client_url: e.client_url.clone(),
+            pid: e.pid().context("etcd is not running")?,
         });
     }
     let outcome = run_rounds(&systems, &args).await;
@@ -777,6 +892,10 @@ pub async fn run(args: DiscoveryArgs) -> Result<()> {
         .terminate()
         .await
         .context("stopping muster-discovery")?;
+    for r in replicas.iter_mut() {
+        let _ = r.terminate().await;
+    }
+    drop(backing);
     let etcd_log = etcd
         .as_ref()
         .map(|e| tail(&e.log(), 40))
@@ -786,22 +905,34 @@ pub async fn run(args: DiscoveryArgs) -> Result<()> {
     }
     let mut per_system = outcome
         .with_context(|| format!("muster-discovery log:\n{muster_log}\netcd log:\n{etcd_log}"))?;
-    let etcd_rounds = if per_system.len() > 1 {
+    let etcd_rounds = if etcd.is_some() {
         per_system.pop()
     } else {
         None
     };
-    let muster_rounds = per_system.pop().context("no results")?;
+    let etcd_median = etcd_rounds.as_deref().map(median).transpose()?;
+    let mut per_system = per_system.into_iter();
+    let muster_rounds = per_system.next().context("no results")?;
     let muster = median(&muster_rounds)?;
-    let etcd = etcd_rounds.as_deref().map(median).transpose()?;
+    let mut etcd_store = Vec::new();
+    for (k, rounds) in per_system.enumerate() {
+        let results = median(&rounds)?;
+        etcd_store.push(ReplicaResults {
+            replicas: k + 1,
+            comparison: etcd_median.as_ref().map(|e| compare(&results, e)),
+            results,
+            rounds,
+        });
+    }
     let report = Report {
         clients: args.clients,
         duration: format_duration(args.duration),
         duration_secs: args.duration.as_secs_f64(),
         rounds: args.rounds,
-        comparison: etcd.as_ref().map(|e| compare(&muster, e)),
+        comparison: etcd_median.as_ref().map(|e| compare(&muster, e)),
         muster,
-        etcd,
+        etcd: etcd_median,
+        etcd_store,
         muster_rounds,
         etcd_rounds,
     };

@@ -23,6 +23,7 @@
 
 mod cluster;
 mod discovery;
+mod fleetlock;
 mod stability;
 
 use std::path::PathBuf;
@@ -48,6 +49,18 @@ enum Command {
     Cluster(ClusterArgs),
     /// Spurious elections under CPU saturation, muster and etcd at the same timing.
     Stability(StabilityArgs),
+    /// FleetLock lock + unlock round trips through a member's endpoint: p50, p99, per second.
+    Fleetlock(FleetlockArgs),
+}
+
+#[derive(Args)]
+struct FleetlockArgs {
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    duration: Duration,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -90,6 +103,13 @@ struct DiscoveryArgs {
     /// Measure muster-discovery only (no etcd needed).
     #[arg(long)]
     skip_etcd: bool,
+    /// Also measure `muster-discovery --store etcd` on a 3-member etcd v3 cluster (`etcd`), with
+    /// 1 up to --replicas replicas; `fjall` measures the embedded store alone.
+    #[arg(long, default_value = "fjall", value_parser = ["fjall", "etcd"])]
+    store: String,
+    /// With --store etcd: the most replicas to measure (each count from 1 up is measured).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    replicas: u16,
 }
 
 #[derive(Args)]
@@ -135,6 +155,7 @@ async fn main() -> Result<()> {
         Command::Discovery(args) => discovery::run(args).await,
         Command::Cluster(args) => cluster::run(args).await,
         Command::Stability(args) => stability::run(args).await,
+        Command::Fleetlock(args) => fleetlock::run(args).await,
     }
 }
 

@@ -1,0 +1,53 @@
+//! FleetLock's wire shapes: the protocol's request body (what Zincati sends) and answers, and
+//! the operator API's view of the semaphores.
+
+use serde::{Deserialize, Serialize};
+
+/// `POST {base}/v1/pre-reboot` and `/v1/steady-state`: `{"client_params":{"id":…,"group":…}}`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ProtocolRequest {
+    pub client_params: ClientParams,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClientParams {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub group: String,
+}
+
+/// Every FleetLock answer, success or error: `{"kind":…,"value":…}` (the protocol's error shape;
+/// on success a small body that clients ignore).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProtocolAnswer {
+    pub kind: String,
+    pub value: String,
+}
+
+/// `muster fleetlock status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetLockStatus {
+    /// `create` or `reject`.
+    pub unknown_groups: String,
+    pub groups: Vec<GroupStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub name: String,
+    pub slots: u32,
+    /// False for `default` (and groups created on first use) until someone sets its slots.
+    pub configured: bool,
+    pub holders: Vec<HolderStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderStatus {
+    pub id: String,
+    pub since_ms: u64,
+    /// The member whose endpoint the lock came through (its name, or id if it is gone).
+    pub via: String,
+    /// Held longer than the stale threshold (1 h): a machine that never came back?
+    pub stale: bool,
+}

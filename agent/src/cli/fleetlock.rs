@@ -1,0 +1,104 @@
+//! `muster fleetlock …`: the reboot semaphores as an operator sees and changes them.
+
+use muster_shared::form::urlencode;
+
+use super::{CliError, Target, output};
+use crate::api::fleetlock::FleetLockStatus;
+use crate::api::paths;
+use crate::outln;
+use crate::state::fleetlock::Outcome;
+
+pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
+    let status: FleetLockStatus = target.call("GET", paths::FLEETLOCK, None).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(());
+    }
+    outln!("unknown groups: {}", status.unknown_groups);
+    let now = crate::clock::now_ms();
+    let rows = status
+        .groups
+        .iter()
+        .flat_map(|g| {
+            let holders: Vec<Vec<String>> = if g.holders.is_empty() {
+                vec![vec![
+                    g.name.clone(),
+                    format!("0/{}", g.slots),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ]]
+            } else {
+                g.holders
+                    .iter()
+                    .map(|h| {
+                        vec![
+                            g.name.clone(),
+                            format!("{}/{}", g.holders.len(), g.slots),
+                            h.id.clone(),
+                            format!(
+                                "{}{}",
+                                output::ago(h.since_ms, now),
+                                if h.stale { " (STALE)" } else { "" }
+                            ),
+                            h.via.clone(),
+                        ]
+                    })
+                    .collect()
+            };
+            holders
+        })
+        .collect();
+    output::print_table(&["GROUP", "HELD", "HOLDER", "SINCE", "VIA"], rows, &[]);
+    Ok(())
+}
+
+pub async fn release(target: &Target, group: &str, id: &str, json: bool) -> Result<(), CliError> {
+    let body = serde_json::json!({ "group": group, "id": id }).to_string();
+    let outcome: Outcome = target
+        .call("POST", paths::FLEETLOCK_RELEASE, Some(body))
+        .await?;
+    report(
+        json,
+        outcome,
+        &format!("released {id}'s slot of group {group}"),
+        &format!("{id} held no slot of group {group}"),
+    )
+}
+
+pub async fn set_group(
+    target: &Target,
+    name: &str,
+    slots: u32,
+    json: bool,
+) -> Result<(), CliError> {
+    let path = format!("{}/{}", paths::FLEETLOCK_GROUPS, urlencode(name));
+    let body = serde_json::json!({ "slots": slots }).to_string();
+    let outcome: Outcome = target.call("PUT", &path, Some(body)).await?;
+    report(json, outcome, &format!("group {name}: {slots} slot(s)"), "")
+}
+
+pub async fn delete_group(target: &Target, name: &str, json: bool) -> Result<(), CliError> {
+    let path = format!("{}/{}", paths::FLEETLOCK_GROUPS, urlencode(name));
+    let outcome: Outcome = target.call("DELETE", &path, None).await?;
+    report(json, outcome, &format!("group {name} deleted"), "")
+}
+
+pub async fn unknown_groups(target: &Target, mode: &str, json: bool) -> Result<(), CliError> {
+    let body = serde_json::json!({ "unknown_groups": mode }).to_string();
+    let outcome: Outcome = target
+        .call("PUT", paths::FLEETLOCK_SETTINGS, Some(body))
+        .await?;
+    report(json, outcome, &format!("unknown groups: {mode}"), "")
+}
+
+fn report(json: bool, outcome: Outcome, done: &str, nothing: &str) -> Result<(), CliError> {
+    if json {
+        outln!("{}", serde_json::json!({ "outcome": outcome }));
+    } else if outcome == Outcome::NotHeld {
+        outln!("{nothing}");
+    } else {
+        outln!("{done}");
+    }
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! FleetLock on the leader: every lock, unlock and setting is one replicated write (linearizable
+//! by construction), and status is a linearizable read.
+
+use crate::agent::Agent;
+use crate::api::ApiError;
+use crate::api::fleetlock::{FleetLockStatus, GroupStatus, HolderStatus};
+use crate::clock::now_ms;
+use crate::state::fleetlock::{Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, UnknownGroups};
+use crate::state::{Request, member_id};
+
+/// A holder older than this is flagged in status (a machine that rebooted and never came back?).
+pub const STALE_AFTER_MS: u64 = 3_600_000;
+
+/// Applies a FleetLock command through the log; `Lock` gets the leader's clock.
+pub async fn command(agent: &Agent, mut command: Command) -> Result<Outcome, ApiError> {
+    if let Command::Lock { now_ms: at, .. } = &mut command {
+        *at = now_ms();
+    }
+    let response = agent.raft().write(Request::FleetLock(command)).await?;
+    response
+        .fleetlock
+        .ok_or_else(|| ApiError::internal("FleetLock command without an outcome"))
+}
+
+/// The semaphores as of now (a linearizable read).
+pub async fn status(agent: &Agent) -> Result<FleetLockStatus, ApiError> {
+    let (fleetlock, nodes) = agent
+        .raft()
+        .read_linearizable(|s| (s.fleetlock.clone(), s.nodes.clone()))
+        .await?;
+    let now = now_ms();
+    let mut groups: Vec<GroupStatus> = fleetlock
+        .groups
+        .iter()
+        .map(|(name, g)| GroupStatus {
+            name: name.clone(),
+            slots: g.slots,
+            configured: true,
+            holders: g
+                .holders
+                .iter()
+                .map(|(id, h)| HolderStatus {
+                    id: id.clone(),
+                    since_ms: h.since_ms,
+                    via: nodes
+                        .get(&h.via)
+                        .map(|n| n.name.clone())
+                        .unwrap_or_else(|| member_id(h.via)),
+                    stale: now.saturating_sub(h.since_ms) > STALE_AFTER_MS,
+                })
+                .collect(),
+        })
+        .collect();
+    if !fleetlock.groups.contains_key(DEFAULT_GROUP) {
+        groups.push(GroupStatus {
+            name: DEFAULT_GROUP.into(),
+            slots: DEFAULT_SLOTS,
+            configured: false,
+            holders: Vec::new(),
+        });
+        groups.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    Ok(FleetLockStatus {
+        unknown_groups: match fleetlock.unknown_groups {
+            UnknownGroups::Create => "create",
+            UnknownGroups::Reject => "reject",
+        }
+        .into(),
+        groups,
+    })
+}

@@ -1,0 +1,119 @@
+//! The operator API's FleetLock routes: status, groups and their slots, force-release, and what
+//! happens to unknown groups. Part of the operator API (`operator.rs` merges them).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path as UrlPath, State};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use serde::Deserialize;
+
+use super::http::{answer, error_response, parse_json};
+use crate::agent::Agent;
+use crate::api::paths;
+use crate::leader::{self, Authority, LeaderOp};
+use crate::state::fleetlock::{Command, UnknownGroups};
+
+type By = Extension<Authority>;
+
+#[derive(Deserialize)]
+struct SetGroup {
+    slots: u32,
+}
+
+#[derive(Deserialize)]
+struct Release {
+    group: String,
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct Settings {
+    unknown_groups: UnknownGroups,
+}
+
+pub fn routes() -> Router<Arc<Agent>> {
+    Router::new()
+        .route(paths::FLEETLOCK, get(status))
+        .route(
+            &format!("{}/{{name}}", paths::FLEETLOCK_GROUPS),
+            put(set_group).delete(delete_group),
+        )
+        .route(paths::FLEETLOCK_RELEASE, post(release))
+        .route(paths::FLEETLOCK_SETTINGS, put(settings))
+}
+
+async fn run(agent: &Agent, by: &Authority, command: Command) -> Response {
+    answer(leader::run(agent, by, LeaderOp::FleetLock { command }).await)
+}
+
+async fn status(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::FleetLockStatus).await)
+}
+
+async fn set_group(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(name): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    match parse_json::<SetGroup>(&body, r#"{"slots": N}"#) {
+        Ok(set) => {
+            run(
+                &agent,
+                &by,
+                Command::SetGroup {
+                    name,
+                    slots: set.slots,
+                },
+            )
+            .await
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn delete_group(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(name): UrlPath<String>,
+) -> Response {
+    run(&agent, &by, Command::DeleteGroup { name }).await
+}
+
+/// A force-release by an operator: the holder's slot goes whatever the holder thinks.
+async fn release(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes) -> Response {
+    match parse_json::<Release>(&body, r#"{"group": …, "id": …}"#) {
+        Ok(r) => {
+            tracing::warn!(group = %r.group, id = %r.id, "FleetLock slot force-released by an operator");
+            run(
+                &agent,
+                &by,
+                Command::Unlock {
+                    group: r.group,
+                    id: r.id,
+                },
+            )
+            .await
+        }
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn settings(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes) -> Response {
+    match parse_json::<Settings>(&body, r#"{"unknown_groups": "create" | "reject"}"#) {
+        Ok(s) => {
+            run(
+                &agent,
+                &by,
+                Command::SetUnknownGroups {
+                    mode: s.unknown_groups,
+                },
+            )
+            .await
+        }
+        Err(e) => error_response(&e),
+    }
+}

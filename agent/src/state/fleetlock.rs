@@ -1,0 +1,400 @@
+//! FleetLock's reboot semaphores in the replicated state: per group, a number of slots and the
+//! machines holding them. Recursive and owned, as Zincati's protocol asks: a holder locking again
+//! keeps its one slot; an unlock by a non-holder changes nothing. Pure functions, decided the
+//! same way on every node (the clock is in the command).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::NodeId;
+use crate::api::ErrorKind;
+use crate::state::Refusal;
+
+/// The group every Zincati uses unless configured otherwise; it always exists.
+pub const DEFAULT_GROUP: &str = "default";
+/// Slots of a group nobody configured (`default`, and groups created on first use).
+pub const DEFAULT_SLOTS: u32 = 1;
+/// Longest group or id, as other FleetLock servers cap them.
+pub const MAX_NAME: usize = 253;
+/// Most groups: a bound on replicated state.
+pub const MAX_GROUPS: usize = 1_000;
+
+/// What happens to a lock or unlock for a group nobody configured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownGroups {
+    /// Created on first use with [`DEFAULT_SLOTS`] (as poseidon's fleetlock does).
+    #[default]
+    Create,
+    /// Refused with `unknown_group` (as airlock does). A Zincati in such a group never gets past
+    /// its start-up unlock, so it never looks for updates.
+    Reject,
+}
+
+/// One holder of a slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// When it first took the slot (the leader's clock).
+    pub since_ms: u64,
+    /// The member whose FleetLock endpoint the lock came through: released with that member.
+    pub via: NodeId,
+}
+
+/// One group's semaphore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    pub slots: u32,
+    #[serde(default)]
+    pub holders: BTreeMap<String, Holder>,
+}
+
+/// All of FleetLock's replicated state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetLock {
+    #[serde(default)]
+    pub groups: BTreeMap<String, Group>,
+    #[serde(default)]
+    pub unknown_groups: UnknownGroups,
+}
+
+/// A FleetLock change, applied by every node the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "fleetlock", rename_all = "snake_case")]
+pub enum Command {
+    Lock {
+        group: String,
+        id: String,
+        via: NodeId,
+        now_ms: u64,
+    },
+    Unlock {
+        group: String,
+        id: String,
+    },
+    SetGroup {
+        name: String,
+        slots: u32,
+    },
+    DeleteGroup {
+        name: String,
+    },
+    SetUnknownGroups {
+        mode: UnknownGroups,
+    },
+}
+
+/// What a lock or unlock came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A slot was taken now.
+    Locked,
+    /// The caller held a slot already (recursive lock).
+    AlreadyHeld,
+    /// The caller's slot was released.
+    Unlocked,
+    /// The caller held nothing: nothing changed.
+    NotHeld,
+    /// A group was set or deleted, or the setting changed.
+    Done,
+}
+
+/// A group name as the protocol allows it: `^[a-zA-Z0-9.-]+$`, at most [`MAX_NAME`].
+pub fn valid_group(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+}
+
+/// An id as accepted: non-empty, at most [`MAX_NAME`], printable.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_NAME && !id.chars().any(char::is_control)
+}
+
+impl FleetLock {
+    /// Slots of `group`: its own if configured, [`DEFAULT_SLOTS`] for `default` or (in create
+    /// mode) any other group.
+    fn group_or_default(&self, group: &str) -> Option<Group> {
+        match self.groups.get(group) {
+            Some(g) => Some(g.clone()),
+            None if group == DEFAULT_GROUP || self.unknown_groups == UnknownGroups::Create => {
+                Some(Group {
+                    slots: DEFAULT_SLOTS,
+                    holders: BTreeMap::new(),
+                })
+            }
+            None => None,
+        }
+    }
+
+    fn unknown(group: &str) -> Refusal {
+        Refusal::new(
+            ErrorKind::UnknownGroup,
+            format!(
+                "unknown group {group:?}: create it with `muster fleetlock group set {group} \
+                 --slots N`, or let unknown groups be created (`muster fleetlock unknown-groups \
+                 create`)"
+            ),
+        )
+    }
+
+    /// Applies `command`; a refusal leaves everything as it was.
+    pub fn apply(&mut self, command: &Command) -> Result<Outcome, Refusal> {
+        match command {
+            Command::Lock {
+                group,
+                id,
+                via,
+                now_ms,
+            } => {
+                let mut g = self
+                    .group_or_default(group)
+                    .ok_or_else(|| Self::unknown(group))?;
+                if g.holders.contains_key(id) {
+                    return Ok(Outcome::AlreadyHeld);
+                }
+                if g.holders.len() >= g.slots as usize {
+                    let holders: Vec<&str> = g.holders.keys().map(String::as_str).collect();
+                    return Err(Refusal::new(
+                        ErrorKind::SemaphoreFull,
+                        format!(
+                            "all {} slots of group {group} are held (by {}); try again later",
+                            g.slots,
+                            holders.join(", ")
+                        ),
+                    ));
+                }
+                if !self.groups.contains_key(group) && self.groups.len() >= MAX_GROUPS {
+                    return Err(Refusal::new(
+                        ErrorKind::InvalidArgument,
+                        format!("at most {MAX_GROUPS} groups"),
+                    ));
+                }
+                g.holders.insert(
+                    id.clone(),
+                    Holder {
+                        since_ms: *now_ms,
+                        via: *via,
+                    },
+                );
+                self.groups.insert(group.clone(), g);
+                Ok(Outcome::Locked)
+            }
+            Command::Unlock { group, id } => {
+                if self.group_or_default(group).is_none() {
+                    return Err(Self::unknown(group));
+                }
+                let released = self
+                    .groups
+                    .get_mut(group)
+                    .is_some_and(|g| g.holders.remove(id).is_some());
+                Ok(if released {
+                    Outcome::Unlocked
+                } else {
+                    Outcome::NotHeld
+                })
+            }
+            Command::SetGroup { name, slots } => {
+                if !valid_group(name) || *slots == 0 || *slots > 1_000 {
+                    return Err(Refusal::new(
+                        ErrorKind::InvalidArgument,
+                        "a group name is 1..=253 chars of [a-zA-Z0-9.-] and has 1..=1000 slots",
+                    ));
+                }
+                if !self.groups.contains_key(name) && self.groups.len() >= MAX_GROUPS {
+                    return Err(Refusal::new(
+                        ErrorKind::InvalidArgument,
+                        format!("at most {MAX_GROUPS} groups"),
+                    ));
+                }
+                // Fewer slots than holders: nobody loses a slot; new locks wait until enough
+                // holders have unlocked.
+                self.groups
+                    .entry(name.clone())
+                    .and_modify(|g| g.slots = *slots)
+                    .or_insert(Group {
+                        slots: *slots,
+                        holders: BTreeMap::new(),
+                    });
+                Ok(Outcome::Done)
+            }
+            Command::DeleteGroup { name } => match self.groups.get(name) {
+                None => Err(Refusal::new(
+                    ErrorKind::NotFound,
+                    format!("no group {name:?} is configured"),
+                )),
+                Some(g) if !g.holders.is_empty() => Err(Refusal::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "group {name} still has holders ({}); release them first (muster \
+                         fleetlock release {name} ID)",
+                        g.holders.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                )),
+                Some(_) => {
+                    self.groups.remove(name);
+                    Ok(Outcome::Done)
+                }
+            },
+            Command::SetUnknownGroups { mode } => {
+                self.unknown_groups = *mode;
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    /// Releases every slot held through `member` (it was removed from the cluster); returns
+    /// what was released as `(group, id)`.
+    pub fn release_member(&mut self, member: NodeId) -> Vec<(String, String)> {
+        let mut released = Vec::new();
+        for (name, g) in &mut self.groups {
+            g.holders.retain(|id, h| {
+                let keep = h.via != member;
+                if !keep {
+                    released.push((name.clone(), id.clone()));
+                }
+                keep
+            });
+        }
+        released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock(group: &str, id: &str) -> Command {
+        Command::Lock {
+            group: group.into(),
+            id: id.into(),
+            via: 1,
+            now_ms: 5,
+        }
+    }
+
+    fn unlock(group: &str, id: &str) -> Command {
+        Command::Unlock {
+            group: group.into(),
+            id: id.into(),
+        }
+    }
+
+    fn kind(r: Result<Outcome, Refusal>) -> Result<Outcome, ErrorKind> {
+        r.map_err(|e| e.kind)
+    }
+
+    #[test]
+    fn the_semaphore_is_recursive_owned_and_counted() {
+        let mut f = FleetLock::default();
+        let cases: [(Command, Result<Outcome, ErrorKind>); 9] = [
+            (lock("default", "a"), Ok(Outcome::Locked)),
+            (lock("default", "a"), Ok(Outcome::AlreadyHeld)),
+            (lock("default", "b"), Err(ErrorKind::SemaphoreFull)),
+            (unlock("default", "b"), Ok(Outcome::NotHeld)),
+            (unlock("default", "a"), Ok(Outcome::Unlocked)),
+            (unlock("default", "a"), Ok(Outcome::NotHeld)),
+            (lock("default", "b"), Ok(Outcome::Locked)),
+            // Groups are independent, and unknown ones are created with one slot by default.
+            (lock("workers", "a"), Ok(Outcome::Locked)),
+            (lock("workers", "c"), Err(ErrorKind::SemaphoreFull)),
+        ];
+        for (i, (command, want)) in cases.into_iter().enumerate() {
+            assert_eq!(kind(f.apply(&command)), want, "step {i}: {command:?}");
+        }
+    }
+
+    #[test]
+    fn slots_and_unknown_groups_follow_the_settings() {
+        let mut f = FleetLock::default();
+        let set = |name: &str, slots| Command::SetGroup {
+            name: name.into(),
+            slots,
+        };
+        assert_eq!(kind(f.apply(&set("db", 2))), Ok(Outcome::Done));
+        assert_eq!(kind(f.apply(&lock("db", "a"))), Ok(Outcome::Locked));
+        assert_eq!(kind(f.apply(&lock("db", "b"))), Ok(Outcome::Locked));
+        assert_eq!(
+            kind(f.apply(&lock("db", "c"))),
+            Err(ErrorKind::SemaphoreFull)
+        );
+        // Fewer slots than holders: both keep theirs; the next lock waits for two unlocks.
+        assert_eq!(kind(f.apply(&set("db", 1))), Ok(Outcome::Done));
+        assert_eq!(kind(f.apply(&unlock("db", "a"))), Ok(Outcome::Unlocked));
+        assert_eq!(
+            kind(f.apply(&lock("db", "c"))),
+            Err(ErrorKind::SemaphoreFull)
+        );
+        assert_eq!(kind(f.apply(&unlock("db", "b"))), Ok(Outcome::Unlocked));
+        assert_eq!(kind(f.apply(&lock("db", "c"))), Ok(Outcome::Locked));
+        // A group with holders cannot be deleted.
+        let del = |name: &str| Command::DeleteGroup { name: name.into() };
+        assert_eq!(kind(f.apply(&del("db"))), Err(ErrorKind::InvalidArgument));
+        assert_eq!(kind(f.apply(&del("nope"))), Err(ErrorKind::NotFound));
+        // Reject mode: unknown groups are refused both ways; `default` always exists.
+        let reject = Command::SetUnknownGroups {
+            mode: UnknownGroups::Reject,
+        };
+        assert_eq!(kind(f.apply(&reject)), Ok(Outcome::Done));
+        assert_eq!(
+            kind(f.apply(&lock("new", "a"))),
+            Err(ErrorKind::UnknownGroup)
+        );
+        assert_eq!(
+            kind(f.apply(&unlock("new", "a"))),
+            Err(ErrorKind::UnknownGroup)
+        );
+        assert_eq!(kind(f.apply(&lock("default", "z"))), Ok(Outcome::Locked));
+        for bad in [set("bad group", 1), set("ok", 0), set(&"x".repeat(254), 1)] {
+            assert_eq!(
+                kind(f.apply(&bad)),
+                Err(ErrorKind::InvalidArgument),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_removed_member_s_slots_are_released() {
+        let mut f = FleetLock::default();
+        let via = |group: &str, id: &str, via| Command::Lock {
+            group: group.into(),
+            id: id.into(),
+            via,
+            now_ms: 1,
+        };
+        f.apply(&via("default", "a", 7)).expect("lock");
+        f.apply(&via("workers", "b", 7)).expect("lock");
+        f.apply(&via("others", "c", 8)).expect("lock");
+        let mut released = f.release_member(7);
+        released.sort();
+        assert_eq!(
+            released,
+            [
+                ("default".to_string(), "a".to_string()),
+                ("workers".to_string(), "b".to_string())
+            ]
+        );
+        assert!(f.groups["others"].holders.contains_key("c"));
+    }
+
+    #[test]
+    fn names_follow_the_protocol() {
+        for (group, ok) in [
+            ("default", true),
+            ("a.b-C9", true),
+            ("", false),
+            ("a b", false),
+            ("a/b", false),
+        ] {
+            assert_eq!(valid_group(group), ok, "{group:?}");
+        }
+        assert!(valid_group(&"x".repeat(253)) && !valid_group(&"x".repeat(254)));
+        for (id, ok) in [("e0f3745b", true), ("", false), ("a\nb", false)] {
+            assert_eq!(valid_id(id), ok, "{id:?}");
+        }
+    }
+}

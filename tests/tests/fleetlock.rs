@@ -1,0 +1,720 @@
+//! FleetLock as Zincati uses it: the exact bytes Zincati sends, curl's, every refusal with its
+//! status and kind; slots respected cluster-wide by 20 clients while the leader is killed; the
+//! minority of a partition answering 503 fast and never granting; slots of a removed member
+//! released; force-release, groups, and the unknown-group setting.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use muster_tests::netns::Lab;
+use muster_tests::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const FORM: Duration = Duration::from_secs(60);
+
+/// One FleetLock request the way Zincati sends it (reqwest with `.body(String)`): POST, the
+/// protocol header, `accept: */*`, no Content-Type, a pretty-printed body with `id` first.
+/// `header` overrides the protocol header's value (`None` leaves it out). Returns (status,
+/// `kind` of the JSON answer), or `(0, "client_failed_request")` when no answer came (the agent
+/// was killed, say), as Zincati counts it.
+async fn zincati(
+    addr: &str,
+    method: &str,
+    path: &str,
+    header: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\naccept: */*\r\n");
+    if let Some(value) = header {
+        request.push_str(&format!("fleet-lock-protocol: {value}\r\n"));
+    }
+    request.push_str(&format!(
+        "content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    let failed = (0, "client_failed_request".to_string());
+    let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(10), exchange).await else {
+        return failed;
+    };
+    let text = String::from_utf8_lossy(&answer);
+    let Some(status) = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+    else {
+        return failed;
+    };
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    let kind = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["kind"].as_str().map(String::from))
+        .unwrap_or_default();
+    (status, kind)
+}
+
+fn body(id: &str, group: &str) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({"client_params": {"id": id, "group": group}}))
+        .expect("json")
+}
+
+async fn lock(addr: &str, id: &str, group: &str) -> (u16, String) {
+    zincati(
+        addr,
+        "POST",
+        "/v1/pre-reboot",
+        Some("true"),
+        &body(id, group),
+    )
+    .await
+}
+
+async fn unlock(addr: &str, id: &str, group: &str) -> (u16, String) {
+    zincati(
+        addr,
+        "POST",
+        "/v1/steady-state",
+        Some("true"),
+        &body(id, group),
+    )
+    .await
+}
+
+fn loopback() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// `n` agents through a discovery URL, each with its own FleetLock port; (agents, FleetLock
+/// addresses).
+async fn cluster(d: &Discovery, root: &Path, n: u32) -> (Vec<AgentProc>, Vec<String>) {
+    let url = d.new_token(n).await.expect("url");
+    let fleetlock: Vec<String> = (0..n).map(|_| loopback()).collect();
+    let agents: Vec<AgentProc> = fleetlock
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            AgentProc::start(
+                root,
+                &format!("f{i}"),
+                &["--discovery", &url, "--fleetlock-listen", f],
+            )
+            .expect("start")
+        })
+        .collect();
+    let refs: Vec<&AgentProc> = agents.iter().collect();
+    wait_formed(&refs, n as usize, FORM).await.expect("formed");
+    (agents, fleetlock)
+}
+
+/// (what, method, path, fleet-lock-protocol header, body, status, kind)
+type Case = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    String,
+    u16,
+    &'static str,
+);
+
+#[tokio::test]
+async fn zincati_s_requests_get_the_documented_answers() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_agents, fl) = cluster(&d, tmp.path(), 1).await;
+    let at = fl[0].as_str();
+    let id = "978a225b3d7b40e9acd7ce9b62f68444";
+    // (what, method, path, header, body, status, kind)
+    let cases: Vec<Case> = vec![
+        (
+            "lock",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            body(id, "default"),
+            200,
+            "lock_acquired",
+        ),
+        (
+            "lock again",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            body(id, "default"),
+            200,
+            "lock_already_held",
+        ),
+        (
+            "a base path and doubled slashes",
+            "POST",
+            "/fleet_lock//v1/pre-reboot",
+            Some("true"),
+            body(id, "default"),
+            200,
+            "lock_already_held",
+        ),
+        (
+            "another machine, one slot",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            body("other", "default"),
+            409,
+            "failed_lock_semaphore_full",
+        ),
+        (
+            "unlock by a non-holder",
+            "POST",
+            "/v1/steady-state",
+            Some("true"),
+            body("other", "default"),
+            200,
+            "not_held",
+        ),
+        (
+            "no header",
+            "POST",
+            "/v1/pre-reboot",
+            None,
+            body(id, "default"),
+            400,
+            "missing_header",
+        ),
+        (
+            "header not true",
+            "POST",
+            "/v1/pre-reboot",
+            Some("false"),
+            body(id, "default"),
+            400,
+            "missing_header",
+        ),
+        (
+            "not JSON",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            "{nope".into(),
+            400,
+            "invalid_body",
+        ),
+        (
+            "empty body",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            String::new(),
+            400,
+            "invalid_body",
+        ),
+        (
+            "bad group",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            body(id, "a b"),
+            400,
+            "invalid_group",
+        ),
+        (
+            "empty id",
+            "POST",
+            "/v1/pre-reboot",
+            Some("true"),
+            body("", "default"),
+            400,
+            "invalid_id",
+        ),
+        (
+            "GET",
+            "GET",
+            "/v1/pre-reboot",
+            Some("true"),
+            String::new(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "unknown path",
+            "POST",
+            "/v2/pre-reboot",
+            Some("true"),
+            body(id, "default"),
+            404,
+            "not_found",
+        ),
+        (
+            "unlock",
+            "POST",
+            "/v1/steady-state",
+            Some("true"),
+            body(id, "default"),
+            200,
+            "unlocked",
+        ),
+        (
+            "unlock again",
+            "POST",
+            "/v1/steady-state",
+            Some("true"),
+            body(id, "default"),
+            200,
+            "not_held",
+        ),
+    ];
+    for (what, method, path, header, b, status, kind) in cases {
+        let got = zincati(at, method, path, header, &b).await;
+        assert_eq!(got, (status, kind.to_string()), "{what}");
+    }
+    // curl -d sends a form Content-Type: the body is read as JSON all the same.
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-H",
+            "fleet-lock-protocol: true",
+            "-d",
+        ])
+        .arg(body("curl", "default"))
+        .arg(format!("http://{at}/v1/pre-reboot"))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    // /metrics counts what happened.
+    let metrics = get(&format!("http://{at}/metrics")).await.expect("metrics");
+    assert!(
+        metrics.body.contains("muster_fleetlock_requests_total{endpoint=\"pre-reboot\",kind=\"failed_lock_semaphore_full\"} 1")
+            && metrics.body.contains("muster_fleetlock_holders{group=\"default\"} 1"),
+        "{}",
+        metrics.body
+    );
+}
+
+#[tokio::test]
+async fn groups_force_release_unknown_groups_and_a_removed_member_s_slot() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (agents, fl) = cluster(&d, tmp.path(), 1).await;
+    let a = &agents[0];
+    let cli = |args: &'static [&'static str]| async move {
+        let (code, out, err) = a.cli(args).await.expect("run");
+        assert_eq!(code, 0, "{args:?}: {err}");
+        out
+    };
+    cli(&["fleetlock", "group", "set", "db", "--slots", "2"]).await;
+    assert_eq!(lock(&fl[0], "m1", "db").await.0, 200);
+    assert_eq!(lock(&fl[0], "m2", "db").await.0, 200);
+    assert_eq!(lock(&fl[0], "m3", "db").await.0, 409);
+    let status: serde_json::Value =
+        serde_json::from_str(&cli(&["fleetlock", "status", "--json"]).await).expect("json");
+    let db = status["groups"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["name"] == "db"))
+        .cloned()
+        .expect("group db");
+    assert_eq!(
+        (db["slots"].as_u64(), db["holders"].as_array().map(Vec::len)),
+        (Some(2), Some(2))
+    );
+    assert_eq!(db["holders"][0]["via"], a.name.as_str());
+    // A group with holders cannot be deleted; force-release, then it can.
+    let (code, _, err) = a
+        .cli(&["fleetlock", "group", "del", "db"])
+        .await
+        .expect("run");
+    assert_eq!(code, 1, "{err}");
+    cli(&["fleetlock", "release", "db", "m1"]).await;
+    cli(&["fleetlock", "release", "db", "m2"]).await;
+    assert_eq!(lock(&fl[0], "m3", "db").await.0, 200);
+    cli(&["fleetlock", "release", "db", "m3"]).await;
+    cli(&["fleetlock", "group", "del", "db"]).await;
+    // Unknown groups: created with one slot by default, refused in reject mode (both ways).
+    assert_eq!(
+        lock(&fl[0], "u1", "fresh").await,
+        (200, "lock_acquired".into())
+    );
+    cli(&["fleetlock", "unknown-groups", "reject"]).await;
+    assert_eq!(
+        lock(&fl[0], "u1", "other").await,
+        (400, "unknown_group".into())
+    );
+    assert_eq!(
+        unlock(&fl[0], "u1", "other").await,
+        (400, "unknown_group".into())
+    );
+
+    // A member removed from the cluster gives back the slots it took through its endpoint.
+    let token = a.create_token(&[]).await.expect("token");
+    let its_fl = loopback();
+    let b = AgentProc::start(
+        tmp.path(),
+        "leaving",
+        &[
+            "--join",
+            &a.addr,
+            "--token",
+            &token,
+            "--fleetlock-listen",
+            &its_fl,
+        ],
+    )
+    .expect("start");
+    wait_formed(&[a, &b], 2, FORM).await.expect("joined");
+    assert_eq!(lock(&its_fl, "machine-b", "default").await.0, 200);
+    let (code, _, err) = a.cli(&["node", "remove", "leaving"]).await.expect("remove");
+    assert_eq!(code, 0, "{err}");
+    wait_for("the removed member's slot to be released", FORM, || async {
+        let (code, out, _) = a.cli(&["fleetlock", "status", "--json"]).await.ok()?;
+        (code == 0 && !out.contains("machine-b")).then_some(())
+    })
+    .await
+    .expect("released");
+}
+
+/// One Zincati: steady-state until it succeeds, then over and over: lock, "reboot" (hold a
+/// while), unlock. Grants and releases are recorded as the client saw them.
+#[derive(Default)]
+struct Intervals(Mutex<Vec<(Instant, Instant)>>);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
+    let seconds: u64 = std::env::var("MUSTER_FLEETLOCK_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(45);
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (mut agents, fl) = cluster(&d, tmp.path(), 3).await;
+    let (code, _, err) = agents[0]
+        .cli(&["fleetlock", "group", "set", "workers", "--slots", "2"])
+        .await
+        .expect("group");
+    assert_eq!(code, 0, "{err}");
+    let intervals = Arc::new(Intervals::default());
+    let reboots = Arc::new(Mutex::new(BTreeMap::<usize, usize>::new()));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut clients = Vec::new();
+    for c in 0..20usize {
+        let (at, intervals, reboots) = (fl[c % 3].clone(), intervals.clone(), reboots.clone());
+        clients.push(tokio::spawn(async move {
+            let id = format!("machine-{c:02}");
+            let mut seed = c as u64 + 1;
+            // Start-up: unlock until it succeeds (Zincati's Initialized state).
+            while unlock(&at, &id, "workers").await.0 != 200 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Two updates each (a machine reboots for an update, then stays steady).
+            let mut done = 0;
+            while done < 2 && Instant::now() < deadline {
+                if lock(&at, &id, "workers").await.0 != 200 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let granted = Instant::now();
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                tokio::time::sleep(Duration::from_millis(20 + (seed >> 33) % 200)).await;
+                let released = Instant::now();
+                while unlock(&at, &id, "workers").await.0 != 200 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                if let Ok(mut v) = intervals.0.lock() {
+                    v.push((granted, released));
+                }
+                if let Ok(mut r) = reboots.lock() {
+                    *r.entry(c).or_default() += 1;
+                }
+                done += 1;
+            }
+        }));
+    }
+    // Meanwhile: kill -9 the leader, and bring it back.
+    let mut kills = 0;
+    let all_done = |r: &Mutex<BTreeMap<usize, usize>>| {
+        r.lock()
+            .map(|r| r.values().filter(|n| **n >= 2).count() == 20)
+            .unwrap_or(false)
+    };
+    while Instant::now() + Duration::from_secs(4) < deadline && !all_done(&reboots) {
+        let leader = wait_for("a leader", FORM, || async {
+            let s = agents[0].status().await.or(agents[1].status().await)?;
+            let name = s["leader"].as_str()?.to_string();
+            agents.iter().position(|a| a.name == name)
+        })
+        .await
+        .expect("leader");
+        agents[leader].kill9().await.expect("kill");
+        agents[leader].restart().expect("restart");
+        kills += 1;
+        let name = agents[leader].name.clone();
+        let back = &agents[leader];
+        wait_for(&format!("{name} back"), FORM, || async {
+            back.status().await?["leader"].is_string().then_some(())
+        })
+        .await
+        .expect("back");
+    }
+    for c in clients {
+        c.await.expect("client");
+    }
+    // At no instant more than two holders.
+    let intervals = intervals.0.lock().expect("intervals").clone();
+    let mut events: Vec<(Instant, i32)> = intervals
+        .iter()
+        .flat_map(|(g, r)| [(*g, 1), (*r, -1)])
+        .collect();
+    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut most) = (0, 0);
+    for (_, delta) in events {
+        now += delta;
+        most = most.max(now);
+    }
+    assert!(most <= 2, "{most} machines held a slot at once");
+    let reboots = reboots.lock().expect("reboots").clone();
+    assert_eq!(
+        reboots.len(),
+        20,
+        "every machine rebooted at least once: {reboots:?}"
+    );
+    eprintln!(
+        "{} reboots by 20 machines in {:?} over {kills} leader kills; at most {most} at once",
+        intervals.len(),
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_minority_answers_503_fast_and_never_grants() {
+    if !Lab::require("fleetlock").expect("lab") {
+        return;
+    }
+    let lab = Lab::new(3).expect("lab");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let listen = format!("{}:0", lab.gateway());
+    let d = Discovery::start_with(&tmp.path().join("discovery"), &listen, &[])
+        .await
+        .expect("discovery");
+    let url = d.new_token(3).await.expect("url");
+    let mut procs = Vec::new();
+    for i in 0..3 {
+        let dir = tmp.path().join(format!("p{i}"));
+        let advertise = format!("{}:7000", lab.addr(i));
+        let fleetlock = format!("{}:7002", lab.addr(i));
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let args = [
+            "agent",
+            "--name",
+            &format!("p{i}"),
+            "--advertise",
+            &advertise,
+            "--discovery",
+            &url,
+            "--data-dir",
+            &dir_arg,
+            "--config",
+            "/dev/null",
+            "--fleetlock-listen",
+            &fleetlock,
+        ];
+        procs.push((
+            dir,
+            lab.spawn(
+                i,
+                &bin_path("muster"),
+                &args,
+                &[("RUST_LOG", "info,openraft=error")],
+                &tmp.path().join(format!("p{i}.log")),
+            )
+            .expect("spawn"),
+        ));
+    }
+    let status = |i: usize| {
+        let dir = procs[i].0.to_string_lossy().into_owned();
+        async move {
+            let (code, out, _) = run_muster(&["status", "--json", "--data-dir", &dir], &[])
+                .await
+                .ok()?;
+            (code == 0).then(|| serde_json::from_str::<serde_json::Value>(&out).ok())?
+        }
+    };
+    let leader = wait_for("3 voters and a leader", FORM, || async {
+        let s = status(0).await?;
+        let voters = s["members"]
+            .as_array()?
+            .iter()
+            .filter(|m| m["suffrage"] == "voter")
+            .count();
+        (voters == 3).then(|| s["leader"].as_str().map(String::from))?
+    })
+    .await
+    .expect("formed");
+    let old: usize = leader.trim_start_matches('p').parse().expect("index");
+    let others: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+    lab.isolate(old).expect("isolate");
+    let at = format!("{}:7002", lab.addr(old));
+    // The minority answers within the decision timeout and never grants.
+    for attempt in 0..5 {
+        let asked = Instant::now();
+        let (code, kind) = lock(&at, &format!("minority-{attempt}"), "default").await;
+        assert_eq!(code, 503, "attempt {attempt}: {kind}");
+        assert!(matches!(kind.as_str(), "no_quorum" | "no_leader"), "{kind}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            asked.elapsed()
+        );
+    }
+    // The majority grants.
+    let majority = format!("{}:7002", lab.addr(others[0]));
+    wait_for("the majority to grant", FORM, || async {
+        (lock(&majority, "majority", "default").await.0 == 200).then_some(())
+    })
+    .await
+    .expect("granted");
+    lab.heal().expect("heal");
+    let s = wait_for("the cluster to heal", FORM, || async {
+        let (code, out, _) = run_muster(
+            &[
+                "fleetlock",
+                "status",
+                "--json",
+                "--data-dir",
+                &procs[others[1]].0.to_string_lossy(),
+            ],
+            &[],
+        )
+        .await
+        .ok()?;
+        (code == 0).then_some(out)
+    })
+    .await
+    .expect("status");
+    assert!(s.contains("majority") && !s.contains("minority-"), "{s}");
+}
+
+/// `--fleetlock-tls-cert/--fleetlock-tls-key`: FleetLock over TLS with the operator's own
+/// certificate (curl trusting only that certificate gets its slot; plain HTTP gets nothing); a
+/// certificate without its key, or a key file that is not a key, stops the agent with a message
+/// naming the setting.
+#[tokio::test]
+async fn fleetlock_over_tls_with_the_operator_s_certificate() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("certificate");
+    let cert_file = tmp.path().join("fleetlock.crt");
+    let key_file = tmp.path().join("fleetlock.key");
+    std::fs::write(&cert_file, cert.pem()).expect("write cert");
+    std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+    let (cert_path, key_path) = (
+        cert_file.to_str().expect("utf-8"),
+        key_file.to_str().expect("utf-8"),
+    );
+
+    let fl = loopback();
+    let agent = AgentProc::start(
+        tmp.path(),
+        "tls",
+        &[
+            "--init",
+            "--fleetlock-listen",
+            &fl,
+            "--fleetlock-tls-cert",
+            cert_path,
+            "--fleetlock-tls-key",
+            key_path,
+        ],
+    )
+    .expect("start");
+    wait_formed(&[&agent], 1, FORM).await.expect("formed");
+    let curl = |scheme: &str| {
+        std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--cacert",
+                cert_path,
+            ])
+            .args(["-H", "fleet-lock-protocol: true", "--data-binary"])
+            .arg(body("tls-machine", "default"))
+            .arg(format!("{scheme}://{fl}/v1/pre-reboot"))
+            .output()
+            .expect("curl")
+    };
+    // The listener may still be starting right after formation: poll until it answers.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut answer = String::new();
+    while Instant::now() < deadline {
+        answer = String::from_utf8_lossy(&curl("https").stdout).into_owned();
+        if answer == "200" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answer, "200", "{}", agent.log());
+    let plain = curl("http");
+    assert_ne!(
+        String::from_utf8_lossy(&plain.stdout),
+        "200",
+        "plain HTTP on a TLS port"
+    );
+    let status = agent
+        .cli(&["fleetlock", "status", "--json"])
+        .await
+        .expect("status");
+    assert!(status.1.contains("tls-machine"), "{status:?}");
+
+    // A certificate without its key; a key file that holds a certificate.
+    for (what, extra) in [
+        ("no key", vec!["--fleetlock-tls-cert", cert_path]),
+        (
+            "a certificate as the key",
+            vec![
+                "--fleetlock-tls-cert",
+                cert_path,
+                "--fleetlock-tls-key",
+                cert_path,
+            ],
+        ),
+    ] {
+        let dir = tmp.path().join(format!("bad-{}", what.len()));
+        let addr = loopback();
+        let mut args = vec![
+            "agent",
+            "--name",
+            "bad",
+            "--advertise",
+            &addr,
+            "--data-dir",
+            dir.to_str().expect("utf-8"),
+            "--config",
+            "/dev/null",
+            "--init",
+            "--fleetlock-listen",
+            &fl,
+        ];
+        args.extend(extra);
+        let (code, _, err) = run_muster(&args, &[]).await.expect("run");
+        assert_ne!(code, 0, "{what}: {err}");
+        assert!(err.contains("fleetlock-tls"), "{what}: {err}");
+    }
+}
