@@ -156,7 +156,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        state.kv.insert("k".into(), "v".into());
+        state.kv.put("k", "v", None).expect("put");
         state.nodes.insert(
             7,
             NodeRecord {
@@ -223,6 +223,7 @@ mod tests {
             description: String::new(),
             created_ms: 9,
             revoked_ms: None,
+            scopes: crate::state::scope::admin_only(),
         };
         let state = restored_state(snap.state.clone(), "c2", 9, ("op".into(), op));
         assert_eq!(state.cluster_id.as_deref(), Some("c2"));

@@ -58,16 +58,30 @@ pub async fn send_json<T: DeserializeOwned>(
     addr: &str,
     req: reqwest::RequestBuilder,
 ) -> Result<T, CallError> {
+    Ok(send_json_with_header(addr, req, "").await?.0)
+}
+
+/// [`send_json`], also returning the answer's header `header` (if it has one).
+pub async fn send_json_with_header<T: DeserializeOwned>(
+    addr: &str,
+    req: reqwest::RequestBuilder,
+    header: &str,
+) -> Result<(T, Option<String>), CallError> {
     let resp = req
         .send()
         .await
         .map_err(|e| CallError::from_reqwest(addr, e))?;
     let status = resp.status().as_u16();
+    let value = (!header.is_empty())
+        .then(|| resp.headers().get(header))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
     let body = resp
         .bytes()
         .await
         .map_err(|e| CallError::from_reqwest(addr, e))?;
-    decode_answer(status, &body)
+    Ok((decode_answer(status, &body)?, value))
 }
 
 /// Reads an answer: `T` from a 2xx body, else the error it carries.

@@ -14,7 +14,7 @@
 //! | `serve/`      | the servers: the mutual-TLS peer listener and the operator socket |
 //! | `reconcile`   | the leader's reconciler: gather a view, ask `policy::plan`, apply one change |
 //! | `watch`       | a node learning of its own removal |
-//! | `leader/`     | operations that run on the leader (admission, tokens, removal, backup, kv, status), the dispatcher and the forwarder |
+//! | `leader/`     | operations that run on the leader (admission, tokens and their scopes, removal, backup, kv, leases and their clock, FleetLock, status), the dispatcher and the forwarder |
 //! | `agent`       | the running node's shared state, as plain data |
 //! | `error`       | how an agent run fails, and its exit code |
 //! | `logging`     | what the agent logs by default |
@@ -25,7 +25,7 @@
 //! | `backup_file` | the backup file format |
 //! | `datadir/`    | the data dir: lock, `cluster.json`, TLS files, identity, private writes |
 //! | `config/`     | `muster agent` settings from flags, env and file |
-//! | `state/`      | the replicated domain: `ClusterState`, its commands and their checks |
+//! | `state/`      | the replicated domain: `ClusterState`, its commands and their checks (kv with revisions, leases, FleetLock, token scopes) |
 //! | `api/`        | the HTTP contract: wire shapes, route paths, the error kinds |
 //! | `clock`       | wall-clock milliseconds |
 //!

@@ -43,6 +43,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(cli::run(cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
+        // CMD's own status from `lease run`: CMD has said what it had to.
+        Err(Failure::Cli(cli::CliError::CommandExit(code))) => ExitCode::from(code),
         Err(failure) => {
             if json {
                 muster_agent::outln!("{}", failure.to_json());

@@ -97,6 +97,7 @@ fuzz_target!(|input: &[u8]| {
         description: String::new(),
         created_ms: now,
         revoked_ms: None,
+        scopes: Vec::new(),
     };
     let restored = restored_state(
         state.clone(),

@@ -30,6 +30,7 @@ mod explain;
 use libfuzzer_sys::fuzz_target;
 use muster_discovery::http::{App, HttpConfig, router};
 use muster_discovery::keys::parse_token_path;
+use muster_discovery::limits::{ClientKey, PerClient};
 use muster_discovery::metrics::Metrics;
 use muster_discovery::model::{PutPlan, PutRequest, TokenMeta, TokenState};
 use muster_discovery::store::{Store, StoreError, StoreStats, WatchOutcome};
@@ -55,24 +56,39 @@ impl MemStore {
             size,
             created_ms: NOW_MS,
             expires_ms: u64::MAX,
+            client: None,
         };
         self.tokens
             .lock()
             .expect("lock")
             .insert(token.to_string(), TokenState::new(token.to_string(), meta));
     }
+
+    /// The token's state now (the harness's own look, outside the trait).
+    fn peek<R>(&self, token: &str, f: impl FnOnce(&TokenState) -> R) -> Result<R, StoreError> {
+        let tokens = self.tokens.lock().expect("lock");
+        tokens.get(token).map(f).ok_or(StoreError::TokenNotFound)
+    }
 }
 
 impl Store for MemStore {
-    async fn create_token(&self, size: u32, _ttl: Duration) -> Result<String, StoreError> {
+    async fn create_token(
+        &self,
+        size: u32,
+        _ttl: Duration,
+        _client: ClientKey,
+    ) -> Result<String, StoreError> {
         let token = format!("{:032x}", self.minted.fetch_add(1, Ordering::Relaxed) + 1);
         self.insert(&token, size);
         Ok(token)
     }
 
-    fn read<R>(&self, token: &str, f: impl FnOnce(&TokenState) -> R) -> Result<R, StoreError> {
-        let tokens = self.tokens.lock().expect("lock");
-        tokens.get(token).map(f).ok_or(StoreError::TokenNotFound)
+    async fn read<R, F>(&self, token: &str, f: F) -> Result<R, StoreError>
+    where
+        F: FnOnce(&TokenState) -> R + Send,
+        R: Send,
+    {
+        self.peek(token, f)
     }
 
     async fn put(&self, token: &str, req: PutRequest) -> Result<(Response, u16, u64), StoreError> {
@@ -99,7 +115,7 @@ impl Store for MemStore {
         recursive: bool,
         from: u64,
     ) -> Result<WatchOutcome, StoreError> {
-        let found = self.read(token, |s| {
+        let found = self.peek(token, |s| {
             let from = if from == 0 { s.index + 1 } else { from };
             s.first_event_from(from, key, recursive)
                 .map(|r| (r, s.index))
@@ -244,9 +260,12 @@ async fn run(data: &[u8]) {
             token_ttl: Duration::from_secs(24 * 3600),
             hold: Duration::from_secs(30),
             max_watches: 4,
+            body_timeout: Duration::from_secs(10),
         },
         metrics: Metrics::default(),
         limiter: RateLimiter::new(0, 1),
+        write_limiter: RateLimiter::new(0, 1),
+        watches_per_client: PerClient::new(0),
         shutdown,
     });
     let router = router(app.clone());
@@ -286,7 +305,7 @@ async fn run(data: &[u8]) {
             continue;
         }
         // A 2xx keys-API answer on the fuzzed token.
-        let index = app.store.read(TOKEN, |s| s.index).expect("token");
+        let index = app.store.peek(TOKEN, |s| s.index).expect("token");
         assert_eq!(answer.etcd_index, Some(index), "{path}: {body}");
         if method == Method::PUT {
             check_write(&app, &router, &json).await;
@@ -304,7 +323,7 @@ async fn check_write(app: &Arc<App<MemStore>>, router: &axum::Router, json: &ser
         .expect("key under the token");
     let stored = app
         .store
-        .read(TOKEN, |s| s.leaf(rel).map(|l| l.value.clone()))
+        .peek(TOKEN, |s| s.leaf(rel).map(|l| l.value.clone()))
         .expect("token");
     assert_eq!(
         stored.as_deref(),
@@ -334,7 +353,7 @@ async fn check_write(app: &Arc<App<MemStore>>, router: &axum::Router, json: &ser
 /// row of six cells, and no cell holds markup beyond the page's own.
 fn check_page(app: &Arc<App<MemStore>>, answer: &Answer) {
     let html = String::from_utf8_lossy(&answer.body);
-    let members = app.store.read(TOKEN, |s| s.members().len()).expect("token");
+    let members = app.store.peek(TOKEN, |s| s.members().len()).expect("token");
     assert_eq!(html.matches("<td>").count(), 6 * members, "cells in {html}");
     let mut rest = html.as_ref();
     while let Some(start) = rest.find("<td>") {

@@ -150,6 +150,7 @@ fuzz_target!(|input: Input| {
         size: u32::from(input.size % 5) + 1,
         created_ms: 0,
         expires_ms: u64::MAX,
+        client: None,
     };
     let mut state = TokenState::new(TOKEN.to_string(), meta.clone());
     let mut events: Vec<Event> = Vec::new();

@@ -52,13 +52,24 @@ fn apply(state: &mut ClusterState, request: &Request) {
         return;
     }
     match request {
-        Request::KvPut { key, value } => {
-            assert_eq!(state.kv.get(key), Some(value));
-            assert_eq!(response.previous, before.kv.get(key).cloned());
+        Request::KvPut { key, value, .. } => {
+            assert_eq!(state.kv.get(key).map(|v| &v.value), Some(value));
+            assert_eq!(
+                response.previous,
+                before.kv.get(key).map(|v| v.value.clone())
+            );
+            assert_eq!(response.revision, Some(before.kv.revision + 1));
         }
-        Request::KvDel { key } => {
-            assert!(!state.kv.contains_key(key));
-            assert_eq!(response.previous, before.kv.get(key).cloned());
+        Request::KvDel { key, .. } => {
+            assert!(state.kv.get(key).is_none());
+            assert_eq!(
+                response.previous,
+                before.kv.get(key).map(|v| v.value.clone())
+            );
+        }
+        Request::Lease(_) => {
+            assert!(state.leases.clock_ms >= before.leases.clock_ms, "the lease clock went back");
+            assert!(state.leases.last_token >= before.leases.last_token, "a fencing token shrank");
         }
         Request::RemoveNode { id, .. } => {
             assert!(!state.nodes.contains_key(id) && state.removed.contains(id));

@@ -138,6 +138,8 @@ struct Project {
     image: String,
     port: u16,
     discovery_url: Option<String>,
+    /// More images the file names: (its variable, this run's tag).
+    extra_images: Vec<(&'static str, String)>,
 }
 
 impl Project {
@@ -153,14 +155,16 @@ impl Project {
     }
 
     fn envs(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut envs = self.extra_images.clone();
+        envs.extend([
             ("MUSTER_IMAGE", self.image.clone()),
             ("MUSTER_DISCOVERY_PORT", self.port.to_string()),
             (
                 "MUSTER_DISCOVERY_URL",
                 self.discovery_url.clone().unwrap_or_default(),
             ),
-        ]
+        ]);
+        envs
     }
 
     /// Runs `compose -p NAME -f FILE <args>`; returns stdout, or fails with stderr.
@@ -276,16 +280,24 @@ impl Drop for Project {
             ),
             Err(e) => eprintln!("compose down -v for project {}: {e:#}", self.name),
         }
-        // Only this run's tag; layers shared with other tags stay.
-        let mut rmi = std::process::Command::new("docker");
-        rmi.args(["rmi", self.image.as_str()]);
-        let _ = output_within(rmi, DOCKER_TIMEOUT);
+        // Only this run's tags; layers shared with other tags stay.
+        let images = std::iter::once(&self.image).chain(self.extra_images.iter().map(|(_, t)| t));
+        for image in images {
+            let mut rmi = std::process::Command::new("docker");
+            rmi.args(["rmi", image.as_str()]);
+            let _ = output_within(rmi, DOCKER_TIMEOUT);
+        }
     }
 }
 
 /// Runs compose/build.sh (output streamed) with this run's image tag.
 async fn build_image(image: &str) -> Result<()> {
-    let script = workspace_root().join("compose/build.sh");
+    build_with("compose/build.sh", image, &[]).await
+}
+
+/// Runs `script` (output streamed) with this run's image tags.
+async fn build_with(script: &str, image: &str, extra: &[(&str, String)]) -> Result<()> {
+    let script = workspace_root().join(script);
     let profile = std::env::var("MUSTER_COMPOSE_PROFILE").unwrap_or_else(|_| "dev".into());
     eprintln!(
         "compose test: {} (profile {profile}, image {image})",
@@ -295,6 +307,7 @@ async fn build_image(image: &str) -> Result<()> {
         .arg(&script)
         .env("MUSTER_PROFILE", &profile)
         .env("MUSTER_IMAGE", image)
+        .envs(extra.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .status();
@@ -358,6 +371,7 @@ async fn compose_discovery_and_three_agents_form_one_cluster() {
         image,
         port: free_port(),
         discovery_url: None,
+        extra_images: Vec::new(),
     };
 
     // 1. The discovery service alone.
@@ -504,4 +518,90 @@ async fn compose_discovery_and_three_agents_form_one_cluster() {
         )
     );
     drop(project);
+}
+
+/// compose/ha: three muster-discovery replicas on a 3-member etcd behind haproxy (all FROM
+/// scratch, nothing pulled). A URL minted through the balancer forms three agents while one
+/// replica and one etcd member are killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_replicas_on_etcd_behind_haproxy_form_one_cluster() {
+    let test = "compose_replicas_on_etcd_behind_haproxy_form_one_cluster";
+    let Some(cli) = docker_or_skip(test) else {
+        return;
+    };
+    let pid = std::process::id();
+    let image = format!("muster-test-ha:{pid}");
+    let extra = vec![
+        ("MUSTER_ETCD_IMAGE", format!("muster-etcd-test:{pid}")),
+        ("MUSTER_HAPROXY_IMAGE", format!("muster-haproxy-test:{pid}")),
+    ];
+    build_with("compose/ha/build.sh", &image, &extra)
+        .await
+        .expect("building the images");
+    let mut project = Project {
+        cli,
+        name: format!("muster-test-ha-{pid}"),
+        file: workspace_root().join("compose/ha/docker-compose.yml"),
+        image,
+        port: free_port(),
+        discovery_url: None,
+        extra_images: extra,
+    };
+    project
+        .run(&["up", "-d", "lb"], Duration::from_secs(180))
+        .await
+        .expect("compose up -d lb");
+    let new = format!("http://127.0.0.1:{}/new?size=3", project.port);
+    // Polled every 300 ms: etcd forms, the replicas connect, the balancer sees them healthy.
+    let url = poll_until(
+        "the balancer to mint a URL",
+        Duration::from_secs(120),
+        Duration::from_millis(300),
+        || {
+            let new = new.clone();
+            async move {
+                get(&new)
+                    .await
+                    .ok()
+                    .filter(|r| r.status == 200)
+                    .map(|r| r.body)
+            }
+        },
+    )
+    .await
+    .expect("minting a discovery URL");
+    assert!(url.starts_with("http://lb:8087/"), "{url}");
+    project.discovery_url = Some(url);
+    // One replica and one etcd member go away before the agents register.
+    project
+        .run(&["kill", "discovery2", "etcd3"], Duration::from_secs(60))
+        .await
+        .expect("kill a replica and an etcd member");
+    project
+        .run(
+            &["up", "-d", "--no-deps", "agent1", "agent2", "agent3"],
+            Duration::from_secs(120),
+        )
+        .await
+        .expect("compose up -d agents");
+    let p = &project;
+    let mut cluster_ids = BTreeSet::new();
+    for service in AGENTS {
+        // Polled every 500 ms (each check is a `compose exec`).
+        let status = poll_until(
+            &format!("{service} to report 3 members, 3 voters and a leader"),
+            FORMATION_DEADLINE,
+            Duration::from_millis(500),
+            || async move { p.status(service).await.ok().filter(|s| formed(s).is_some()) },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        cluster_ids.insert(
+            status["cluster_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+    }
+    assert_eq!(cluster_ids.len(), 1, "one cluster: {cluster_ids:?}");
 }

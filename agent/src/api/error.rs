@@ -45,6 +45,12 @@ pub enum ErrorKind {
     SemaphoreFull,
     /// FleetLock: the group is not configured and unknown groups are refused.
     UnknownGroup,
+    /// A lease is held by another holder.
+    LeaseHeld,
+    /// A compare-and-set found the key at another revision (or absent, or present).
+    RevisionMismatch,
+    /// A watch asked for a revision the history no longer holds.
+    Compacted,
     Internal,
 }
 
@@ -75,6 +81,9 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::Unavailable, "unavailable", 503),
     (ErrorKind::SemaphoreFull, "failed_lock_semaphore_full", 409),
     (ErrorKind::UnknownGroup, "unknown_group", 400),
+    (ErrorKind::LeaseHeld, "lease_held", 409),
+    (ErrorKind::RevisionMismatch, "revision_mismatch", 409),
+    (ErrorKind::Compacted, "compacted", 410),
     (ErrorKind::Internal, "internal", 500),
 ];
 

@@ -25,6 +25,8 @@ pub const HEALTH: &str = "/v1/health";
 pub const STATUS: &str = "/v1/status";
 pub const KV: &str = "/v1/kv";
 pub const KV_LIST: &str = "/v1/kv/list";
+pub const KV_WATCH: &str = "/v1/kv/watch";
+pub const LEASES: &str = "/v1/leases";
 pub const TOKENS: &str = "/v1/tokens";
 pub const OPERATOR_TOKENS: &str = "/v1/operator-tokens";
 pub const MEMBERS: &str = "/v1/members";
@@ -37,5 +39,8 @@ pub const FLEETLOCK_SETTINGS: &str = "/v1/fleetlock/settings";
 /// The FleetLock protocol (Zincati), on the agent's FleetLock listener.
 pub const PRE_REBOOT: &str = "/v1/pre-reboot";
 pub const STEADY_STATE: &str = "/v1/steady-state";
+/// On every answer to an operator call over TCP: the members' advertise addresses,
+/// comma-separated, so that clients keep a current list (`--server A,B,C`).
+pub const MEMBERS_HEADER: &str = "muster-members";
 /// Prometheus text.
 pub const METRICS: &str = "/metrics";

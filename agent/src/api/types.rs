@@ -54,11 +54,46 @@ pub struct Member {
 pub struct KvEntry {
     pub key: String,
     pub value: String,
+    /// The revision that created the key, and the one that last changed it.
+    #[serde(default)]
+    pub create_revision: u64,
+    #[serde(default)]
+    pub mod_revision: u64,
 }
 
+/// `PUT /v1/kv?key=K`: the value, and an optional condition (compare-and-set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KvPut {
     pub value: String,
+    /// Write only if the key was last changed at this revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub if_revision: Option<u64>,
+    /// Write only if the key does not exist.
+    #[serde(default)]
+    pub if_absent: bool,
+}
+
+/// A held lease, as `muster lease get|list` and a claim show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    pub name: String,
+    pub holder: String,
+    /// The fencing token of this grant: larger than every token granted before it.
+    pub token: u64,
+    /// How long it still runs on the lease clock unless renewed.
+    pub remaining_ms: u64,
+    /// How long ago it was granted to this holder (lease clock).
+    pub held_for_ms: u64,
+    /// A claim: whether the holder already held it (a renewal).
+    #[serde(default)]
+    pub renewed: bool,
+}
+
+/// `POST /v1/leases/NAME`: claim or renew.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseClaim {
+    pub holder: String,
+    pub ttl_ms: u64,
 }
 
 /// `muster token create --json` and `muster operator-token create --json`: the only time the
@@ -101,6 +136,9 @@ pub struct OperatorTokenInfo {
     pub state: String,
     pub created_ms: u64,
     pub revoked_ms: Option<u64>,
+    /// `admin`, `kv:PREFIX`, `kv:PREFIX:ro`, `lease:NAME`, `fleetlock`.
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// `muster node remove --json`.

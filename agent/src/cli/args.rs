@@ -87,10 +87,15 @@ pub enum Command {
         #[command(subcommand)]
         command: FleetlockCommand,
     },
-    /// The replicated key-value space.
+    /// The replicated key-value space: revisions, compare-and-set, watch.
     Kv {
         #[command(subcommand)]
         command: KvCommand,
+    },
+    /// Leases: run a job on exactly one machine at a time (`lease run`), or claim by hand.
+    Lease {
+        #[command(subcommand)]
+        command: LeaseCommand,
     },
 }
 
@@ -144,11 +149,16 @@ pub enum TokenCommand {
 
 #[derive(Subcommand)]
 pub enum OperatorTokenCommand {
-    /// Create an operator token and print it (once).
+    /// Create an operator token and print it (once). Without --scope it may do everything
+    /// (admin); give a worker machine only what it needs, e.g. --scope lease:backup.
     Create {
         /// A note shown by `muster operator-token list`
         #[arg(long, default_value = "")]
         description: String,
+        /// What the token may do; repeat for several: admin, kv:PREFIX (read and write keys
+        /// under PREFIX), kv:PREFIX:ro (read only), lease:NAME, fleetlock
+        #[arg(long = "scope", value_name = "SCOPE")]
+        scopes: Vec<String>,
         #[command(flatten)]
         op: OperatorArgs,
     },
@@ -242,16 +252,42 @@ pub enum KvCommand {
         #[command(flatten)]
         op: OperatorArgs,
     },
-    /// Write a key.
+    /// Write a key. With --if-revision N (or --if-absent) it is a compare-and-set: refused
+    /// with revision_mismatch unless the key is still at revision N (or does not exist).
     Put {
         key: String,
         value: String,
+        /// Write only if the key was last changed at revision N (`kv get --json` shows it)
+        #[arg(long, value_name = "N", conflicts_with = "if_absent")]
+        if_revision: Option<u64>,
+        /// Write only if the key does not exist
+        #[arg(long)]
+        if_absent: bool,
         #[command(flatten)]
         op: OperatorArgs,
     },
     /// Delete a key.
     Del {
         key: String,
+        /// Delete only if the key was last changed at revision N
+        #[arg(long, value_name = "N")]
+        if_revision: Option<u64>,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Print changes under a prefix as they happen, one per line (REVISION put KEY VALUE, or
+    /// REVISION del KEY). Survives agent restarts and leader changes without losing a change.
+    Watch {
+        #[arg(default_value = "")]
+        prefix: String,
+        /// Start at this revision (the changes since it come first); default: from now on.
+        /// Refused with `compacted` once the cluster's history (the last 1000 changes) no
+        /// longer reaches back that far.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        from_revision: u64,
+        /// Exit after N changes (e.g. 1: wait for the next change)
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
         #[command(flatten)]
         op: OperatorArgs,
     },
@@ -262,4 +298,61 @@ pub enum KvCommand {
         #[command(flatten)]
         op: OperatorArgs,
     },
+}
+
+#[derive(Subcommand)]
+pub enum LeaseCommand {
+    /// Run CMD while holding lease NAME, so that it runs on one machine at a time. Waits for the
+    /// lease (saying who holds it), renews it every third of --ttl, and stops CMD (SIGTERM,
+    /// SIGKILL after --grace) before the lease could go elsewhere if it cannot renew. CMD gets
+    /// MUSTER_LEASE_NAME, MUSTER_LEASE_HOLDER and MUSTER_LEASE_TOKEN (the fencing token, larger
+    /// for every new grant). Exits with CMD's status; 75 if the lease is held and --wait=false;
+    /// 69 if the lease was lost and CMD stopped. Signals to it go to CMD.
+    Run {
+        name: String,
+        /// How long a grant lasts without renewal (1s..=1h)
+        #[arg(long, default_value = "15s")]
+        ttl: String,
+        /// Who holds it [default: HOSTNAME:PID]
+        #[arg(long)]
+        holder: Option<String>,
+        /// How long CMD gets between SIGTERM and SIGKILL when the lease is lost
+        #[arg(long, default_value = "3s")]
+        grace: String,
+        /// Wait while someone else holds the lease (--wait=false: exit 75 at once)
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+        wait: bool,
+        #[command(flatten)]
+        op: OperatorArgs,
+        /// The command and its arguments, after `--`
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Claim lease NAME for HOLDER, or renew it if HOLDER holds it; refused with lease_held
+    /// (exit 75) while someone else does.
+    Claim {
+        name: String,
+        #[arg(long)]
+        holder: String,
+        #[arg(long, default_value = "15s")]
+        ttl: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Release lease NAME if HOLDER holds it (anyone else's release changes nothing).
+    Release {
+        name: String,
+        #[arg(long)]
+        holder: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Who holds lease NAME, its fencing token and time left (not_found when free).
+    Get {
+        name: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// Every held lease.
+    List(OperatorArgs),
 }

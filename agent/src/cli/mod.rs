@@ -3,8 +3,12 @@
 
 mod args;
 mod fleetlock;
+mod kv;
+mod lease;
+mod lease_run;
 pub mod output;
 mod run;
+mod servers;
 
 pub use args::Cli;
 pub use run::{Failure, run};
@@ -45,6 +49,12 @@ pub enum CliError {
     /// Something local failed.
     #[error("{0}")]
     Failed(String),
+    /// `lease run`: the lease could not be renewed in time, so the command was stopped.
+    #[error("{0}")]
+    LeaseLost(String),
+    /// `lease run`: the command's own exit status, passed on (nothing to print).
+    #[error("the command exited with status {0}")]
+    CommandExit(u8),
 }
 
 impl From<std::io::Error> for CliError {
@@ -100,9 +110,13 @@ fn operator_token(
 pub enum Target {
     /// `<data-dir>/muster.sock`: the socket's permissions are the access control.
     Socket(PathBuf),
-    /// `--server HOST:PORT`: any member's TLS port, with the operator token from MUSTER_OPERATOR_TOKEN.
-    /// The server must present the CA the token pins.
-    Tcp { server: String, token: SecretToken },
+    /// `--server HOST:PORT[,HOST:PORT…]`: any member's TLS port, with the operator token from
+    /// MUSTER_OPERATOR_TOKEN. The server must present the CA the token pins. The addresses are
+    /// tried in the order `servers.rs` gives.
+    Tcp {
+        servers: Vec<String>,
+        token: SecretToken,
+    },
 }
 
 impl Target {
@@ -115,7 +129,13 @@ impl Target {
         }
         if let Some(server) = server.or_else(|| env("MUSTER_SERVER")) {
             let token = operator_token(&server, env(OPERATOR_TOKEN_ENV), env(LEGACY_TOKEN_ENV))?;
-            return Ok(Target::Tcp { server, token });
+            let servers = servers::parse_list(&server);
+            if servers.is_empty() {
+                return Err(CliError::Usage(
+                    "--server: give HOST:PORT of a member, or several separated by commas".into(),
+                ));
+            }
+            return Ok(Target::Tcp { servers, token });
         }
         let dir = env("MUSTER_DATA_DIR")
             .map(PathBuf::from)
@@ -145,19 +165,7 @@ impl Target {
                         })?;
                 client::decode_answer(status, &bytes)
             }
-            Target::Tcp { server, token } => {
-                let http = client::pinned(token.ca_pin(), CALL_TIMEOUT)
-                    .map_err(|e| CliError::Failed(e.to_string()))?;
-                let method = reqwest::Method::from_bytes(method.as_bytes())
-                    .map_err(|e| CliError::Failed(e.to_string()))?;
-                let mut req = http
-                    .request(method, format!("https://{server}{path}"))
-                    .bearer_auth(token.reveal());
-                if let Some(body) = body {
-                    req = req.header("content-type", "application/json").body(body);
-                }
-                client::send_json(server, req).await
-            }
+            Target::Tcp { servers, token } => tcp_call(servers, token, method, path, body).await,
         };
         answer.map_err(|e| match e {
             CallError::Api(e) => CliError::Api(e),
@@ -175,6 +183,50 @@ impl Target {
     }
 }
 
+/// One call over TCP: to the address that answered last, then to the cluster's other known
+/// members, until one answers. Only a request that never reached a server moves on to the next
+/// (a write that may have arrived is never sent twice).
+async fn tcp_call<T: DeserializeOwned>(
+    given: &[String],
+    token: &SecretToken,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+) -> Result<T, CallError> {
+    let pin = token.ca_pin();
+    let http = client::pinned(pin, CALL_TIMEOUT)?;
+    let method = reqwest::Method::from_bytes(method.as_bytes())
+        .map_err(|e| CallError::Setup(e.to_string()))?;
+    let candidates = servers::shuffled(given, &servers::load(pin));
+    let mut last = None;
+    for server in &candidates {
+        let mut req = http
+            .request(method.clone(), format!("https://{server}{path}"))
+            .bearer_auth(token.reveal());
+        if let Some(body) = &body {
+            req = req
+                .header("content-type", "application/json")
+                .body(body.clone());
+        }
+        match client::send_json_with_header(server, req, paths::MEMBERS_HEADER).await {
+            Ok((value, members)) => {
+                servers::remember(pin, server, members.as_deref());
+                return Ok(value);
+            }
+            Err(CallError::Api(e)) => {
+                // An answer: the server is there (and may list the members in an error too).
+                servers::remember(pin, server, None);
+                return Err(CallError::Api(e));
+            }
+            Err(
+                e @ (CallError::Unreachable { connect: true, .. } | CallError::PinMismatch { .. }),
+            ) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| CallError::Setup("no --server address to try".into())))
+}
+
 fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {
     outln!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -182,58 +234,6 @@ fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {
 
 pub async fn status(target: &Target) -> Result<Status, CliError> {
     target.call("GET", paths::STATUS, None).await
-}
-
-fn key_path(base: &str, key: &str) -> String {
-    format!("{base}?key={}", urlencode(key))
-}
-
-pub async fn kv_get(target: &Target, key: &str, json: bool) -> Result<(), CliError> {
-    let v: serde_json::Value = target.call("GET", &key_path(paths::KV, key), None).await?;
-    if json {
-        outln!("{v}");
-    } else {
-        outln!("{}", v["value"].as_str().unwrap_or_default());
-    }
-    Ok(())
-}
-
-pub async fn kv_put(target: &Target, key: &str, value: &str, json: bool) -> Result<(), CliError> {
-    let body = serde_json::json!({ "value": value }).to_string();
-    let v: serde_json::Value = target
-        .call("PUT", &key_path(paths::KV, key), Some(body))
-        .await?;
-    if json {
-        outln!("{v}");
-    }
-    Ok(())
-}
-
-pub async fn kv_del(target: &Target, key: &str, json: bool) -> Result<(), CliError> {
-    let v: serde_json::Value = target
-        .call("DELETE", &key_path(paths::KV, key), None)
-        .await?;
-    if json {
-        outln!("{v}");
-    }
-    Ok(())
-}
-
-pub async fn kv_list(target: &Target, prefix: &str, json: bool) -> Result<(), CliError> {
-    let path = format!("{}?prefix={}", paths::KV_LIST, urlencode(prefix));
-    let v: serde_json::Value = target.call("GET", &path, None).await?;
-    if json {
-        outln!("{v}");
-    } else if let Some(entries) = v.as_array() {
-        for e in entries {
-            outln!(
-                "{}\t{}",
-                e["key"].as_str().unwrap_or_default(),
-                e["value"].as_str().unwrap_or_default()
-            );
-        }
-    }
-    Ok(())
 }
 
 /// `--ttl` of `muster token create`, checked here so a mistake is named before any call.
@@ -325,14 +325,26 @@ pub async fn token_revoke(target: &Target, id: &str, json: bool) -> Result<(), C
 pub async fn operator_token_create(
     target: &Target,
     description: String,
+    scopes: Vec<String>,
     json: bool,
 ) -> Result<(), CliError> {
-    let body = serde_json::json!({ "description": description });
+    let scopes = if scopes.is_empty() {
+        vec!["admin".to_string()]
+    } else {
+        scopes
+    };
+    for scope in &scopes {
+        scope
+            .parse::<crate::state::scope::Scope>()
+            .map_err(|e| CliError::Usage(format!("--scope: {e}")))?;
+    }
+    let power = scopes.join(",");
+    let body = serde_json::json!({ "description": description, "scopes": scopes });
     let Some(created) = create_token(target, paths::OPERATOR_TOKENS, body, json).await? else {
         return Ok(());
     };
     eprintln!(
-        "operator token {}: full operator access over TCP. It is shown only this once. \
+        "operator token {} (scopes {power}). It is shown only this once. \
          Use it as: MUSTER_OPERATOR_TOKEN=<TOKEN> muster status --server <member>:<port>",
         created.id
     );

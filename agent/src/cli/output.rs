@@ -180,9 +180,14 @@ pub fn print_operator_tokens(list: &[crate::api::types::OperatorTokenInfo]) {
                 t.id.clone(),
                 t.state.clone(),
                 relative(t.created_ms, now),
+                t.scopes.join(","),
                 t.description.clone(),
             ]
         })
         .collect();
-    print_table(&["ID", "STATE", "CREATED", "DESCRIPTION"], rows, &[]);
+    print_table(
+        &["ID", "STATE", "CREATED", "SCOPES", "DESCRIPTION"],
+        rows,
+        &[],
+    );
 }

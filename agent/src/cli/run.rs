@@ -4,13 +4,19 @@
 use std::collections::HashMap;
 
 use super::args::{
-    Command, FleetlockCommand, FleetlockGroupCommand, KvCommand, NodeCommand, OperatorTokenCommand,
-    SecretCommand, TokenCommand,
+    Command, FleetlockCommand, FleetlockGroupCommand, KvCommand, LeaseCommand, NodeCommand,
+    OperatorTokenCommand, SecretCommand, TokenCommand,
 };
 use super::{CliError, output};
+use crate::api::ErrorKind;
 use crate::config;
 use crate::error::{AgentError, EXIT_USAGE};
 use crate::outln;
+
+/// `lease run --wait=false` and `lease claim` while someone else holds the lease (EX_TEMPFAIL).
+pub const EXIT_LEASE_HELD: u8 = 75;
+/// `lease run`: the lease could not be renewed, and CMD was stopped (EX_UNAVAILABLE).
+pub const EXIT_LEASE_LOST: u8 = 69;
 
 /// How a command failed: `muster agent` ends with its own exit code; an operator command exits
 /// 64 for a command-line mistake and 1 otherwise.
@@ -24,6 +30,9 @@ impl Failure {
         match self {
             Failure::Agent(e) => e.exit_code(),
             Failure::Cli(CliError::Usage(_)) => EXIT_USAGE,
+            Failure::Cli(CliError::CommandExit(code)) => *code,
+            Failure::Cli(CliError::LeaseLost(_)) => EXIT_LEASE_LOST,
+            Failure::Cli(CliError::Api(e)) if e.kind == ErrorKind::LeaseHeld => EXIT_LEASE_HELD,
             Failure::Cli(_) => 1,
         }
     }
@@ -38,6 +47,8 @@ impl Failure {
             Failure::Agent(AgentError::Refused(_)) => "refused",
             Failure::Agent(AgentError::Failed(_)) | Failure::Cli(CliError::Failed(_)) => "failed",
             Failure::Cli(CliError::Unreachable(_)) => "unreachable",
+            Failure::Cli(CliError::LeaseLost(_)) => "lease_lost",
+            Failure::Cli(CliError::CommandExit(_)) => "command_failed",
             Failure::Cli(CliError::Api(e)) => e.kind.as_str(),
         }
     }
@@ -135,9 +146,13 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             }
         },
         Command::OperatorToken { command } => match command {
-            OperatorTokenCommand::Create { description, op } => {
-                Ok(super::operator_token_create(&op.target()?, description, op.json).await?)
-            }
+            OperatorTokenCommand::Create {
+                description,
+                scopes,
+                op,
+            } => Ok(
+                super::operator_token_create(&op.target()?, description, scopes, op.json).await?,
+            ),
             OperatorTokenCommand::List(op) => {
                 Ok(super::operator_token_list(&op.target()?, op.json).await?)
             }
@@ -149,16 +164,8 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             command: NodeCommand::Remove { name, force, op },
         } => Ok(super::node_remove(&op.target()?, &name, force, op.json).await?),
         Command::Backup { file, op } => Ok(super::backup(&op.target()?, &file, op.json).await?),
-        Command::Kv { command } => match command {
-            KvCommand::Get { key, op } => Ok(super::kv_get(&op.target()?, &key, op.json).await?),
-            KvCommand::Put { key, value, op } => {
-                Ok(super::kv_put(&op.target()?, &key, &value, op.json).await?)
-            }
-            KvCommand::Del { key, op } => Ok(super::kv_del(&op.target()?, &key, op.json).await?),
-            KvCommand::List { prefix, op } => {
-                Ok(super::kv_list(&op.target()?, &prefix, op.json).await?)
-            }
-        },
+        Command::Kv { command } => run_kv(command).await,
+        Command::Lease { command } => run_lease(command).await,
         Command::Fleetlock { command } => match command {
             FleetlockCommand::Status(op) => {
                 Ok(super::fleetlock::status(&op.target()?, op.json).await?)
@@ -193,5 +200,76 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             Ok(())
         }
         Command::Demo { nodes, exit } => Ok(crate::demo::run(nodes, exit).await?),
+    }
+}
+
+async fn run_kv(command: KvCommand) -> Result<(), Failure> {
+    use super::kv::{self, Condition};
+    match command {
+        KvCommand::Get { key, op } => Ok(kv::get(&op.target()?, &key, op.json).await?),
+        KvCommand::Put {
+            key,
+            value,
+            if_revision,
+            if_absent,
+            op,
+        } => {
+            let condition = match (if_revision, if_absent) {
+                (Some(rev), _) => Condition::Revision(rev),
+                (None, true) => Condition::Absent,
+                (None, false) => Condition::None,
+            };
+            Ok(kv::put(&op.target()?, &key, &value, condition, op.json).await?)
+        }
+        KvCommand::Del {
+            key,
+            if_revision,
+            op,
+        } => Ok(kv::del(&op.target()?, &key, if_revision, op.json).await?),
+        KvCommand::List { prefix, op } => Ok(kv::list(&op.target()?, &prefix, op.json).await?),
+        KvCommand::Watch {
+            prefix,
+            from_revision,
+            limit,
+            op,
+        } => Ok(kv::watch(&op.target()?, &prefix, from_revision, limit, op.json).await?),
+    }
+}
+
+async fn run_lease(command: LeaseCommand) -> Result<(), Failure> {
+    use super::lease;
+    match command {
+        LeaseCommand::Run {
+            name,
+            ttl,
+            holder,
+            grace,
+            wait,
+            op,
+            command,
+        } => {
+            let grace = muster_shared::duration::parse_duration(&grace)
+                .map_err(|e| CliError::Usage(format!("--grace: {e}")))?;
+            let settings = super::lease_run::RunSettings {
+                name,
+                holder: holder.unwrap_or_else(lease::default_holder),
+                ttl: lease::ttl(&ttl)?,
+                grace,
+                wait,
+                command,
+            };
+            Ok(super::lease_run::run(op.target()?, settings).await?)
+        }
+        LeaseCommand::Claim {
+            name,
+            holder,
+            ttl,
+            op,
+        } => Ok(lease::claim(&op.target()?, &name, &holder, lease::ttl(&ttl)?, op.json).await?),
+        LeaseCommand::Release { name, holder, op } => {
+            Ok(lease::release(&op.target()?, &name, &holder, op.json).await?)
+        }
+        LeaseCommand::Get { name, op } => Ok(lease::get(&op.target()?, &name, op.json).await?),
+        LeaseCommand::List(op) => Ok(lease::list(&op.target()?, op.json).await?),
     }
 }

@@ -1,40 +1,49 @@
-//! The key-value space: linearizable reads on the leader, and writes through raft.
+//! The key-value space: linearizable reads on the leader, writes (plain or compare-and-set)
+//! through raft, and the change history that `kv watch` reads.
 
 use crate::agent::Agent;
 use crate::api::types::KvEntry;
 use crate::api::{ApiError, ErrorKind};
 use crate::state::Request;
+use crate::state::kv::WatchAnswer;
 
 pub async fn write(agent: &Agent, request: Request) -> Result<serde_json::Value, ApiError> {
     let response = agent.raft().write(request).await?;
-    Ok(serde_json::json!({ "previous": response.previous }))
+    Ok(serde_json::json!({ "previous": response.previous, "revision": response.revision }))
 }
 
 pub async fn get(agent: &Agent, key: String) -> Result<KvEntry, ApiError> {
-    let value = agent
+    let found = agent
         .raft()
-        .read_linearizable(|s| s.kv.get(&key).cloned())
+        .read_linearizable(|s| s.kv.get(&key).map(|v| entry(&key, v)))
         .await?;
-    match value {
-        Some(value) => Ok(KvEntry { key, value }),
-        None => Err(ApiError::new(
-            ErrorKind::NotFound,
-            format!("key {key:?} not found"),
-        )),
-    }
+    found.ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("key {key:?} not found")))
 }
 
 pub async fn list(agent: &Agent, prefix: String) -> Result<Vec<KvEntry>, ApiError> {
     Ok(agent
         .raft()
         .read_linearizable(|s| {
-            s.kv.range(prefix.clone()..)
-                .take_while(|(k, _)| k.starts_with(&prefix))
-                .map(|(k, v)| KvEntry {
-                    key: k.clone(),
-                    value: v.clone(),
-                })
+            s.kv.range(&prefix)
+                .map(|(k, v)| entry(k, v))
                 .collect::<Vec<_>>()
         })
         .await?)
+}
+
+/// The changes under `prefix` from revision `from` on, as committed (0: from now on).
+pub async fn watch(agent: &Agent, prefix: String, from: u64) -> Result<WatchAnswer, ApiError> {
+    Ok(agent
+        .raft()
+        .read_linearizable(|s| s.kv.watch(&prefix, from))
+        .await??)
+}
+
+fn entry(key: &str, v: &crate::state::kv::KvValue) -> KvEntry {
+    KvEntry {
+        key: key.to_string(),
+        value: v.value.clone(),
+        create_revision: v.create_revision,
+        mod_revision: v.mod_revision,
+    }
 }

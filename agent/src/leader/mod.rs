@@ -11,6 +11,7 @@ mod backup;
 pub mod fleetlock;
 mod forward;
 mod kv;
+pub mod lease;
 mod remove;
 mod status;
 mod tokens;
@@ -30,10 +31,13 @@ use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::join::JoinRequest;
 use crate::state::Request;
+use crate::state::scope::{self, Access};
 
 /// An operation that runs on the leader, sent there over mutual TLS when this node is a
 /// follower. The leader does every check again: a member can ask for nothing it could not ask
 /// through the operator API.
+// Built once per operation and sent or executed at once: see `Request`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum LeaderOp {
@@ -46,6 +50,19 @@ pub enum LeaderOp {
     KvList {
         prefix: String,
     },
+    /// The changes under a prefix from a revision on (one answer; the caller waits and asks
+    /// again).
+    KvWatch {
+        prefix: String,
+        from_revision: u64,
+    },
+    Lease {
+        request: lease::LeaseRequest,
+    },
+    LeaseGet {
+        name: String,
+    },
+    LeaseList,
     Status,
     TokenJoin {
         join: TokenJoin,
@@ -91,12 +108,33 @@ impl LeaderOp {
             self,
             LeaderOp::KvGet { .. }
                 | LeaderOp::KvList { .. }
+                | LeaderOp::KvWatch { .. }
+                | LeaderOp::LeaseGet { .. }
+                | LeaderOp::LeaseList
                 | LeaderOp::Status
                 | LeaderOp::ListJoinTokens
                 | LeaderOp::ListOperatorTokens
                 | LeaderOp::Backup
                 | LeaderOp::FleetLockStatus
         )
+    }
+
+    /// What an operator token needs to be allowed this operation (see `state::scope`).
+    pub fn access(&self) -> Access<'_> {
+        match self {
+            LeaderOp::Status => Access::Any,
+            LeaderOp::Write {
+                request: Request::KvPut { key, .. } | Request::KvDel { key, .. },
+            } => Access::KvWrite(key),
+            LeaderOp::KvGet { key } => Access::KvRead(key),
+            LeaderOp::KvList { prefix } | LeaderOp::KvWatch { prefix, .. } => {
+                Access::KvRead(prefix)
+            }
+            LeaderOp::Lease { request } => Access::Lease(request.name()),
+            LeaderOp::LeaseGet { name } => Access::Lease(name),
+            LeaderOp::FleetLockStatus | LeaderOp::FleetLock { .. } => Access::FleetLock,
+            _ => Access::Admin,
+        }
     }
 
     /// Operations a peer may forward. Raw replicated writes are limited to key-value puts and
@@ -176,9 +214,7 @@ pub async fn check_forwarded(
             "a member may forward only joins and status on its own behalf",
         ));
     }
-    if let Authority::OperatorToken { id, secret_sha256 } = &forwarded.authority {
-        tokens::check_operator_token_committed(agent, id, secret_sha256).await?;
-    }
+    authorize(agent, &forwarded.authority, &forwarded.op).await?;
     if forwarded.op.returns_key_material() && !agent.raft().view().voters.contains(&caller) {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
@@ -189,12 +225,55 @@ pub async fn check_forwarded(
     Ok(())
 }
 
+/// The leader's check of an operator token: valid in the committed state (a follower may not
+/// have applied its revocation yet), and its scopes allow `op`.
+pub async fn authorize(
+    agent: &Agent,
+    authority: &Authority,
+    op: &LeaderOp,
+) -> Result<(), ApiError> {
+    let Authority::OperatorToken { id, secret_sha256 } = authority else {
+        return Ok(());
+    };
+    let scopes = tokens::check_operator_token_committed(agent, id, secret_sha256).await?;
+    if scope::allows(&scopes, op.access()) {
+        return Ok(());
+    }
+    let have: Vec<String> = scopes.iter().map(ToString::to_string).collect();
+    Err(ApiError::new(
+        crate::api::ErrorKind::Unauthorized,
+        format!(
+            "operator token {id} (scopes {}) may not do this ({}); use a token with that scope, \
+             made with `muster operator-token create --scope …`",
+            have.join(","),
+            describe(op.access())
+        ),
+    ))
+}
+
+fn describe(access: Access<'_>) -> String {
+    match access {
+        Access::Any | Access::Admin => "needs admin".into(),
+        Access::KvRead(key) => format!("reads kv {key:?}"),
+        Access::KvWrite(key) => format!("writes kv {key:?}"),
+        Access::Lease(name) => format!("lease {name}"),
+        Access::FleetLock => "FleetLock".into(),
+    }
+}
+
 /// Executes `op` on this node, which must be the leader.
 pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
     match op {
         LeaderOp::Write { request } => kv::write(agent, request).await,
         LeaderOp::KvGet { key } => json(kv::get(agent, key).await?),
         LeaderOp::KvList { prefix } => json(kv::list(agent, prefix).await?),
+        LeaderOp::KvWatch {
+            prefix,
+            from_revision,
+        } => json(kv::watch(agent, prefix, from_revision).await?),
+        LeaderOp::Lease { request } => json(lease::change(agent, request).await?),
+        LeaderOp::LeaseGet { name } => json(lease::get(agent, name).await?),
+        LeaderOp::LeaseList => json(lease::list(agent).await?),
         LeaderOp::Status => json(status::local(agent)?),
         LeaderOp::TokenJoin { join } => json(admit::admit_with_token(agent, join).await?),
         LeaderOp::RegistrantJoin { join } => json(admit::admit_registrant(agent, join).await?),

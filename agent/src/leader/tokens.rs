@@ -15,6 +15,7 @@ use crate::agent::Agent;
 use crate::api::types::{JoinTokenInfo, OperatorTokenInfo, TokenCreated};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
+use crate::state::scope::Scope;
 use crate::state::{JoinTokenRecord, OperatorTokenRecord, Request};
 
 use crate::api::types::JOIN_TOKEN_MIN_TTL as MIN_TTL;
@@ -22,6 +23,8 @@ use crate::api::types::{JOIN_TOKEN_MAX_TTL as MAX_TTL, JOIN_TOKEN_MAX_USES as MA
 const MAX_DESCRIPTION: usize = 200;
 /// Most live (unexpired, unrevoked) tokens of each kind: a bound on replicated state.
 const MAX_LIVE_TOKENS: usize = 1_000;
+/// Most scopes on one operator token.
+const MAX_SCOPES: usize = 32;
 
 /// A token to record, as the leader receives it: the secret already replaced by its hash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,6 +39,9 @@ pub struct NewToken {
     pub uses: u32,
     #[serde(default)]
     pub description: String,
+    /// Operator tokens: what it may do (a sender that predates scopes makes `admin` tokens).
+    #[serde(default = "crate::state::scope::admin_only")]
+    pub scopes: Vec<Scope>,
 }
 
 impl NewToken {
@@ -100,6 +106,7 @@ fn operator_info(id: &str, t: &OperatorTokenRecord) -> OperatorTokenInfo {
         .to_string(),
         created_ms: t.created_ms,
         revoked_ms: t.revoked_ms,
+        scopes: t.scopes.iter().map(Scope::to_string).collect(),
     }
 }
 
@@ -119,6 +126,7 @@ pub async fn issue_join_token(
         ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         uses,
         description,
+        scopes: Vec::new(),
     };
     create.check(true)?;
     let info: JoinTokenInfo =
@@ -137,7 +145,13 @@ pub async fn issue_operator_token(
     agent: &Agent,
     authority: &Authority,
     description: String,
+    scopes: Vec<Scope>,
 ) -> Result<TokenCreated, ApiError> {
+    if scopes.is_empty() || scopes.len() > MAX_SCOPES {
+        return Err(ApiError::invalid(format!(
+            "an operator token has 1..={MAX_SCOPES} scopes (admin, kv:PREFIX[:ro], lease:NAME, fleetlock)"
+        )));
+    }
     let token = SecretToken::generate(TokenKind::Operator, agent.ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
@@ -145,6 +159,7 @@ pub async fn issue_operator_token(
         ttl_ms: 0,
         uses: 0,
         description,
+        scopes,
     };
     create.check(false)?;
     let info: OperatorTokenInfo =
@@ -250,11 +265,17 @@ pub async fn create_operator(
             format!("{live} operator tokens are active; revoke unused ones first"),
         ));
     }
+    if create.scopes.is_empty() || create.scopes.len() > MAX_SCOPES {
+        return Err(ApiError::invalid(format!(
+            "an operator token has 1..={MAX_SCOPES} scopes"
+        )));
+    }
     let token = OperatorTokenRecord {
         secret_sha256: create.secret_sha256,
         description: create.description,
         created_ms: now_ms(),
         revoked_ms: None,
+        scopes: create.scopes,
     };
     let info = operator_info(&create.id, &token);
     agent
@@ -338,23 +359,19 @@ pub async fn check_operator_token_committed(
     agent: &Agent,
     id: &str,
     secret_sha256: &str,
-) -> Result<(), ApiError> {
-    let valid = agent
+) -> Result<Vec<Scope>, ApiError> {
+    let scopes = agent
         .raft()
         .read_linearizable(|s| {
-            s.operator_tokens.get(id).is_some_and(|t| {
-                secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
-            })
+            s.operator_tokens
+                .get(id)
+                .filter(|t| {
+                    secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
+                })
+                .map(|t| t.scopes.clone())
         })
         .await?;
-    if valid {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            ErrorKind::Unauthenticated,
-            UNKNOWN_OPERATOR_TOKEN,
-        ))
-    }
+    scopes.ok_or_else(|| ApiError::new(ErrorKind::Unauthenticated, UNKNOWN_OPERATOR_TOKEN))
 }
 
 /// A fresh operator token and the record the cluster keeps of it (the secret's hash).
@@ -365,6 +382,7 @@ pub fn new_operator_token(ca_pin: &str, description: &str) -> (SecretToken, Oper
         description: description.to_string(),
         created_ms: now_ms(),
         revoked_ms: None,
+        scopes: crate::state::scope::admin_only(),
     };
     (token, record)
 }

@@ -408,6 +408,19 @@ impl RaftNode {
         }
     }
 
+    /// Resolves once this node has applied past `applied` (an index from [`RaftView`]), or at
+    /// `deadline`, whichever comes first.
+    pub async fn applied_after(&self, applied: Option<u64>, deadline: tokio::time::Instant) {
+        let mut metrics = self.raft.metrics();
+        let _ = tokio::time::timeout_at(
+            deadline,
+            metrics.wait_for(|m| {
+                m.last_applied.map(|l| l.index) != applied || m.running_state.is_err()
+            }),
+        )
+        .await;
+    }
+
     /// Resolves once this node no longer sees `leader` as the leader (an election started, or
     /// another node won one).
     pub async fn leader_changed_from(&self, leader: NodeId) {

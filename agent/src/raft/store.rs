@@ -116,6 +116,7 @@ mod tests {
             payload: EntryPayload::Normal(Request::KvPut {
                 key: key.into(),
                 value: value.into(),
+                expect: None,
             }),
         }
     }
@@ -177,8 +178,8 @@ mod tests {
         assert_eq!(applied, Some(log_id(1, 3)));
         assert_eq!(mem.log_id(), &Some(log_id(1, 1)));
         let restored = sm.state().expect("state");
-        assert_eq!(restored.kv.get("a").map(String::as_str), Some("1"));
-        assert_eq!(restored.kv.get("b").map(String::as_str), Some("2"));
+        assert_eq!(restored.kv.get("a").map(|v| v.value.as_str()), Some("1"));
+        assert_eq!(restored.kv.get("b").map(|v| v.value.as_str()), Some("2"));
 
         // openraft's startup path replays (3, committed=4] from the log.
         let initial = StorageHelper::new(&mut log, &mut sm)
@@ -187,7 +188,7 @@ mod tests {
         assert_eq!(initial.committed, Some(log_id(1, 4)));
         assert_eq!(sm.applied_state().await?.0, Some(log_id(1, 4)));
         let replayed = sm.read(|s| s.kv.get("a").cloned()).expect("read");
-        assert_eq!(replayed.as_deref(), Some("3"));
+        assert_eq!(replayed.map(|v| v.value).as_deref(), Some("3"));
         assert_eq!(sm.last_applied_index().expect("index"), Some(4));
         Ok(())
     }
@@ -264,8 +265,8 @@ mod tests {
         assert_eq!(applied, Some(log_id(2, 3)));
         assert_eq!(mem, meta.last_membership);
         let state = follower.state().expect("state");
-        assert_eq!(state.kv.get("k").map(String::as_str), Some("v"));
-        assert!(!state.kv.contains_key("stale"));
+        assert_eq!(state.kv.get("k").map(|v| v.value.as_str()), Some("v"));
+        assert!(state.kv.get("stale").is_none());
         let current = follower
             .get_current_snapshot()
             .await?

@@ -6,6 +6,8 @@ mod fleetlock;
 mod http;
 mod operator;
 mod operator_fleetlock;
+mod operator_kv;
+mod operator_lease;
 mod peer;
 
 pub use fleetlock::{FleetLockListener, serve_fleetlock};

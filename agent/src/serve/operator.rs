@@ -14,29 +14,12 @@ use serde::Deserialize;
 
 use super::http::{answer, error_response, parse_json};
 use crate::agent::Agent;
-use crate::api::types::KvPut;
-use crate::api::{ApiError, paths};
+use crate::api::paths;
 use crate::leader::{self, Authority, LeaderOp};
-use crate::state::Request;
 
-/// Longest key, in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
-/// Largest value, in bytes.
-pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 /// Largest operator request body: a key and a value at their limits, every byte of both
 /// escaped by JSON as `\u00XX` (six bytes each), with room to spare.
 pub const OPERATOR_BODY_LIMIT: usize = 512 * 1024;
-
-#[derive(Deserialize)]
-struct KeyQuery {
-    key: String,
-}
-
-#[derive(Deserialize)]
-struct PrefixQuery {
-    #[serde(default)]
-    prefix: String,
-}
 
 /// `POST /v1/tokens`.
 #[derive(Deserialize)]
@@ -57,21 +40,15 @@ fn one() -> u32 {
 struct CreateOperatorToken {
     #[serde(default)]
     description: String,
+    /// What it may do (see `state::scope`); `admin` when not given.
+    #[serde(default = "crate::state::scope::admin_only")]
+    scopes: Vec<crate::state::scope::Scope>,
 }
 
 #[derive(Deserialize)]
 struct RemoveQuery {
     #[serde(default)]
     force: bool,
-}
-
-fn check_key(key: &str) -> Result<(), ApiError> {
-    if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(ApiError::invalid(format!(
-            "keys are 1..={MAX_KEY_BYTES} bytes"
-        )));
-    }
-    Ok(())
 }
 
 async fn status(State(agent): State<Arc<Agent>>) -> Response {
@@ -81,60 +58,6 @@ async fn status(State(agent): State<Arc<Agent>>) -> Response {
 /// Who is asking: put into every request by the socket's router (`LocalSocket`) or by the TCP
 /// port's token check (`OperatorToken`).
 type By = Extension<Authority>;
-
-async fn kv_get(
-    State(agent): State<Arc<Agent>>,
-    Extension(by): By,
-    Query(q): Query<KeyQuery>,
-) -> Response {
-    if let Err(e) = check_key(&q.key) {
-        return error_response(&e);
-    }
-    answer(leader::run(&agent, &by, LeaderOp::KvGet { key: q.key }).await)
-}
-
-async fn kv_put(
-    State(agent): State<Arc<Agent>>,
-    Extension(by): By,
-    Query(q): Query<KeyQuery>,
-    body: Bytes,
-) -> Response {
-    if let Err(e) = check_key(&q.key) {
-        return error_response(&e);
-    }
-    let put: KvPut = match parse_json(&body, "{\"value\": …}") {
-        Ok(p) => p,
-        Err(e) => return error_response(&e),
-    };
-    if put.value.len() > MAX_VALUE_BYTES {
-        return error_response(&ApiError::invalid("values are at most 64 KiB"));
-    }
-    let request = Request::KvPut {
-        key: q.key,
-        value: put.value,
-    };
-    answer(leader::run(&agent, &by, LeaderOp::Write { request }).await)
-}
-
-async fn kv_del(
-    State(agent): State<Arc<Agent>>,
-    Extension(by): By,
-    Query(q): Query<KeyQuery>,
-) -> Response {
-    if let Err(e) = check_key(&q.key) {
-        return error_response(&e);
-    }
-    let request = Request::KvDel { key: q.key };
-    answer(leader::run(&agent, &by, LeaderOp::Write { request }).await)
-}
-
-async fn kv_list(
-    State(agent): State<Arc<Agent>>,
-    Extension(by): By,
-    Query(q): Query<PrefixQuery>,
-) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::KvList { prefix: q.prefix }).await)
-}
 
 async fn token_create(
     State(agent): State<Arc<Agent>>,
@@ -167,11 +90,14 @@ async fn operator_token_create(
     Extension(by): By,
     bytes: Bytes,
 ) -> Response {
-    let req: CreateOperatorToken = match parse_json(&bytes, r#"{"description": …}"#) {
+    let req: CreateOperatorToken = match parse_json(
+        &bytes,
+        r#"{"description": …, "scopes": ["admin" | "kv:PREFIX" | "kv:PREFIX:ro" | "lease:NAME" | "fleetlock", …]}"#,
+    ) {
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    answer(leader::issue_operator_token(&agent, &by, req.description).await)
+    answer(leader::issue_operator_token(&agent, &by, req.description, req.scopes).await)
 }
 
 async fn operator_token_list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
@@ -208,8 +134,6 @@ async fn backup(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response 
 pub fn routes() -> Router<Arc<Agent>> {
     Router::new()
         .route(paths::STATUS, get(status))
-        .route(paths::KV, get(kv_get).put(kv_put).delete(kv_del))
-        .route(paths::KV_LIST, get(kv_list))
         .route(paths::TOKENS, get(token_list).post(token_create))
         .route(&format!("{}/{{id}}", paths::TOKENS), delete(token_revoke))
         .route(
@@ -225,6 +149,8 @@ pub fn routes() -> Router<Arc<Agent>> {
             delete(member_remove),
         )
         .route(paths::BACKUP, get(backup))
+        .merge(super::operator_kv::routes())
+        .merge(super::operator_lease::routes())
         .merge(super::operator_fleetlock::routes())
         .layer(axum::extract::DefaultBodyLimit::max(OPERATOR_BODY_LIMIT))
 }

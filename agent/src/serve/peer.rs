@@ -121,7 +121,19 @@ async fn require_operator(
     match leader::authorize_operator(&agent, bearer) {
         Ok(authority) => {
             req.extensions_mut().insert(authority);
-            next.run(req).await
+            let mut answer = next.run(req).await;
+            // The member records (a removed member's goes at once; the raft configuration
+            // drops it a moment later).
+            let members: Vec<String> = agent
+                .raft()
+                .read_local(|s| s.nodes.values().map(|n| n.addr.clone()).collect())
+                .unwrap_or_default();
+            if let Ok(value) = header::HeaderValue::from_str(&members.join(",")) {
+                answer
+                    .headers_mut()
+                    .insert(crate::api::paths::MEMBERS_HEADER, value);
+            }
+            answer
         }
         Err(e) => {
             tracing::warn!(error = %e, "refused an operator call");

@@ -5,8 +5,11 @@
 
 mod admission;
 pub mod fleetlock;
+pub mod kv;
+pub mod lease;
 mod records;
 mod request;
+pub mod scope;
 #[cfg(test)]
 mod tests;
 
@@ -46,7 +49,8 @@ pub struct ClusterState {
     pub ca: Option<CaMaterial>,
     #[serde(deserialize_with = "id_keyed_map")]
     pub nodes: BTreeMap<NodeId, NodeRecord>,
-    pub kv: BTreeMap<String, String>,
+    /// The key-value space (a plain map in states written before revisions; read either way).
+    pub kv: kv::Kv,
     #[serde(default)]
     pub join_tokens: BTreeMap<String, JoinTokenRecord>,
     #[serde(default)]
@@ -63,6 +67,9 @@ pub struct ClusterState {
     /// FleetLock's reboot semaphores.
     #[serde(default)]
     pub fleetlock: fleetlock::FleetLock,
+    /// Leases and the clock they are judged on.
+    #[serde(default)]
+    pub leases: lease::Leases,
 }
 
 /// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
@@ -245,13 +252,28 @@ impl ClusterState {
                     format!("no operator token with id {id}"),
                 ),
             },
-            Request::KvPut { key, value } => Response {
-                previous: self.kv.insert(key.clone(), value.clone()),
-                ..Response::default()
+            Request::KvPut { key, value, expect } => match self.kv.put(key, value, *expect) {
+                Ok((previous, revision)) => Response {
+                    previous,
+                    revision: Some(revision),
+                    ..Response::default()
+                },
+                Err(refused) => Response::refusal(refused),
             },
-            Request::KvDel { key } => Response {
-                previous: self.kv.remove(key),
-                ..Response::default()
+            Request::KvDel { key, expect } => match self.kv.del(key, *expect) {
+                Ok((previous, revision)) => Response {
+                    previous,
+                    revision: Some(revision),
+                    ..Response::default()
+                },
+                Err(refused) => Response::refusal(refused),
+            },
+            Request::Lease(command) => match self.leases.apply(command) {
+                Ok(outcome) => Response {
+                    lease: Some(outcome),
+                    ..Response::default()
+                },
+                Err(refused) => Response::refusal(refused),
             },
         }
     }

@@ -105,6 +105,9 @@ pub struct OperatorTokenRecord {
     pub created_ms: u64,
     #[serde(default)]
     pub revoked_ms: Option<u64>,
+    /// What it may do; tokens made before scopes existed are `admin`.
+    #[serde(default = "super::scope::admin_only")]
+    pub scopes: Vec<super::scope::Scope>,
 }
 
 /// Join, expired, consumed and revoked tokens are kept this long after they stopped working

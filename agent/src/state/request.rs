@@ -9,6 +9,9 @@ use crate::api::ErrorKind;
 
 /// A change to the replicated state. Every variant is deterministic: no clocks or randomness
 /// are read while applying; callers put them into the command.
+// One command is built per write and serialized into the log at once: its size in memory does
+// not matter, and boxing the big variant would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
@@ -73,13 +76,20 @@ pub enum Request {
         id: String,
         now_ms: u64,
     },
+    /// Sets a key; with `expect`, only if the key's revision is as expected (compare-and-set).
     KvPut {
         key: String,
         value: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<super::kv::Expect>,
     },
     KvDel {
         key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<super::kv::Expect>,
     },
+    /// A lease claim or release, with the leader's reading of the lease clock.
+    Lease(super::lease::Command),
     /// A FleetLock decision (lock, unlock) or setting.
     FleetLock(super::fleetlock::Command),
 }
@@ -89,6 +99,12 @@ pub enum Request {
 pub struct Refusal {
     pub kind: ErrorKind,
     pub message: String,
+}
+
+impl From<Refusal> for crate::api::ApiError {
+    fn from(r: Refusal) -> Self {
+        crate::api::ApiError::new(r.kind, r.message)
+    }
 }
 
 impl Refusal {
@@ -110,6 +126,12 @@ pub struct Response {
     /// For `FleetLock`: what the lock or unlock came to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleetlock: Option<super::fleetlock::Outcome>,
+    /// For `KvPut`/`KvDel`: the key-value space's revision after the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+    /// For `Lease`: the lease after the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<super::lease::Outcome>,
 }
 
 impl Response {

@@ -98,11 +98,13 @@ fn init_is_once_and_names_are_unique() {
     let put = s.apply(&Request::KvPut {
         key: "k".into(),
         value: "v1".into(),
+        expect: None,
     });
     assert_eq!(put.previous, None);
     let put = s.apply(&Request::KvPut {
         key: "k".into(),
         value: "v2".into(),
+        expect: None,
     });
     assert_eq!(put.previous.as_deref(), Some("v1"));
 }

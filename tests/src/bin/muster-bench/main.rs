@@ -24,6 +24,7 @@
 mod cluster;
 mod discovery;
 mod fleetlock;
+mod lease;
 mod stability;
 
 use std::path::PathBuf;
@@ -51,6 +52,24 @@ enum Command {
     Stability(StabilityArgs),
     /// FleetLock lock + unlock round trips through a member's endpoint: p50, p99, per second.
     Fleetlock(FleetlockArgs),
+    /// Lease claim/renew latency, compare-and-set puts per second, hand-over after kill -9.
+    Lease(LeaseArgs),
+}
+
+#[derive(Args)]
+struct LeaseArgs {
+    /// How long to run each of the latency and throughput parts.
+    #[arg(long, default_value = "5s", value_parser = duration_arg)]
+    duration: Duration,
+    /// The lease's TTL for the hand-over part (whole seconds).
+    #[arg(long, default_value = "3s", value_parser = duration_arg)]
+    ttl: Duration,
+    /// Hand-over rounds (each on a fresh cluster).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -156,6 +175,7 @@ async fn main() -> Result<()> {
         Command::Cluster(args) => cluster::run(args).await,
         Command::Stability(args) => stability::run(args).await,
         Command::Fleetlock(args) => fleetlock::run(args).await,
+        Command::Lease(args) => lease::run(args).await,
     }
 }
 

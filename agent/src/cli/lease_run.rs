@@ -1,0 +1,351 @@
+//! `muster lease run NAME -- CMD ARGS…`: runs CMD on exactly one machine at a time.
+//!
+//! It waits for the lease, starts CMD with the lease's name, holder and fencing token in its
+//! environment, and renews the lease every third of its TTL. The safety rule: CMD must be gone
+//! before the cluster could grant the lease to anyone else. The cluster's expiry of a grant is
+//! at least TTL after the claim was *sent* (the lease clock starts counting on the leader only
+//! once the claim arrives, and never runs faster than real time), so CMD is sent SIGTERM at
+//! `sent + TTL − grace − margin` and SIGKILL at `sent + TTL − margin`, measured on this machine's
+//! monotonic clock from the last renewal that succeeded. When CMD exits by itself the lease is
+//! released and `lease run` exits with CMD's status. Signals sent to `lease run` go to CMD.
+
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::lease::{claim_once, release_once};
+use super::{CliError, Target};
+use crate::api::ErrorKind;
+use crate::api::types::LeaseInfo;
+use crate::client::Backoff;
+
+/// How often a waiting `lease run` asks again while the lease is held elsewhere.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+/// How soon a failed renewal is tried again.
+const RENEW_RETRY: Duration = Duration::from_millis(250);
+/// How long releasing the lease may take after CMD has exited.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `lease run` was asked to do.
+pub struct RunSettings {
+    pub name: String,
+    pub holder: String,
+    pub ttl: Duration,
+    pub grace: Duration,
+    pub wait: bool,
+    pub command: Vec<String>,
+}
+
+impl RunSettings {
+    /// Room left between the SIGKILL and the earliest moment the lease could go elsewhere: for
+    /// the time a renewal's answer takes to come back and for clock-rate differences.
+    fn margin(&self) -> Duration {
+        (self.ttl / 10).max(Duration::from_millis(300))
+    }
+
+    /// Checks that the timing can work: the first renewal (at a third of the TTL) must come
+    /// well before CMD would have to be stopped.
+    pub fn check(&self) -> Result<(), CliError> {
+        if self.command.is_empty() {
+            return Err(CliError::Usage(
+                "lease run needs a command after `--`, e.g. `muster lease run backup -- /usr/local/bin/backup.sh`".into(),
+            ));
+        }
+        if self.grace + self.margin() >= self.ttl * 2 / 3 {
+            return Err(CliError::Usage(format!(
+                "--grace {:?} is too long for --ttl {:?}: CMD must be stopped (grace included) \
+                 before the lease can expire, so --grace plus a margin of {:?} must stay below \
+                 two thirds of the TTL",
+                self.grace,
+                self.ttl,
+                self.margin()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A failed call worth repeating (the agent or the leader is away for a moment).
+fn transient(e: &CliError) -> bool {
+    match e {
+        CliError::Unreachable(_) => true,
+        CliError::Api(e) => matches!(
+            e.kind,
+            ErrorKind::NoLeader | ErrorKind::QuorumLost | ErrorKind::Unavailable
+        ),
+        _ => false,
+    }
+}
+
+pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
+    s.check()?;
+    let target = std::sync::Arc::new(target);
+    let (lease, sent) = acquire(&target, &s).await?;
+    eprintln!(
+        "muster: lease {} acquired by {} (fencing token {}); starting {}",
+        s.name, s.holder, lease.token, s.command[0]
+    );
+    let spawned = tokio::process::Command::new(&s.command[0])
+        .args(&s.command[1..])
+        .env("MUSTER_LEASE_NAME", &s.name)
+        .env("MUSTER_LEASE_HOLDER", &s.holder)
+        .env("MUSTER_LEASE_TOKEN", lease.token.to_string())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            release(&target, &s).await;
+            return Err(CliError::Failed(format!(
+                "cannot start {}: {e}",
+                s.command[0]
+            )));
+        }
+    };
+    let pid = child
+        .id()
+        .and_then(|p| i32::try_from(p).ok())
+        .and_then(Pid::from_raw);
+
+    // The renewals run beside CMD and publish until when the lease is surely ours.
+    let (valid_tx, mut valid_rx) = watch::channel(Some(sent + s.ttl));
+    let renewer = tokio::spawn(renew(
+        target.clone(),
+        s.name.clone(),
+        s.holder.clone(),
+        s.ttl,
+        lease.token,
+        sent,
+        valid_tx,
+    ));
+
+    let mut signals = Signals::new()?;
+    let outcome = loop {
+        let valid_until = *valid_rx.borrow();
+        let stop_at = valid_until
+            .map(|v| {
+                v.checked_sub(s.grace + s.margin())
+                    .unwrap_or_else(Instant::now)
+            })
+            .unwrap_or_else(Instant::now);
+        tokio::select! {
+            status = child.wait() => break Ok(status),
+            sig = signals.next() => forward(pid, sig),
+            changed = valid_rx.changed() => {
+                // The renewer has ended: nothing renews the lease any more.
+                if changed.is_err() {
+                    break Err(());
+                }
+            }
+            () = tokio::time::sleep_until(stop_at) => break Err(()),
+        }
+    };
+    renewer.abort();
+    match outcome {
+        Ok(status) => {
+            let status = status.map_err(|e| CliError::Failed(format!("waiting for CMD: {e}")))?;
+            release(&target, &s).await;
+            match exit_code(status) {
+                0 => Ok(()),
+                code => Err(CliError::CommandExit(code)),
+            }
+        }
+        Err(_) => {
+            let deadline = valid_rx.borrow().unwrap_or_else(Instant::now);
+            stop(
+                &mut child,
+                pid,
+                s.grace,
+                deadline
+                    .checked_sub(s.margin())
+                    .unwrap_or_else(Instant::now),
+            )
+            .await;
+            Err(CliError::LeaseLost(format!(
+                "lease {} could not be renewed in time (is the local agent up, and does the \
+                 cluster have a leader?); {} was stopped before the lease could go to another holder",
+                s.name, s.command[0]
+            )))
+        }
+    }
+}
+
+/// Gives the lease up after CMD has exited (bounded; it expires by itself otherwise).
+async fn release(target: &Target, s: &RunSettings) {
+    let released =
+        tokio::time::timeout(RELEASE_TIMEOUT, release_once(target, &s.name, &s.holder)).await;
+    if !matches!(released, Ok(Ok(()))) {
+        eprintln!(
+            "muster: could not release lease {} (it expires by itself within {:?})",
+            s.name, s.ttl
+        );
+    }
+}
+
+/// Waits for the lease (unless `--wait=false`), saying once who holds it.
+async fn acquire(target: &Target, s: &RunSettings) -> Result<(LeaseInfo, Instant), CliError> {
+    let mut said: Option<String> = None;
+    let mut outage: Option<Backoff> = None;
+    loop {
+        let sent = Instant::now();
+        match claim_once(target, &s.name, &s.holder, s.ttl).await {
+            Ok(lease) => return Ok((lease, sent)),
+            Err(CliError::Api(e)) if e.kind == ErrorKind::LeaseHeld => {
+                if !s.wait {
+                    return Err(CliError::Api(e));
+                }
+                // The message names the holder; say it again only when the holder changes.
+                let holder = e
+                    .message
+                    .split(" for another")
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                if said.as_deref() != Some(holder.as_str()) {
+                    eprintln!("muster: waiting: {}", e.message);
+                    said = Some(holder);
+                }
+                tokio::time::sleep(WAIT_POLL).await;
+            }
+            Err(e) if transient(&e) => {
+                let backoff = outage.get_or_insert_with(|| {
+                    eprintln!("muster: cannot claim lease {} yet ({e}); retrying", s.name);
+                    Backoff::new(Duration::from_millis(200), Duration::from_secs(2))
+                });
+                backoff.wait().await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Renews every third of the TTL; after a failure, every [`RENEW_RETRY`]. Publishes the new
+/// "ours until" after each success, and `None` once the lease is surely gone (another holder,
+/// or another grant).
+async fn renew(
+    target: std::sync::Arc<Target>,
+    name: String,
+    holder: String,
+    ttl: Duration,
+    token: u64,
+    first_sent: Instant,
+    valid: watch::Sender<Option<Instant>>,
+) {
+    let mut last_ok = first_sent;
+    let mut next = first_sent + ttl / 3;
+    loop {
+        tokio::time::sleep_until(next).await;
+        let sent = Instant::now();
+        // Never wait for an answer past the point where it could no longer help.
+        let useful_until = last_ok + ttl;
+        let answer =
+            tokio::time::timeout_at(useful_until, claim_once(&target, &name, &holder, ttl)).await;
+        match answer {
+            Ok(Ok(lease)) if lease.token == token => {
+                last_ok = sent;
+                valid.send_replace(Some(sent + ttl));
+                next = sent + ttl / 3;
+            }
+            // Granted anew (it had expired: someone else may have held it since), or held by
+            // someone else: it is gone for good.
+            Ok(Ok(_)) => {
+                valid.send_replace(None);
+                return;
+            }
+            Ok(Err(CliError::Api(e))) if e.kind == ErrorKind::LeaseHeld => {
+                valid.send_replace(None);
+                return;
+            }
+            _ => next = Instant::now() + RENEW_RETRY,
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL at `kill_at` (at the latest) if CMD is still there.
+async fn stop(
+    child: &mut tokio::process::Child,
+    pid: Option<Pid>,
+    grace: Duration,
+    kill_at: Instant,
+) {
+    forward(pid, Signal::TERM);
+    let kill_at = kill_at.min(Instant::now() + grace);
+    if tokio::time::timeout_at(kill_at, child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+}
+
+/// Sends `sig` to CMD (if it is still running: its pid is not reaped before we stop sending).
+fn forward(pid: Option<Pid>, sig: Signal) {
+    if let Some(pid) = pid {
+        let _ = kill_process(pid, sig);
+    }
+}
+
+/// CMD's exit status as ours: its code, or 128 + the signal that ended it (as shells do).
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// The signals `lease run` passes on to CMD.
+struct Signals {
+    streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn new() -> Result<Self, CliError> {
+        let mut streams = Vec::new();
+        for (sig, kind) in [
+            (Signal::TERM, SignalKind::terminate()),
+            (Signal::INT, SignalKind::interrupt()),
+            (Signal::HUP, SignalKind::hangup()),
+            (Signal::QUIT, SignalKind::quit()),
+            (Signal::USR1, SignalKind::user_defined1()),
+            (Signal::USR2, SignalKind::user_defined2()),
+        ] {
+            let stream = signal(kind)
+                .map_err(|e| CliError::Failed(format!("cannot catch signal {sig:?}: {e}")))?;
+            streams.push((sig, stream));
+        }
+        Ok(Self { streams })
+    }
+
+    /// The next signal that arrives.
+    async fn next(&mut self) -> Signal {
+        let futures = self.streams.iter_mut().map(|(sig, s)| {
+            let sig = *sig;
+            Box::pin(async move {
+                s.recv().await;
+                sig
+            })
+        });
+        futures_select(futures).await
+    }
+}
+
+/// The first of several futures to finish.
+async fn futures_select<T, F: std::future::Future<Output = T> + Unpin>(
+    futures: impl IntoIterator<Item = F>,
+) -> T {
+    let mut futures: Vec<F> = futures.into_iter().collect();
+    std::future::poll_fn(move |cx| {
+        for f in futures.iter_mut() {
+            if let std::task::Poll::Ready(v) = std::pin::Pin::new(f).poll(cx) {
+                return std::task::Poll::Ready(v);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}

@@ -1,0 +1,143 @@
+//! The addresses an operator command tries for `--server A,B,C`, as Juju's clients keep their
+//! controllers' addresses: the last address that answered first, then every other known
+//! member in random order. Every answer over TCP carries the cluster's current member
+//! addresses (header `muster-members`); they are kept in a small state file per cluster
+//! (`$XDG_STATE_HOME/muster/servers-<ca pin>.json`, else `~/.local/state/muster/…`), so a
+//! command given only stale addresses plus one live one still finds the cluster, and the next
+//! command knows the members that joined since.
+
+use std::path::PathBuf;
+
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+/// Most addresses kept (a cluster's members are far fewer).
+const MAX_KEPT: usize = 64;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Known {
+    /// The address that answered last.
+    #[serde(default)]
+    pub last_good: Option<String>,
+    /// The members' addresses from the latest answer.
+    #[serde(default)]
+    pub members: Vec<String>,
+}
+
+/// Splits `--server A,B,C` into addresses (empty items dropped).
+pub fn parse_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The order to try: the last good address (if it is given or known), then the rest of the
+/// given and known addresses, shuffled so that many clients spread over the members. Pure but
+/// for the shuffle, which `shuffle` does.
+pub fn order(given: &[String], known: &Known, shuffle: impl FnOnce(&mut [String])) -> Vec<String> {
+    let mut rest: Vec<String> = Vec::new();
+    for a in given.iter().chain(known.members.iter()) {
+        if !rest.contains(a) {
+            rest.push(a.clone());
+        }
+    }
+    let first = known.last_good.clone().filter(|a| rest.contains(a));
+    rest.retain(|a| Some(a) != first.as_ref());
+    shuffle(&mut rest);
+    first.into_iter().chain(rest).collect()
+}
+
+/// The random order of [`order`].
+pub fn shuffled(given: &[String], known: &Known) -> Vec<String> {
+    order(given, known, |v| v.shuffle(&mut rand::rng()))
+}
+
+/// Where the addresses of the cluster with CA pin `pin` are kept, if there is a home for them.
+pub fn state_file(pin: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".local/state"))
+        })?;
+    let short: String = pin
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(16)
+        .collect();
+    Some(dir.join("muster").join(format!("servers-{short}.json")))
+}
+
+pub fn load(pin: &str) -> Known {
+    state_file(pin)
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Remembers that `good` answered, and the member addresses its answer listed (if any).
+/// Best effort: a read-only home only costs the memory of the next command.
+pub fn remember(pin: &str, good: &str, members: Option<&str>) {
+    let Some(path) = state_file(pin) else {
+        return;
+    };
+    let mut known = load(pin);
+    known.last_good = Some(good.to_string());
+    if let Some(members) = members {
+        let mut list = parse_list(members);
+        list.truncate(MAX_KEPT);
+        if !list.is_empty() {
+            known.members = list;
+        }
+    }
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(bytes) = serde_json::to_vec_pretty(&known) {
+        let _ = crate::datadir::write_private(&path, &bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(list: &[&str]) -> Vec<String> {
+        list.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[test]
+    fn the_last_good_address_goes_first_then_every_other_once() {
+        /// (given, last good, known members, expected order without shuffling)
+        type Row<'a> = (&'a [&'a str], Option<&'a str>, &'a [&'a str], &'a [&'a str]);
+        let table: &[Row] = &[
+            (&["a", "b"], None, &[], &["a", "b"]),
+            (&["a", "b"], Some("b"), &[], &["b", "a"]),
+            (&["a"], Some("c"), &["b", "c"], &["c", "a", "b"]),
+            // A last good address that is neither given nor a known member is not tried.
+            (&["a"], Some("z"), &["b"], &["a", "b"]),
+            (&["a", "a", "b"], None, &["b", "c"], &["a", "b", "c"]),
+        ];
+        for (given, last, members, want) in table {
+            let known = Known {
+                last_good: last.map(String::from),
+                members: s(members),
+            };
+            assert_eq!(
+                order(&s(given), &known, |_| {}),
+                s(want),
+                "{given:?} {last:?} {members:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn lists_split_on_commas() {
+        assert_eq!(parse_list(" a:1, ,b:2,"), s(&["a:1", "b:2"]));
+    }
+}

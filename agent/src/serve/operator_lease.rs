@@ -1,0 +1,88 @@
+//! The operator API's lease routes: claim or renew (`POST /v1/leases/NAME`), release
+//! (`DELETE /v1/leases/NAME?holder=ID`), read one, list all. Part of the operator API
+//! (`operator.rs` merges them).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path as UrlPath, Query, State};
+use axum::response::Response;
+use axum::routing::get;
+use serde::Deserialize;
+
+use super::http::{answer, error_response, parse_json};
+use crate::agent::Agent;
+use crate::api::types::{LeaseClaim, LeaseInfo};
+use crate::api::{ApiError, ErrorKind, paths};
+use crate::leader::lease::LeaseRequest;
+use crate::leader::{self, Authority, LeaderOp};
+
+type By = Extension<Authority>;
+
+#[derive(Deserialize)]
+struct HolderQuery {
+    holder: String,
+}
+
+pub fn routes() -> Router<Arc<Agent>> {
+    Router::new().route(paths::LEASES, get(list)).route(
+        &format!("{}/{{name}}", paths::LEASES),
+        get(read).post(claim).delete(release),
+    )
+}
+
+async fn change(agent: &Agent, by: &Authority, request: LeaseRequest) -> Response {
+    if let Err(e) = request.check() {
+        return error_response(&e);
+    }
+    answer(leader::run(agent, by, LeaderOp::Lease { request }).await)
+}
+
+async fn claim(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(name): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    let claim: LeaseClaim = match parse_json(&body, r#"{"holder": "…", "ttl_ms": N}"#) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    let request = LeaseRequest::Claim {
+        name,
+        holder: claim.holder,
+        ttl_ms: claim.ttl_ms,
+    };
+    change(&agent, &by, request).await
+}
+
+async fn release(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(name): UrlPath<String>,
+    Query(q): Query<HolderQuery>,
+) -> Response {
+    let request = LeaseRequest::Release {
+        name,
+        holder: q.holder,
+    };
+    change(&agent, &by, request).await
+}
+
+async fn read(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(name): UrlPath<String>,
+) -> Response {
+    let found = leader::run(&agent, &by, LeaderOp::LeaseGet { name: name.clone() })
+        .await
+        .and_then(leader::decode::<Option<LeaseInfo>>);
+    answer(found.and_then(|found| {
+        found.ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("lease {name} is not held")))
+    }))
+}
+
+async fn list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::LeaseList).await)
+}

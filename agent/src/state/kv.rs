@@ -1,0 +1,387 @@
+//! The key-value space in the replicated state, with revisions as etcd has them: one counter for
+//! the whole space that every change increments, and per key the revision that created it and
+//! the one that last changed it. Puts and deletes may be conditional (compare-and-set), and the
+//! most recent changes are kept as a history that `kv watch` reads from, so a watcher that
+//! reconnects (to another node, after a leader change) resumes at the revision it stopped at.
+//! Pure functions, decided the same way on every node.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::ErrorKind;
+use crate::state::Refusal;
+
+/// Longest key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Largest value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// How many changes the history keeps; older ones are compacted away.
+pub const HISTORY: usize = 1_000;
+/// Most events one watch answer carries.
+pub const MAX_EVENTS_PER_ANSWER: usize = 256;
+
+/// One key's value and revisions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvValue {
+    pub value: String,
+    pub create_revision: u64,
+    pub mod_revision: u64,
+}
+
+/// One change, as a watch reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvEvent {
+    pub revision: u64,
+    /// `put` or `del`.
+    pub kind: EventKind,
+    pub key: String,
+    /// The new value (puts only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Put,
+    Del,
+}
+
+/// A condition on a key's current revision (`mod_revision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expect {
+    /// The key does not exist.
+    Absent,
+    /// The key exists and was last changed at this revision.
+    Revision(u64),
+}
+
+/// The key-value space.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Kv {
+    /// The revision of the latest change (0: none yet).
+    pub revision: u64,
+    pub entries: BTreeMap<String, KvValue>,
+    /// The latest changes, oldest first, at most [`HISTORY`].
+    pub history: VecDeque<KvEvent>,
+    /// Every change up to this revision has left the history.
+    pub compacted: u64,
+}
+
+/// What a watch from a revision gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchAnswer {
+    /// Changes under the prefix with revisions from the one asked for, oldest first.
+    pub events: Vec<KvEvent>,
+    /// Resume from here next time (one past the last change looked at).
+    pub next_revision: u64,
+    /// The space's revision when answered.
+    pub revision: u64,
+}
+
+impl Kv {
+    pub fn get(&self, key: &str) -> Option<&KvValue> {
+        self.entries.get(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Keys under `prefix`, in order.
+    pub fn range<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a String, &'a KvValue)> {
+        self.entries
+            .range(prefix.to_string()..)
+            .take_while(move |(k, _)| k.starts_with(prefix))
+    }
+
+    fn check(&self, key: &str, expect: Option<Expect>) -> Result<(), Refusal> {
+        let current = self.entries.get(key).map(|v| v.mod_revision);
+        match (expect, current) {
+            (None, _) | (Some(Expect::Absent), None) => Ok(()),
+            (Some(Expect::Revision(want)), Some(have)) if want == have => Ok(()),
+            (Some(Expect::Absent), Some(have)) => Err(Refusal::new(
+                ErrorKind::RevisionMismatch,
+                format!("key {key:?} exists (revision {have}); --if-absent refused the write"),
+            )),
+            (Some(Expect::Revision(want)), Some(have)) => Err(Refusal::new(
+                ErrorKind::RevisionMismatch,
+                format!("key {key:?} is at revision {have}, not {want}; read it again and retry"),
+            )),
+            (Some(Expect::Revision(want)), None) => Err(Refusal::new(
+                ErrorKind::RevisionMismatch,
+                format!(
+                    "key {key:?} does not exist, so it is not at revision {want}; use --if-absent to create it"
+                ),
+            )),
+        }
+    }
+
+    /// Sets `key`; returns the previous value and the new revision.
+    pub fn put(
+        &mut self,
+        key: &str,
+        value: &str,
+        expect: Option<Expect>,
+    ) -> Result<(Option<String>, u64), Refusal> {
+        self.check(key, expect)?;
+        let revision = self.revision + 1;
+        self.revision = revision;
+        let create_revision = self
+            .entries
+            .get(key)
+            .map_or(revision, |v| v.create_revision);
+        let previous = self
+            .entries
+            .insert(
+                key.to_string(),
+                KvValue {
+                    value: value.to_string(),
+                    create_revision,
+                    mod_revision: revision,
+                },
+            )
+            .map(|v| v.value);
+        self.record(KvEvent {
+            revision,
+            kind: EventKind::Put,
+            key: key.to_string(),
+            value: Some(value.to_string()),
+        });
+        Ok((previous, revision))
+    }
+
+    /// Deletes `key`; returns the previous value and the revision (unchanged when the key did
+    /// not exist: nothing happened, so nothing is recorded).
+    pub fn del(
+        &mut self,
+        key: &str,
+        expect: Option<Expect>,
+    ) -> Result<(Option<String>, u64), Refusal> {
+        self.check(key, expect)?;
+        let Some(previous) = self.entries.remove(key) else {
+            return Ok((None, self.revision));
+        };
+        self.revision += 1;
+        self.record(KvEvent {
+            revision: self.revision,
+            kind: EventKind::Del,
+            key: key.to_string(),
+            value: None,
+        });
+        Ok((Some(previous.value), self.revision))
+    }
+
+    fn record(&mut self, event: KvEvent) {
+        self.history.push_back(event);
+        while self.history.len() > HISTORY {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted = old.revision;
+            }
+        }
+    }
+
+    /// The changes under `prefix` from revision `from` on (at most
+    /// [`MAX_EVENTS_PER_ANSWER`]). `from` = 0 means "from now on". Refused with `compacted`
+    /// when the history no longer reaches back to `from`, and `invalid_argument` for a revision
+    /// that has not happened yet and is not the next one.
+    pub fn watch(&self, prefix: &str, from: u64) -> Result<WatchAnswer, Refusal> {
+        let from = if from == 0 { self.revision + 1 } else { from };
+        if from <= self.compacted {
+            return Err(Refusal::new(
+                ErrorKind::Compacted,
+                format!(
+                    "revision {from} was compacted (the history starts at {}); read the keys again \
+                     (`muster kv list`) and watch from their revision",
+                    self.compacted + 1
+                ),
+            ));
+        }
+        if from > self.revision + 1 {
+            return Err(Refusal::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "revision {from} is in the future (the latest is {}); watch from at most {}",
+                    self.revision,
+                    self.revision + 1
+                ),
+            ));
+        }
+        let mut events = Vec::new();
+        let mut next_revision = self.revision + 1;
+        for e in self.history.iter().filter(|e| e.revision >= from) {
+            if !e.key.starts_with(prefix) {
+                continue;
+            }
+            if events.len() == MAX_EVENTS_PER_ANSWER {
+                next_revision = e.revision;
+                break;
+            }
+            events.push(e.clone());
+        }
+        Ok(WatchAnswer {
+            events,
+            next_revision,
+            revision: self.revision,
+        })
+    }
+}
+
+/// Reads the space as written today, or as a plain `{key: value}` map, as states and backups
+/// written before revisions existed hold it (their keys get revisions 1, 2, … in key order).
+impl<'de> Deserialize<'de> for Kv {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Current {
+            revision: u64,
+            entries: BTreeMap<String, KvValue>,
+            #[serde(default)]
+            history: VecDeque<KvEvent>,
+            #[serde(default)]
+            compacted: u64,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Current(Current),
+            Plain(BTreeMap<String, String>),
+        }
+        Ok(match Either::deserialize(d)? {
+            Either::Current(c) => Kv {
+                revision: c.revision,
+                entries: c.entries,
+                history: c.history,
+                compacted: c.compacted,
+            },
+            Either::Plain(map) => {
+                let n = map.len() as u64;
+                Kv {
+                    revision: n,
+                    entries: map
+                        .into_iter()
+                        .zip(1..)
+                        .map(|((k, value), rev)| {
+                            (
+                                k,
+                                KvValue {
+                                    value,
+                                    create_revision: rev,
+                                    mod_revision: rev,
+                                },
+                            )
+                        })
+                        .collect(),
+                    history: VecDeque::new(),
+                    // No history: a watch can start only from now.
+                    compacted: n,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_count_every_change_and_cas_checks_them() {
+        let mut kv = Kv::default();
+        assert_eq!(
+            kv.put("a", "1", Some(Expect::Absent)).expect("absent"),
+            (None, 1)
+        );
+        let refused = kv.put("a", "2", Some(Expect::Absent)).expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::RevisionMismatch);
+        let refused = kv
+            .put("a", "2", Some(Expect::Revision(7)))
+            .expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::RevisionMismatch);
+        assert_eq!(
+            kv.put("a", "2", Some(Expect::Revision(1))).expect("cas"),
+            (Some("1".into()), 2)
+        );
+        let a = kv.get("a").expect("a");
+        assert_eq!((a.create_revision, a.mod_revision), (1, 2));
+        // A CAS on a missing key is a mismatch too, and changes nothing.
+        let refused = kv
+            .del("nope", Some(Expect::Revision(2)))
+            .expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::RevisionMismatch);
+        assert_eq!(kv.revision, 2);
+        assert_eq!(
+            kv.del("a", Some(Expect::Revision(2))).expect("del"),
+            (Some("2".into()), 3)
+        );
+        // Deleting a missing key is not a change.
+        assert_eq!(kv.del("a", None).expect("noop"), (None, 3));
+    }
+
+    #[test]
+    fn watch_resumes_from_a_revision_and_knows_when_it_was_compacted() {
+        let mut kv = Kv::default();
+        for i in 0..(HISTORY + 10) {
+            let key = if i % 2 == 0 { "app/x" } else { "other" };
+            kv.put(key, &i.to_string(), None).expect("put");
+        }
+        let refused = kv.watch("", 5).expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::Compacted);
+        // From the oldest revision kept: every change under the prefix, in order, over pages.
+        let mut from = kv.compacted + 1;
+        let mut seen = Vec::new();
+        loop {
+            let answer = kv.watch("app/", from).expect("watch");
+            assert!(
+                answer
+                    .events
+                    .iter()
+                    .all(|e| e.key == "app/x" && e.revision >= from)
+            );
+            seen.extend(answer.events.iter().map(|e| e.revision));
+            from = answer.next_revision;
+            if answer.events.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(from, kv.revision + 1);
+        assert!(seen.windows(2).all(|w| w[0] < w[1]));
+        let expected = kv.history.iter().filter(|e| e.key == "app/x").count();
+        assert_eq!(seen.len(), expected);
+        let refused = kv.watch("", kv.revision + 2).expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::InvalidArgument);
+        // From now on: nothing yet.
+        assert!(kv.watch("", 0).expect("now").events.is_empty());
+    }
+
+    #[test]
+    fn a_long_backlog_is_paged() {
+        let mut kv = Kv::default();
+        for i in 0..600 {
+            kv.put("k", &i.to_string(), None).expect("put");
+        }
+        let first = kv.watch("", 1).expect("watch");
+        assert_eq!(first.events.len(), MAX_EVENTS_PER_ANSWER);
+        let second = kv.watch("", first.next_revision).expect("watch");
+        assert_eq!(
+            second.events[0].revision,
+            first.events.last().expect("e").revision + 1
+        );
+    }
+
+    #[test]
+    fn a_plain_map_from_an_older_state_reads_with_revisions() {
+        let kv: Kv = serde_json::from_str(r#"{"b":"2","a":"1"}"#).expect("plain");
+        assert_eq!(kv.revision, 2);
+        assert_eq!(kv.get("a").map(|v| v.mod_revision), Some(1));
+        assert_eq!(kv.get("b").map(|v| v.value.as_str()), Some("2"));
+        let round: Kv =
+            serde_json::from_str(&serde_json::to_string(&kv).expect("json")).expect("current");
+        assert_eq!(round, kv);
+    }
+}

@@ -1,0 +1,298 @@
+//! Leases in the replicated state: named, exclusive, time-limited claims for single-instance
+//! work (`muster lease run`).
+//!
+//! Expiry is judged on the *lease clock*, a time the leader advances through the log (every
+//! lease command carries the leader's reading, and the clock never goes back). A new leader
+//! starts from the last committed reading and advances it by its own monotonic clock, so the
+//! time between the old leader's last write and the new leader's first one is not counted: a
+//! leader change only ever makes a lease last longer, never shorter, and a follower's clock
+//! plays no part at all. Every grant to a new holder carries a fencing token that only grows.
+//! Pure functions, decided the same way on every node.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::ErrorKind;
+use crate::state::Refusal;
+
+/// Longest lease name or holder id, in bytes.
+pub const MAX_NAME: usize = 128;
+/// Shortest and longest lease duration.
+pub const MIN_TTL_MS: u64 = 1_000;
+pub const MAX_TTL_MS: u64 = 3_600_000;
+/// Most leases held at once: a bound on replicated state.
+pub const MAX_LEASES: usize = 10_000;
+
+/// One held lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub holder: String,
+    /// The fencing token of this grant: larger than every token granted before it.
+    pub token: u64,
+    /// On the lease clock: when it was granted to this holder, and when it runs out.
+    pub granted_ms: u64,
+    pub expires_ms: u64,
+}
+
+/// All leases, and the clock they are judged on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leases {
+    /// The lease clock: the latest reading a leader wrote (milliseconds, arbitrary origin).
+    #[serde(default)]
+    pub clock_ms: u64,
+    /// The last fencing token handed out.
+    #[serde(default)]
+    pub last_token: u64,
+    #[serde(default)]
+    pub held: BTreeMap<String, Lease>,
+}
+
+/// A lease change, with the leader's reading of the lease clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "lease", rename_all = "snake_case")]
+pub enum Command {
+    /// Take the lease if it is free or expired, or extend it if `holder` holds it.
+    Claim {
+        name: String,
+        holder: String,
+        ttl_ms: u64,
+        clock_ms: u64,
+    },
+    /// Give the lease up if `holder` holds it (anyone else's release changes nothing).
+    Release {
+        name: String,
+        holder: String,
+        clock_ms: u64,
+    },
+}
+
+/// What a command came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The lease as it stands after a claim (`None` after a release).
+    pub lease: Option<Lease>,
+    /// A claim: whether this holder already held it (an extension, same token).
+    #[serde(default)]
+    pub extended: bool,
+    /// A release: whether the holder held it.
+    #[serde(default)]
+    pub released: bool,
+    /// The lease clock after the command.
+    pub clock_ms: u64,
+}
+
+/// Checks a lease name or holder id: 1..=[`MAX_NAME`] bytes of `[A-Za-z0-9._:/-]`.
+pub fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '-');
+    if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(ok_char) {
+        return Err(Refusal::new(
+            ErrorKind::InvalidArgument,
+            format!("{what} {name:?}: use 1..={MAX_NAME} characters of A-Z a-z 0-9 . _ : / -"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a lease duration.
+pub fn check_ttl(ttl_ms: u64) -> Result<(), Refusal> {
+    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
+        return Err(Refusal::new(
+            ErrorKind::InvalidArgument,
+            format!(
+                "a lease lasts {}s..={}s (got {ttl_ms} ms)",
+                MIN_TTL_MS / 1000,
+                MAX_TTL_MS / 1000
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Leases {
+    /// The lease `name` if it is held at `clock_ms`.
+    pub fn live(&self, name: &str, clock_ms: u64) -> Option<&Lease> {
+        self.held.get(name).filter(|l| l.expires_ms > clock_ms)
+    }
+
+    pub fn apply(&mut self, command: &Command) -> Result<Outcome, Refusal> {
+        match command {
+            Command::Claim {
+                name,
+                holder,
+                ttl_ms,
+                clock_ms,
+            } => {
+                check_name("lease", name)?;
+                check_name("holder", holder)?;
+                check_ttl(*ttl_ms)?;
+                self.advance(*clock_ms);
+                let now = self.clock_ms;
+                self.held.retain(|_, l| l.expires_ms > now);
+                let extended = match self.held.get(name) {
+                    Some(l) if l.holder != *holder => {
+                        return Err(Refusal::new(
+                            ErrorKind::LeaseHeld,
+                            format!(
+                                "lease {name} is held by {} for another {} ms",
+                                l.holder,
+                                l.expires_ms - now
+                            ),
+                        ));
+                    }
+                    Some(_) => true,
+                    None => false,
+                };
+                if !extended && self.held.len() >= MAX_LEASES {
+                    return Err(Refusal::new(
+                        ErrorKind::InvalidArgument,
+                        format!("{MAX_LEASES} leases are held; release unused ones first"),
+                    ));
+                }
+                let expires_ms = now.saturating_add(*ttl_ms);
+                let lease = match self.held.get_mut(name) {
+                    Some(l) => {
+                        l.expires_ms = expires_ms;
+                        l.clone()
+                    }
+                    None => {
+                        self.last_token += 1;
+                        let l = Lease {
+                            holder: holder.clone(),
+                            token: self.last_token,
+                            granted_ms: now,
+                            expires_ms,
+                        };
+                        self.held.insert(name.clone(), l.clone());
+                        l
+                    }
+                };
+                Ok(Outcome {
+                    lease: Some(lease),
+                    extended,
+                    released: false,
+                    clock_ms: now,
+                })
+            }
+            Command::Release {
+                name,
+                holder,
+                clock_ms,
+            } => {
+                self.advance(*clock_ms);
+                let released = self.held.get(name).is_some_and(|l| l.holder == *holder);
+                if released {
+                    self.held.remove(name);
+                }
+                Ok(Outcome {
+                    lease: None,
+                    extended: false,
+                    released,
+                    clock_ms: self.clock_ms,
+                })
+            }
+        }
+    }
+
+    /// The clock never goes back: a reading older than the committed one (a new leader whose
+    /// own count started lower) leaves it where it is.
+    fn advance(&mut self, clock_ms: u64) {
+        self.clock_ms = self.clock_ms.max(clock_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(name: &str, holder: &str, ttl_ms: u64, clock_ms: u64) -> Command {
+        Command::Claim {
+            name: name.into(),
+            holder: holder.into(),
+            ttl_ms,
+            clock_ms,
+        }
+    }
+
+    fn release(name: &str, holder: &str, clock_ms: u64) -> Command {
+        Command::Release {
+            name: name.into(),
+            holder: holder.into(),
+            clock_ms,
+        }
+    }
+
+    #[test]
+    fn a_lease_is_exclusive_until_it_expires_and_tokens_only_grow() {
+        let mut l = Leases::default();
+        let a = l.apply(&claim("job", "a", 10_000, 100)).expect("free");
+        let first = a.lease.expect("held").token;
+        assert!(!a.extended);
+        let refused = l
+            .apply(&claim("job", "b", 10_000, 5_000))
+            .expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::LeaseHeld);
+        assert!(
+            refused.message.contains("held by a for another 5100 ms"),
+            "{}",
+            refused.message
+        );
+        // a extends: same token, later expiry.
+        let ext = l.apply(&claim("job", "a", 10_000, 6_000)).expect("extend");
+        assert!(ext.extended);
+        assert_eq!(
+            ext.lease.as_ref().map(|x| (x.token, x.expires_ms)),
+            Some((first, 16_000))
+        );
+        // Expired: b takes it with a larger token.
+        let b = l
+            .apply(&claim("job", "b", 10_000, 16_000))
+            .expect("expired");
+        assert!(b.lease.expect("held").token > first);
+    }
+
+    #[test]
+    fn the_clock_never_goes_back() {
+        let mut l = Leases::default();
+        l.apply(&claim("job", "a", 10_000, 50_000)).expect("free");
+        // A new leader whose reading is lower: the lease is still held at the committed time.
+        let refused = l
+            .apply(&claim("job", "b", 10_000, 1_000))
+            .expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::LeaseHeld);
+        assert_eq!(l.clock_ms, 50_000);
+    }
+
+    #[test]
+    fn release_by_the_holder_frees_it_at_once_and_by_others_changes_nothing() {
+        let mut l = Leases::default();
+        l.apply(&claim("job", "a", 10_000, 0)).expect("free");
+        let other = l.apply(&release("job", "b", 1)).expect("no-op");
+        assert!(!other.released);
+        assert!(l.live("job", 1).is_some());
+        let own = l.apply(&release("job", "a", 2)).expect("release");
+        assert!(own.released);
+        assert!(l.apply(&claim("job", "b", 10_000, 3)).is_ok());
+    }
+
+    #[test]
+    fn bad_names_and_ttls_are_refused_and_change_nothing() {
+        let mut l = Leases::default();
+        for (name, holder, ttl) in [
+            ("", "a", 10_000),
+            ("a b", "a", 10_000),
+            (&"x".repeat(MAX_NAME + 1) as &str, "a", 10_000),
+            ("job", "", 10_000),
+            ("job", "a", 999),
+            ("job", "a", MAX_TTL_MS + 1),
+        ] {
+            let refused = l.apply(&claim(name, holder, ttl, 7)).expect_err("refused");
+            assert_eq!(
+                refused.kind,
+                ErrorKind::InvalidArgument,
+                "{name:?} {holder:?} {ttl}"
+            );
+        }
+        assert_eq!(l, Leases::default());
+    }
+}
