@@ -53,8 +53,8 @@ for bin in muster muster-discovery; do
     die "$src needs shared libraries: $(readelf -dW "$src" | grep '(NEEDED)' | tr -s ' ')"
   fi
   # Copy then rename, so a concurrent docker build never sees a half-written file.
-  cp "$src" "$stage/.$bin.tmp"
-  mv -f "$stage/.$bin.tmp" "$stage/$bin"
+  cp "$src" "$stage/.$bin.tmp.$$"
+  mv -f "$stage/.$bin.tmp.$$" "$stage/$bin"
   say "staged $bin ($(du -h "$stage/$bin" | cut -f1), statically linked)"
 done
 
@@ -68,8 +68,8 @@ if [ -z "$ca_bundle" ]; then
 fi
 [ -n "$ca_bundle" ] && [ -s "$ca_bundle" ] ||
   die "no CA certificate bundle found on this host (apt-get install ca-certificates, or set MUSTER_CA_BUNDLE=FILE)"
-cp "$ca_bundle" "$stage/.ca-certificates.crt.tmp"
-mv -f "$stage/.ca-certificates.crt.tmp" "$stage/ca-certificates.crt"
+cp "$ca_bundle" "$stage/.ca-certificates.crt.tmp.$$"
+mv -f "$stage/.ca-certificates.crt.tmp.$$" "$stage/ca-certificates.crt"
 say "staged CA certificates from $ca_bundle"
 
 say "docker build -t $image $here"
