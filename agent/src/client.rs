@@ -98,11 +98,17 @@ pub fn decode_answer<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T,
 
 /// An HTTPS client that talks only to servers whose chain holds the CA with `ca_pin` (from a
 /// join or operator token, or a discovery record). No client certificate.
+/// How long connecting to a member (TCP and the TLS handshake) may take.
+pub const PINNED_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
 pub fn pinned(ca_pin: &str, timeout: Duration) -> Result<reqwest::Client, CallError> {
     let config = tls::pinned_client_config(ca_pin).map_err(|e| CallError::Setup(e.to_string()))?;
     reqwest::Client::builder()
         .tls_backend_preconfigured((*config).clone())
         .no_proxy()
+        // A member that is off (packets dropped) or frozen (the kernel accepts, TLS never
+        // answers) counts as unreachable after this, so a caller may try another one.
+        .connect_timeout(PINNED_CONNECT_TIMEOUT.min(timeout))
         .timeout(timeout)
         .build()
         .map_err(|e| CallError::Setup(e.to_string()))

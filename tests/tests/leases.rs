@@ -283,6 +283,10 @@ async fn a_leader_change_does_not_shorten_a_lease_and_a_release_frees_it_at_once
     )
     .await;
     let token_a = a["token"].as_u64().expect("token");
+    let key_a = a["key"]
+        .as_str()
+        .expect("a new grant shows its key")
+        .to_string();
     agents[l].kill9().await.expect("kill leader");
     let rest: Vec<&AgentProc> = agents
         .iter()
@@ -314,8 +318,43 @@ async fn a_leader_change_does_not_shorten_a_lease_and_a_release_frees_it_at_once
             .contains("held by a"),
         "{refused}"
     );
-    // Released: b gets it at once, with a larger fencing token.
-    json_cli(&dir, &["lease", "release", "cron", "--holder", "a"], 0).await;
+    // Knowing the holder id is not enough: as "a" without a's key, a claim is refused, and a
+    // release changes nothing.
+    let forged = json_cli(
+        &dir,
+        &["lease", "claim", "cron", "--holder", "a", "--ttl", "1s"],
+        75,
+    )
+    .await;
+    assert_eq!(forged["kind"], "lease_held", "{forged}");
+    json_cli(
+        &dir,
+        &["lease", "release", "cron", "--holder", "a", "--key", "0000"],
+        0,
+    )
+    .await;
+    assert_eq!(
+        json_cli(&dir, &["lease", "get", "cron"], 0).await["holder"],
+        "a"
+    );
+    // With its key, a renews (same token) and releases; b then gets it at once, with a
+    // larger fencing token.
+    let renewed = json_cli(
+        &dir,
+        &[
+            "lease", "claim", "cron", "--holder", "a", "--ttl", "20s", "--key", &key_a,
+        ],
+        0,
+    )
+    .await;
+    assert_eq!(renewed["renewed"], true, "{renewed}");
+    assert_eq!(renewed["token"].as_u64(), Some(token_a));
+    json_cli(
+        &dir,
+        &["lease", "release", "cron", "--holder", "a", "--key", &key_a],
+        0,
+    )
+    .await;
     let b = json_cli(
         &dir,
         &["lease", "claim", "cron", "--holder", "b", "--ttl", "5s"],

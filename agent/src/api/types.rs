@@ -87,13 +87,26 @@ pub struct LeaseInfo {
     /// A claim: whether the holder already held it (a renewal).
     #[serde(default)]
     pub renewed: bool,
+    /// A new grant: its lease key, shown to the claimant only, once. Renewing and releasing
+    /// need it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
-/// `POST /v1/leases/NAME`: claim or renew.
+/// `POST /v1/leases/NAME`: claim, or renew with the grant's key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseClaim {
     pub holder: String,
     pub ttl_ms: u64,
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+/// `DELETE /v1/leases/NAME`: release, with the grant's key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRelease {
+    pub holder: String,
+    pub key: String,
 }
 
 /// `muster token create --json` and `muster operator-token create --json`: the only time the

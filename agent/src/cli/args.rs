@@ -328,22 +328,28 @@ pub enum LeaseCommand {
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
     },
-    /// Claim lease NAME for HOLDER, or renew it if HOLDER holds it; refused with lease_held
-    /// (exit 75) while someone else does.
+    /// Claim lease NAME for HOLDER; refused with lease_held (exit 75) while it is held. A new
+    /// grant prints its lease key once: renewing (`--key`) and releasing need it.
     Claim {
         name: String,
         #[arg(long)]
         holder: String,
         #[arg(long, default_value = "15s")]
         ttl: String,
+        /// The key the grant printed: renews that grant instead of asking for a new one
+        #[arg(long)]
+        key: Option<String>,
         #[command(flatten)]
         op: OperatorArgs,
     },
-    /// Release lease NAME if HOLDER holds it (anyone else's release changes nothing).
+    /// Release lease NAME if HOLDER holds it with KEY (anything else changes nothing).
     Release {
         name: String,
         #[arg(long)]
         holder: String,
+        /// The key the grant printed
+        #[arg(long)]
+        key: String,
         #[command(flatten)]
         op: OperatorArgs,
     },

@@ -112,8 +112,11 @@ pub async fn watch(
     let mut printed = 0u64;
     let mut outage: Option<Backoff> = None;
     loop {
+        // "From now on" is pinned to a revision by a first answer that does not wait, so that a
+        // retry after a lost answer resumes there instead of at a later "now".
+        let wait_ms = if from == 0 { 0 } else { WATCH_WAIT_MS };
         let path = format!(
-            "{}?prefix={}&from_revision={from}&wait_ms={WATCH_WAIT_MS}",
+            "{}?prefix={}&from_revision={from}&wait_ms={wait_ms}",
             paths::KV_WATCH,
             urlencode(prefix)
         );

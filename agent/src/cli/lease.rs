@@ -26,8 +26,9 @@ pub fn ttl(text: &str) -> Result<Duration, CliError> {
     Ok(ttl)
 }
 
-/// The holder id when `--holder` is not given: this machine's host name and this process, so
-/// that two runs never share a claim.
+/// The holder id when `--holder` is not given: this machine's host name, this process and a
+/// random part, so that two runs never share a claim (two containers can both be pid 1 of the
+/// same host name).
 pub fn default_holder() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .unwrap_or_default()
@@ -42,32 +43,45 @@ pub fn default_holder() -> String {
         })
         .collect::<String>();
     let host = if host.is_empty() { "host".into() } else { host };
-    format!("{host}:{}", std::process::id())
+    format!(
+        "{host}:{}:{}",
+        std::process::id(),
+        muster_shared::token::random_hex(4)
+    )
 }
 
 fn lease_path(name: &str) -> String {
     format!("{}/{}", paths::LEASES, urlencode(name))
 }
 
-/// Claims (or renews) `name` for `holder`.
+/// Claims `name` for `holder`, or renews the grant whose key is `key`.
 pub async fn claim_once(
     target: &Target,
     name: &str,
     holder: &str,
     ttl: Duration,
+    key: Option<&str>,
 ) -> Result<LeaseInfo, CliError> {
     let body = serde_json::json!({
         "holder": holder,
         "ttl_ms": u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        "key": key,
     });
     target
         .call("POST", &lease_path(name), Some(body.to_string()))
         .await
 }
 
-pub async fn release_once(target: &Target, name: &str, holder: &str) -> Result<(), CliError> {
-    let path = format!("{}?holder={}", lease_path(name), urlencode(holder));
-    let _: serde_json::Value = target.call("DELETE", &path, None).await?;
+pub async fn release_once(
+    target: &Target,
+    name: &str,
+    holder: &str,
+    key: &str,
+) -> Result<(), CliError> {
+    let body = serde_json::json!({ "holder": holder, "key": key });
+    let _: serde_json::Value = target
+        .call("DELETE", &lease_path(name), Some(body.to_string()))
+        .await?;
     Ok(())
 }
 
@@ -86,13 +100,22 @@ pub async fn claim(
     name: &str,
     holder: &str,
     ttl: Duration,
+    key: Option<&str>,
     json: bool,
 ) -> Result<(), CliError> {
-    let lease = claim_once(target, name, holder, ttl).await?;
+    let lease = claim_once(target, name, holder, ttl, key).await?;
     if json {
         outln!("{}", serde_json::to_string_pretty(&lease)?);
-    } else {
-        outln!("{}", describe(&lease));
+        return Ok(());
+    }
+    outln!("{}", describe(&lease));
+    if let Some(key) = &lease.key {
+        outln!("lease key {key}");
+        eprintln!(
+            "the lease key is shown only this once: renew with `muster lease claim {name} \
+             --holder {holder} --key KEY`, release with `muster lease release {name} --holder \
+             {holder} --key KEY`"
+        );
     }
     Ok(())
 }
@@ -101,9 +124,10 @@ pub async fn release(
     target: &Target,
     name: &str,
     holder: &str,
+    key: &str,
     json: bool,
 ) -> Result<(), CliError> {
-    release_once(target, name, holder).await?;
+    release_once(target, name, holder, key).await?;
     if json {
         outln!("{}", serde_json::json!({ "name": name, "holder": holder }));
     }

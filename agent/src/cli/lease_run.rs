@@ -83,7 +83,17 @@ fn transient(e: &CliError) -> bool {
 pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     s.check()?;
     let target = std::sync::Arc::new(target);
+    // Signals are caught before CMD exists, so none can end `lease run` and leave CMD behind.
+    let mut signals = Signals::new()?;
     let (lease, sent) = acquire(&target, &s).await?;
+    // Renewing and releasing need the grant's key (a claim without it is refused even under
+    // our holder id).
+    let Some(key) = lease.key.clone() else {
+        return Err(CliError::Failed(format!(
+            "lease {} was granted without a key (an agent older than this command?)",
+            s.name
+        )));
+    };
     eprintln!(
         "muster: lease {} acquired by {} (fencing token {}); starting {}",
         s.name, s.holder, lease.token, s.command[0]
@@ -97,7 +107,7 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            release(&target, &s).await;
+            release(&target, &s, &key).await;
             return Err(CliError::Failed(format!(
                 "cannot start {}: {e}",
                 s.command[0]
@@ -111,17 +121,15 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
 
     // The renewals run beside CMD and publish until when the lease is surely ours.
     let (valid_tx, mut valid_rx) = watch::channel(Some(sent + s.ttl));
-    let renewer = tokio::spawn(renew(
-        target.clone(),
-        s.name.clone(),
-        s.holder.clone(),
-        s.ttl,
-        lease.token,
-        sent,
-        valid_tx,
-    ));
+    let grant = Grant {
+        name: s.name.clone(),
+        holder: s.holder.clone(),
+        ttl: s.ttl,
+        token: lease.token,
+        key: key.clone(),
+    };
+    let renewer = tokio::spawn(renew(target.clone(), grant, sent, valid_tx));
 
-    let mut signals = Signals::new()?;
     let outcome = loop {
         let valid_until = *valid_rx.borrow();
         let stop_at = valid_until
@@ -146,7 +154,7 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     match outcome {
         Ok(status) => {
             let status = status.map_err(|e| CliError::Failed(format!("waiting for CMD: {e}")))?;
-            release(&target, &s).await;
+            release(&target, &s, &key).await;
             match exit_code(status) {
                 0 => Ok(()),
                 code => Err(CliError::CommandExit(code)),
@@ -173,9 +181,12 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
 }
 
 /// Gives the lease up after CMD has exited (bounded; it expires by itself otherwise).
-async fn release(target: &Target, s: &RunSettings) {
-    let released =
-        tokio::time::timeout(RELEASE_TIMEOUT, release_once(target, &s.name, &s.holder)).await;
+async fn release(target: &Target, s: &RunSettings, key: &str) {
+    let released = tokio::time::timeout(
+        RELEASE_TIMEOUT,
+        release_once(target, &s.name, &s.holder, key),
+    )
+    .await;
     if !matches!(released, Ok(Ok(()))) {
         eprintln!(
             "muster: could not release lease {} (it expires by itself within {:?})",
@@ -188,10 +199,26 @@ async fn release(target: &Target, s: &RunSettings) {
 async fn acquire(target: &Target, s: &RunSettings) -> Result<(LeaseInfo, Instant), CliError> {
     let mut said: Option<String> = None;
     let mut outage: Option<Backoff> = None;
+    // The key of a grant of ours whose answer came too late to use (renewed on the next claim).
+    let mut key: Option<String> = None;
     loop {
         let sent = Instant::now();
-        match claim_once(target, &s.name, &s.holder, s.ttl).await {
-            Ok(lease) => return Ok((lease, sent)),
+        match claim_once(target, &s.name, &s.holder, s.ttl, key.as_deref()).await {
+            // Granted, but the answer took so long that CMD would have to be stopped at once:
+            // let the lease run out and ask again.
+            Ok(lease) if Instant::now() + s.grace + s.margin() >= sent + s.ttl => {
+                // The next claim renews this grant of ours, with its key.
+                if lease.key.is_some() {
+                    key = lease.key;
+                }
+                tokio::time::sleep(WAIT_POLL).await;
+            }
+            Ok(mut lease) => {
+                if lease.key.is_none() {
+                    lease.key = key;
+                }
+                return Ok((lease, sent));
+            }
             Err(CliError::Api(e)) if e.kind == ErrorKind::LeaseHeld => {
                 if !s.wait {
                     return Err(CliError::Api(e));
@@ -224,15 +251,28 @@ async fn acquire(target: &Target, s: &RunSettings) -> Result<(LeaseInfo, Instant
 /// Renews every third of the TTL; after a failure, every [`RENEW_RETRY`]. Publishes the new
 /// "ours until" after each success, and `None` once the lease is surely gone (another holder,
 /// or another grant).
-async fn renew(
-    target: std::sync::Arc<Target>,
+/// The grant `lease run` holds and renews.
+struct Grant {
     name: String,
     holder: String,
     ttl: Duration,
     token: u64,
+    key: String,
+}
+
+async fn renew(
+    target: std::sync::Arc<Target>,
+    grant: Grant,
     first_sent: Instant,
     valid: watch::Sender<Option<Instant>>,
 ) {
+    let Grant {
+        name,
+        holder,
+        ttl,
+        token,
+        key,
+    } = grant;
     let mut last_ok = first_sent;
     let mut next = first_sent + ttl / 3;
     loop {
@@ -240,8 +280,11 @@ async fn renew(
         let sent = Instant::now();
         // Never wait for an answer past the point where it could no longer help.
         let useful_until = last_ok + ttl;
-        let answer =
-            tokio::time::timeout_at(useful_until, claim_once(&target, &name, &holder, ttl)).await;
+        let answer = tokio::time::timeout_at(
+            useful_until,
+            claim_once(&target, &name, &holder, ttl, Some(&key)),
+        )
+        .await;
         match answer {
             Ok(Ok(lease)) if lease.token == token => {
                 last_ok = sent;
@@ -249,9 +292,17 @@ async fn renew(
                 next = sent + ttl / 3;
             }
             // Granted anew (it had expired: someone else may have held it since), or held by
-            // someone else: it is gone for good.
-            Ok(Ok(_)) => {
+            // someone else: it is gone for good. A fresh grant to us is given back at once, so
+            // that a waiting machine need not wait out its TTL.
+            Ok(Ok(lease)) => {
                 valid.send_replace(None);
+                if let Some(fresh) = &lease.key {
+                    let _ = tokio::time::timeout(
+                        RELEASE_TIMEOUT,
+                        release_once(&target, &name, &holder, fresh),
+                    )
+                    .await;
+                }
                 return;
             }
             Ok(Err(CliError::Api(e))) if e.kind == ErrorKind::LeaseHeld => {

@@ -213,14 +213,23 @@ async fn tcp_call<T: DeserializeOwned>(
                 servers::remember(pin, server, members.as_deref());
                 return Ok(value);
             }
+            // No leader where it was asked (cut off from the majority): nothing was applied, so
+            // another member may be asked.
+            Err(CallError::Api(e)) if e.kind == ErrorKind::NoLeader => {
+                servers::forget(pin, server);
+                last = Some(CallError::Api(e));
+            }
             Err(CallError::Api(e)) => {
-                // An answer: the server is there (and may list the members in an error too).
+                // An answer: the server is there.
                 servers::remember(pin, server, None);
                 return Err(CallError::Api(e));
             }
             Err(
                 e @ (CallError::Unreachable { connect: true, .. } | CallError::PinMismatch { .. }),
-            ) => last = Some(e),
+            ) => {
+                servers::forget(pin, server);
+                last = Some(e);
+            }
             Err(e) => return Err(e),
         }
     }

@@ -264,11 +264,19 @@ async fn run_lease(command: LeaseCommand) -> Result<(), Failure> {
             name,
             holder,
             ttl,
+            key,
             op,
-        } => Ok(lease::claim(&op.target()?, &name, &holder, lease::ttl(&ttl)?, op.json).await?),
-        LeaseCommand::Release { name, holder, op } => {
-            Ok(lease::release(&op.target()?, &name, &holder, op.json).await?)
+        } => {
+            let ttl = lease::ttl(&ttl)?;
+            let key = key.as_deref();
+            Ok(lease::claim(&op.target()?, &name, &holder, ttl, key, op.json).await?)
         }
+        LeaseCommand::Release {
+            name,
+            holder,
+            key,
+            op,
+        } => Ok(lease::release(&op.target()?, &name, &holder, &key, op.json).await?),
         LeaseCommand::Get { name, op } => Ok(lease::get(&op.target()?, &name, op.json).await?),
         LeaseCommand::List(op) => Ok(lease::list(&op.target()?, op.json).await?),
     }

@@ -83,10 +83,8 @@ pub fn load(pin: &str) -> Known {
 /// Remembers that `good` answered, and the member addresses its answer listed (if any).
 /// Best effort: a read-only home only costs the memory of the next command.
 pub fn remember(pin: &str, good: &str, members: Option<&str>) {
-    let Some(path) = state_file(pin) else {
-        return;
-    };
-    let mut known = load(pin);
+    let before = load(pin);
+    let mut known = before.clone();
     known.last_good = Some(good.to_string());
     if let Some(members) = members {
         let mut list = parse_list(members);
@@ -95,10 +93,29 @@ pub fn remember(pin: &str, good: &str, members: Option<&str>) {
             known.members = list;
         }
     }
+    // Written only when it changed: `lease run` calls this on every renewal.
+    if known != before {
+        save(pin, &known);
+    }
+}
+
+/// Forgets `bad` as the address to try first (it did not answer).
+pub fn forget(pin: &str, bad: &str) {
+    let mut known = load(pin);
+    if known.last_good.as_deref() == Some(bad) {
+        known.last_good = None;
+        save(pin, &known);
+    }
+}
+
+fn save(pin: &str, known: &Known) {
+    let Some(path) = state_file(pin) else {
+        return;
+    };
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    if let Ok(bytes) = serde_json::to_vec_pretty(&known) {
+    if let Ok(bytes) = serde_json::to_vec_pretty(known) {
         let _ = crate::datadir::write_private(&path, &bytes);
     }
 }

@@ -7,12 +7,24 @@ use crate::api::{ApiError, ErrorKind};
 use crate::state::Request;
 use crate::state::kv::WatchAnswer;
 
+/// A space read from a state that predates revisions gets them first, through the log (see
+/// `state/kv.rs`); a space that has them costs a local read.
+async fn ensure_revisions(agent: &Agent) -> Result<(), ApiError> {
+    if agent.raft().read_local(|s| s.kv.legacy)? {
+        agent.raft().write(Request::KvUpgrade).await?;
+        tracing::info!("gave the key-value space its revisions (it predates them)");
+    }
+    Ok(())
+}
+
 pub async fn write(agent: &Agent, request: Request) -> Result<serde_json::Value, ApiError> {
+    ensure_revisions(agent).await?;
     let response = agent.raft().write(request).await?;
     Ok(serde_json::json!({ "previous": response.previous, "revision": response.revision }))
 }
 
 pub async fn get(agent: &Agent, key: String) -> Result<KvEntry, ApiError> {
+    ensure_revisions(agent).await?;
     let found = agent
         .raft()
         .read_linearizable(|s| s.kv.get(&key).map(|v| entry(&key, v)))
@@ -21,6 +33,7 @@ pub async fn get(agent: &Agent, key: String) -> Result<KvEntry, ApiError> {
 }
 
 pub async fn list(agent: &Agent, prefix: String) -> Result<Vec<KvEntry>, ApiError> {
+    ensure_revisions(agent).await?;
     Ok(agent
         .raft()
         .read_linearizable(|s| {
@@ -33,6 +46,7 @@ pub async fn list(agent: &Agent, prefix: String) -> Result<Vec<KvEntry>, ApiErro
 
 /// The changes under `prefix` from revision `from` on, as committed (0: from now on).
 pub async fn watch(agent: &Agent, prefix: String, from: u64) -> Result<WatchAnswer, ApiError> {
+    ensure_revisions(agent).await?;
     Ok(agent
         .raft()
         .read_linearizable(|s| s.kv.watch(&prefix, from))

@@ -11,7 +11,7 @@ use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::types::LeaseInfo;
 use crate::state::Request;
-use crate::state::lease::{Command, Lease, check_name, check_ttl};
+use crate::state::lease::{Command, Lease, check_name, check_ttl, owns};
 
 /// A lease change as a client asks for it (the leader adds the clock).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -21,10 +21,14 @@ pub enum LeaseRequest {
         name: String,
         holder: String,
         ttl_ms: u64,
+        /// SHA-256 of the lease key the claimant presented (to renew its grant).
+        #[serde(default)]
+        key_sha256: Option<String>,
     },
     Release {
         name: String,
         holder: String,
+        key_sha256: String,
     },
 }
 
@@ -42,12 +46,13 @@ impl LeaseRequest {
                 name,
                 holder,
                 ttl_ms,
+                ..
             } => {
                 check_name("lease", name)?;
                 check_name("holder", holder)?;
                 check_ttl(*ttl_ms)?;
             }
-            LeaseRequest::Release { name, holder } => {
+            LeaseRequest::Release { name, holder, .. } => {
                 check_name("lease", name)?;
                 check_name("holder", holder)?;
             }
@@ -76,12 +81,18 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
     // A claim on a lease someone else holds is refused without a write, so that many waiters
     // polling one lease do not fill the log. Judged on this leader's applied state: it may
     // lag a release by a moment (the waiter asks again), never a grant (refusing is safe).
-    if let LeaseRequest::Claim { name, holder, .. } = &request {
+    if let LeaseRequest::Claim {
+        name,
+        holder,
+        key_sha256,
+        ..
+    } = &request
+    {
         let held = agent.raft().read_local(|s| {
             let now = clock_ms.max(s.leases.clock_ms);
             s.leases
                 .live(name, now)
-                .filter(|l| l.holder != *holder)
+                .filter(|l| !owns(l, holder, key_sha256.as_deref()))
                 .map(|l| (l.holder.clone(), l.expires_ms - now))
         })?;
         if let Some((other, left_ms)) = held {
@@ -91,11 +102,14 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
             ));
         }
     }
+    // The key of a new grant: made here, returned to the claimant alone, only its hash logged.
+    let new_key = muster_shared::token::random_hex(16);
     let (name, command) = match request {
         LeaseRequest::Claim {
             name,
             holder,
             ttl_ms,
+            key_sha256,
         } => (
             name.clone(),
             Command::Claim {
@@ -103,13 +117,20 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
                 holder,
                 ttl_ms,
                 clock_ms,
+                key_sha256,
+                new_key_sha256: muster_shared::token::sha256_hex(new_key.as_bytes()),
             },
         ),
-        LeaseRequest::Release { name, holder } => (
+        LeaseRequest::Release {
+            name,
+            holder,
+            key_sha256,
+        } => (
             name.clone(),
             Command::Release {
                 name,
                 holder,
+                key_sha256,
                 clock_ms,
             },
         ),
@@ -118,9 +139,13 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
     let outcome = response
         .lease
         .ok_or_else(|| ApiError::internal("lease command without an outcome"))?;
-    Ok(outcome
-        .lease
-        .map(|l| info(&name, &l, outcome.clock_ms, outcome.extended)))
+    Ok(outcome.lease.map(|l| {
+        let mut info = info(&name, &l, outcome.clock_ms, outcome.extended);
+        if !outcome.extended {
+            info.key = Some(new_key);
+        }
+        info
+    }))
 }
 
 pub async fn get(agent: &Agent, name: String) -> Result<Option<LeaseInfo>, ApiError> {
@@ -163,5 +188,6 @@ fn info(name: &str, l: &Lease, now: u64, renewed: bool) -> LeaseInfo {
         remaining_ms: l.expires_ms.saturating_sub(now),
         held_for_ms: now.saturating_sub(l.granted_ms),
         renewed,
+        key: None,
     }
 }

@@ -164,6 +164,22 @@ async fn kv_watch(
         }
         // Nothing yet: from now on means from the revision the first answer gave.
         from = found.next_revision;
-        agent.raft().applied_after(applied, deadline).await;
+        // Ask the leader again only once this node has applied a change of the key-value
+        // space (lease renewals and other entries do not count), or at the deadline.
+        let mut applied = applied;
+        loop {
+            agent.raft().applied_after(applied, deadline).await;
+            if tokio::time::Instant::now() >= deadline {
+                return answer(Ok(found));
+            }
+            applied = agent.raft().view().last_applied;
+            let local = agent
+                .raft()
+                .read_local(|s| s.kv.revision)
+                .unwrap_or(u64::MAX);
+            if local >= from {
+                break;
+            }
+        }
     }
 }

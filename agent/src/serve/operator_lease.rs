@@ -1,28 +1,27 @@
 //! The operator API's lease routes: claim or renew (`POST /v1/leases/NAME`), release
-//! (`DELETE /v1/leases/NAME?holder=ID`), read one, list all. Part of the operator API
+//! (`DELETE /v1/leases/NAME` with the holder and the grant's key), read one, list all. A
+//! presented lease key is hashed here: only its hash travels to the leader. Part of the operator API
 //! (`operator.rs` merges them).
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Extension, Path as UrlPath, Query, State};
+use axum::extract::{Extension, Path as UrlPath, State};
 use axum::response::Response;
 use axum::routing::get;
-use serde::Deserialize;
 
 use super::http::{answer, error_response, parse_json};
 use crate::agent::Agent;
-use crate::api::types::{LeaseClaim, LeaseInfo};
+use crate::api::types::{LeaseClaim, LeaseInfo, LeaseRelease};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::leader::lease::LeaseRequest;
 use crate::leader::{self, Authority, LeaderOp};
 
 type By = Extension<Authority>;
 
-#[derive(Deserialize)]
-struct HolderQuery {
-    holder: String,
+fn hash(key: &str) -> String {
+    muster_shared::token::sha256_hex(key.as_bytes())
 }
 
 pub fn routes() -> Router<Arc<Agent>> {
@@ -45,7 +44,10 @@ async fn claim(
     UrlPath(name): UrlPath<String>,
     body: Bytes,
 ) -> Response {
-    let claim: LeaseClaim = match parse_json(&body, r#"{"holder": "…", "ttl_ms": N}"#) {
+    let claim: LeaseClaim = match parse_json(
+        &body,
+        r#"{"holder": "…", "ttl_ms": N} (and "key": "…" to renew a grant)"#,
+    ) {
         Ok(c) => c,
         Err(e) => return error_response(&e),
     };
@@ -53,6 +55,7 @@ async fn claim(
         name,
         holder: claim.holder,
         ttl_ms: claim.ttl_ms,
+        key_sha256: claim.key.as_deref().map(hash),
     };
     change(&agent, &by, request).await
 }
@@ -61,11 +64,16 @@ async fn release(
     State(agent): State<Arc<Agent>>,
     Extension(by): By,
     UrlPath(name): UrlPath<String>,
-    Query(q): Query<HolderQuery>,
+    body: Bytes,
 ) -> Response {
+    let release: LeaseRelease = match parse_json(&body, r#"{"holder": "…", "key": "…"}"#) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
     let request = LeaseRequest::Release {
         name,
-        holder: q.holder,
+        holder: release.holder,
+        key_sha256: hash(&release.key),
     };
     change(&agent, &by, request).await
 }

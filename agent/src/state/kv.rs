@@ -4,6 +4,13 @@
 //! most recent changes are kept as a history that `kv watch` reads from, so a watcher that
 //! reconnects (to another node, after a leader change) resumes at the revision it stopped at.
 //! Pure functions, decided the same way on every node.
+//!
+//! A state written before revisions existed holds a plain `{key: value}` map. Each node reads
+//! such a state from its own snapshot, taken at its own log index, so numbering the keys while
+//! reading would give every node other revisions. Instead the space stays *legacy* (plain puts
+//! and deletes work, without revisions) until a leader writes [`Request::KvUpgrade`]
+//! (`crate::state::Request`): every node applies that entry at the same log index, to the same
+//! keys, and numbers them the same way.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -68,6 +75,10 @@ pub struct Kv {
     pub history: VecDeque<KvEvent>,
     /// Every change up to this revision has left the history.
     pub compacted: u64,
+    /// Read from a state written before revisions existed, and not upgraded yet (see the top
+    /// of this file).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legacy: bool,
 }
 
 /// What a watch from a revision gets.
@@ -101,7 +112,43 @@ impl Kv {
             .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
+    /// Gives a legacy space its revisions: keys 1, 2, … in key order. Applied through the log
+    /// (`KvUpgrade`), so at the same index on every node. Nothing happens to a space that has
+    /// revisions already.
+    pub fn upgrade(&mut self) {
+        if !self.legacy {
+            return;
+        }
+        let mut revision = 0;
+        for v in self.entries.values_mut() {
+            revision += 1;
+            v.create_revision = revision;
+            v.mod_revision = revision;
+        }
+        self.revision = revision;
+        // No history from before: a watch can start only from here.
+        self.compacted = revision;
+        self.history.clear();
+        self.legacy = false;
+    }
+
+    fn not_upgraded() -> Refusal {
+        Refusal::new(
+            ErrorKind::Unavailable,
+            "the key-value space of this cluster predates revisions and is being upgraded; retry in a moment",
+        )
+    }
+
     fn check(&self, key: &str, expect: Option<Expect>) -> Result<(), Refusal> {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Err(Refusal::new(
+                ErrorKind::InvalidArgument,
+                format!("keys are 1..={MAX_KEY_BYTES} bytes"),
+            ));
+        }
+        if self.legacy && expect.is_some() {
+            return Err(Self::not_upgraded());
+        }
         let current = self.entries.get(key).map(|v| v.mod_revision);
         match (expect, current) {
             (None, _) | (Some(Expect::Absent), None) => Ok(()),
@@ -131,6 +178,27 @@ impl Kv {
         expect: Option<Expect>,
     ) -> Result<(Option<String>, u64), Refusal> {
         self.check(key, expect)?;
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(Refusal::new(
+                ErrorKind::InvalidArgument,
+                format!("values are at most {MAX_VALUE_BYTES} bytes"),
+            ));
+        }
+        if self.legacy {
+            // Without revisions until the upgrade: every node does the same.
+            let previous = self
+                .entries
+                .insert(
+                    key.to_string(),
+                    KvValue {
+                        value: value.to_string(),
+                        create_revision: 0,
+                        mod_revision: 0,
+                    },
+                )
+                .map(|v| v.value);
+            return Ok((previous, 0));
+        }
         let revision = self.revision + 1;
         self.revision = revision;
         let create_revision = self
@@ -168,6 +236,9 @@ impl Kv {
         let Some(previous) = self.entries.remove(key) else {
             return Ok((None, self.revision));
         };
+        if self.legacy {
+            return Ok((Some(previous.value), 0));
+        }
         self.revision += 1;
         self.record(KvEvent {
             revision: self.revision,
@@ -192,6 +263,9 @@ impl Kv {
     /// when the history no longer reaches back to `from`, and `invalid_argument` for a revision
     /// that has not happened yet and is not the next one.
     pub fn watch(&self, prefix: &str, from: u64) -> Result<WatchAnswer, Refusal> {
+        if self.legacy {
+            return Err(Self::not_upgraded());
+        }
         let from = if from == 0 { self.revision + 1 } else { from };
         if from <= self.compacted {
             return Err(Refusal::new(
@@ -245,6 +319,8 @@ impl<'de> Deserialize<'de> for Kv {
             history: VecDeque<KvEvent>,
             #[serde(default)]
             compacted: u64,
+            #[serde(default)]
+            legacy: bool,
         }
         #[derive(Deserialize)]
         #[serde(untagged)]
@@ -258,30 +334,25 @@ impl<'de> Deserialize<'de> for Kv {
                 entries: c.entries,
                 history: c.history,
                 compacted: c.compacted,
+                legacy: c.legacy,
             },
-            Either::Plain(map) => {
-                let n = map.len() as u64;
-                Kv {
-                    revision: n,
-                    entries: map
-                        .into_iter()
-                        .zip(1..)
-                        .map(|((k, value), rev)| {
-                            (
-                                k,
-                                KvValue {
-                                    value,
-                                    create_revision: rev,
-                                    mod_revision: rev,
-                                },
-                            )
-                        })
-                        .collect(),
-                    history: VecDeque::new(),
-                    // No history: a watch can start only from now.
-                    compacted: n,
-                }
-            }
+            Either::Plain(map) => Kv {
+                entries: map
+                    .into_iter()
+                    .map(|(k, value)| {
+                        (
+                            k,
+                            KvValue {
+                                value,
+                                create_revision: 0,
+                                mod_revision: 0,
+                            },
+                        )
+                    })
+                    .collect(),
+                legacy: true,
+                ..Kv::default()
+            },
         })
     }
 }
@@ -375,13 +446,32 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_map_from_an_older_state_reads_with_revisions() {
-        let kv: Kv = serde_json::from_str(r#"{"b":"2","a":"1"}"#).expect("plain");
-        assert_eq!(kv.revision, 2);
-        assert_eq!(kv.get("a").map(|v| v.mod_revision), Some(1));
-        assert_eq!(kv.get("b").map(|v| v.value.as_str()), Some("2"));
+    fn a_plain_map_from_an_older_state_gets_revisions_only_through_the_upgrade() {
+        let mut kv: Kv = serde_json::from_str(r#"{"b":"2","a":"1"}"#).expect("plain");
+        assert!(kv.legacy);
+        // Before the upgrade: plain writes work, conditions and watches wait for it.
+        assert_eq!(kv.put("c", "3", None).expect("plain put"), (None, 0));
+        let refused = kv.put("a", "x", Some(Expect::Absent)).expect_err("refused");
+        assert_eq!(refused.kind, ErrorKind::Unavailable);
+        assert_eq!(
+            kv.watch("", 0).expect_err("refused").kind,
+            ErrorKind::Unavailable
+        );
+        // The legacy state survives a snapshot as legacy.
         let round: Kv =
             serde_json::from_str(&serde_json::to_string(&kv).expect("json")).expect("current");
         assert_eq!(round, kv);
+        // Two nodes that read the state at different points number the keys alike.
+        let mut other: Kv = serde_json::from_str(r#"{"a":"1","b":"2","c":"3"}"#).expect("plain");
+        kv.upgrade();
+        other.upgrade();
+        assert_eq!(kv, other);
+        assert_eq!(kv.revision, 3);
+        assert_eq!(kv.get("c").map(|v| v.mod_revision), Some(3));
+        assert!(kv.watch("", 4).expect("from now").events.is_empty());
+        assert_eq!(
+            kv.put("a", "x", Some(Expect::Revision(1))).expect("cas").1,
+            4
+        );
     }
 }

@@ -7,6 +7,12 @@
 //! time between the old leader's last write and the new leader's first one is not counted: a
 //! leader change only ever makes a lease last longer, never shorter, and a follower's clock
 //! plays no part at all. Every grant to a new holder carries a fencing token that only grows.
+//!
+//! The holder id is a label anyone may read (`lease get`, the `lease_held` message). What makes
+//! a holder the holder is its *lease key*: a random secret the leader makes for each new grant
+//! and returns to the claimant alone. Only its SHA-256 enters the log; renewing and releasing
+//! need the key, so another client that knows the holder id can neither extend, shorten nor
+//! free the lease.
 //! Pure functions, decided the same way on every node.
 
 use std::collections::BTreeMap;
@@ -33,6 +39,8 @@ pub struct Lease {
     /// On the lease clock: when it was granted to this holder, and when it runs out.
     pub granted_ms: u64,
     pub expires_ms: u64,
+    /// SHA-256 of the grant's lease key.
+    pub key_sha256: String,
 }
 
 /// All leases, and the clock they are judged on.
@@ -52,17 +60,25 @@ pub struct Leases {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "lease", rename_all = "snake_case")]
 pub enum Command {
-    /// Take the lease if it is free or expired, or extend it if `holder` holds it.
+    /// Take the lease if it is free or expired (the grant's key is `new_key_sha256`), or
+    /// extend it if `holder` holds it and `key_sha256` is its key.
     Claim {
         name: String,
         holder: String,
         ttl_ms: u64,
         clock_ms: u64,
+        /// The hash of the key the claimant presented (a renewal), if any.
+        #[serde(default)]
+        key_sha256: Option<String>,
+        /// The hash of the key the leader made for this claim, used if it is a new grant.
+        new_key_sha256: String,
     },
-    /// Give the lease up if `holder` holds it (anyone else's release changes nothing).
+    /// Give the lease up if `holder` holds it with key `key_sha256` (anything else changes
+    /// nothing).
     Release {
         name: String,
         holder: String,
+        key_sha256: String,
         clock_ms: u64,
     },
 }
@@ -109,6 +125,12 @@ pub fn check_ttl(ttl_ms: u64) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Whether `holder` with key hash `key` holds `lease`: the label and the key both match.
+pub fn owns(lease: &Lease, holder: &str, key: Option<&str>) -> bool {
+    lease.holder == holder
+        && key.is_some_and(|k| muster_shared::token::secret_hashes_match(&lease.key_sha256, k))
+}
+
 impl Leases {
     /// The lease `name` if it is held at `clock_ms`.
     pub fn live(&self, name: &str, clock_ms: u64) -> Option<&Lease> {
@@ -122,6 +144,8 @@ impl Leases {
                 holder,
                 ttl_ms,
                 clock_ms,
+                key_sha256,
+                new_key_sha256,
             } => {
                 check_name("lease", name)?;
                 check_name("holder", holder)?;
@@ -130,7 +154,7 @@ impl Leases {
                 let now = self.clock_ms;
                 self.held.retain(|_, l| l.expires_ms > now);
                 let extended = match self.held.get(name) {
-                    Some(l) if l.holder != *holder => {
+                    Some(l) if !owns(l, holder, key_sha256.as_deref()) => {
                         return Err(Refusal::new(
                             ErrorKind::LeaseHeld,
                             format!(
@@ -162,6 +186,7 @@ impl Leases {
                             token: self.last_token,
                             granted_ms: now,
                             expires_ms,
+                            key_sha256: new_key_sha256.clone(),
                         };
                         self.held.insert(name.clone(), l.clone());
                         l
@@ -177,10 +202,14 @@ impl Leases {
             Command::Release {
                 name,
                 holder,
+                key_sha256,
                 clock_ms,
             } => {
                 self.advance(*clock_ms);
-                let released = self.held.get(name).is_some_and(|l| l.holder == *holder);
+                let released = self
+                    .held
+                    .get(name)
+                    .is_some_and(|l| owns(l, holder, Some(key_sha256)));
                 if released {
                     self.held.remove(name);
                 }
@@ -205,12 +234,19 @@ impl Leases {
 mod tests {
     use super::*;
 
+    /// The key hash each holder of these tests uses: its own name, twice.
+    fn key(holder: &str) -> String {
+        format!("{holder}{holder}")
+    }
+
     fn claim(name: &str, holder: &str, ttl_ms: u64, clock_ms: u64) -> Command {
         Command::Claim {
             name: name.into(),
             holder: holder.into(),
             ttl_ms,
             clock_ms,
+            key_sha256: Some(key(holder)),
+            new_key_sha256: key(holder),
         }
     }
 
@@ -218,8 +254,37 @@ mod tests {
         Command::Release {
             name: name.into(),
             holder: holder.into(),
+            key_sha256: key(holder),
             clock_ms,
         }
+    }
+
+    #[test]
+    fn knowing_the_holder_id_is_not_enough_without_its_key() {
+        let mut l = Leases::default();
+        l.apply(&claim("job", "a", 10_000, 0)).expect("free");
+        // Someone who read the holder id claims, shortens or releases as "a" with another key.
+        let forged = Command::Claim {
+            name: "job".into(),
+            holder: "a".into(),
+            ttl_ms: 1_000,
+            clock_ms: 1,
+            key_sha256: Some("other".into()),
+            new_key_sha256: "other".into(),
+        };
+        assert_eq!(
+            l.apply(&forged).expect_err("refused").kind,
+            ErrorKind::LeaseHeld
+        );
+        let release = Command::Release {
+            name: "job".into(),
+            holder: "a".into(),
+            key_sha256: "other".into(),
+            clock_ms: 2,
+        };
+        assert!(!l.apply(&release).expect("no-op").released);
+        let held = l.live("job", 2).expect("still held");
+        assert_eq!((held.holder.as_str(), held.expires_ms), ("a", 10_000));
     }
 
     #[test]

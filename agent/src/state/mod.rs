@@ -268,6 +268,10 @@ impl ClusterState {
                 },
                 Err(refused) => Response::refusal(refused),
             },
+            Request::KvUpgrade => {
+                self.kv.upgrade();
+                Response::default()
+            }
             Request::Lease(command) => match self.leases.apply(command) {
                 Ok(outcome) => Response {
                     lease: Some(outcome),

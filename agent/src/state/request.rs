@@ -88,6 +88,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<super::kv::Expect>,
     },
+    /// Gives a key-value space read from a state that predates revisions its revisions, at the
+    /// same log index on every node (see `state/kv.rs`). Written by a leader; a no-op after.
+    KvUpgrade,
     /// A lease claim or release, with the leader's reading of the lease clock.
     Lease(super::lease::Command),
     /// A FleetLock decision (lock, unlock) or setting.

@@ -78,6 +78,7 @@ pub async fn run(args: LeaseArgs) -> Result<()> {
     // Claims and renewals.
     let ttl_ms = args.ttl.as_millis() as u64;
     let mut claims = Vec::new();
+    let mut key: Option<String> = None;
     let until = Instant::now() + args.duration;
     while Instant::now() < until {
         let started = Instant::now();
@@ -86,11 +87,15 @@ pub async fn run(args: LeaseArgs) -> Result<()> {
                 &at,
                 "POST",
                 "/v1/leases/bench",
-                Some(serde_json::json!({"holder": "bench", "ttl_ms": ttl_ms})),
+                Some(serde_json::json!({"holder": "bench", "ttl_ms": ttl_ms, "key": key})),
             )
             .await?;
         if !reply.ok() {
             bail!("claim: {reply:?}");
+        }
+        // The first claim is a grant with its key; every later one renews it.
+        if let Some(k) = reply.body["key"].as_str() {
+            key = Some(k.to_string());
         }
         claims.push(started.elapsed());
     }
