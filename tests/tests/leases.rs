@@ -880,3 +880,97 @@ async fn lease_run_hands_over_when_the_holder_s_machine_is_cut_off() {
     }
     check_history(&grants(&record), 2);
 }
+
+/// What CMD starts goes with it: a child CMD left behind is killed when CMD exits (before the
+/// lease is released), and when the lease is lost.
+#[tokio::test]
+async fn lease_run_stops_the_children_cmd_leaves_behind() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(1).await.expect("url");
+    let mut a = AgentProc::start(tmp.path(), "ch1", &["--discovery", &url]).expect("start");
+    wait_formed(&[&a], 1, FORM).await.expect("formed");
+    let alive = |pid: u32| {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    let child_pid = |file: &Path| {
+        let file = file.to_path_buf();
+        async move {
+            wait_for(
+                "CMD to start its child",
+                Duration::from_secs(30),
+                || async {
+                    std::fs::read_to_string(&file)
+                        .ok()?
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                },
+            )
+            .await
+            .expect("child pid")
+        }
+    };
+    let run = |script: String| {
+        let mut command = Command::new(bin_path("muster"));
+        clear_muster_env(&mut command);
+        command
+            .args([
+                "lease",
+                "run",
+                "job",
+                "--ttl",
+                "3s",
+                "--grace",
+                "1s",
+                "--data-dir",
+            ])
+            .arg(&a.data_dir)
+            .args(["--", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("lease run")
+    };
+
+    // CMD exits and leaves a child: the child goes, and the exit code is CMD's.
+    let left = tmp.path().join("left");
+    let mut first = run(format!("sleep 60 & echo $! > {}; exit 3", left.display()));
+    let pid = child_pid(&left).await;
+    let status = tokio::time::timeout(Duration::from_secs(30), first.wait())
+        .await
+        .expect("lease run ends with CMD")
+        .expect("status");
+    assert_eq!(status.code(), Some(3));
+    wait_for(
+        "the left-behind child to be killed",
+        Duration::from_secs(10),
+        || async { (!alive(pid)).then_some(()) },
+    )
+    .await
+    .expect("child killed");
+
+    // The lease is lost (the agent is killed): CMD and its child are stopped.
+    let kept = tmp.path().join("kept");
+    let mut second = run(format!("sleep 60 & echo $! > {}; wait", kept.display()));
+    let pid = child_pid(&kept).await;
+    assert!(alive(pid));
+    a.kill9().await.expect("kill agent");
+    let status = tokio::time::timeout(Duration::from_secs(30), second.wait())
+        .await
+        .expect("lease run stops")
+        .expect("status");
+    assert_eq!(status.code(), Some(69));
+    wait_for(
+        "CMD's child to be killed",
+        Duration::from_secs(10),
+        || async { (!alive(pid)).then_some(()) },
+    )
+    .await
+    .expect("child killed");
+}

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal, kill_process};
+use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -103,6 +103,9 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
         .env("MUSTER_LEASE_NAME", &s.name)
         .env("MUSTER_LEASE_HOLDER", &s.holder)
         .env("MUSTER_LEASE_TOKEN", lease.token.to_string())
+        // Its own process group: what CMD starts is stopped with it (a shell script's children
+        // would otherwise outlive it and run beside the next holder).
+        .process_group(0)
         .spawn();
     let mut child = match spawned {
         Ok(c) => c,
@@ -154,6 +157,8 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     match outcome {
         Ok(status) => {
             let status = status.map_err(|e| CliError::Failed(format!("waiting for CMD: {e}")))?;
+            // Whatever CMD left running in its group goes before the lease does.
+            signal_group(pid, Signal::KILL);
             release(&target, &s, &key).await;
             match exit_code(status) {
                 0 => Ok(()),
@@ -314,28 +319,37 @@ async fn renew(
     }
 }
 
-/// SIGTERM, then SIGKILL at `kill_at` (at the latest) if CMD is still there.
+/// SIGTERM to CMD's process group, then SIGKILL to it at `kill_at` (at the latest) if CMD is
+/// still there, and to whatever else of the group is left once CMD is gone.
 async fn stop(
     child: &mut tokio::process::Child,
     pid: Option<Pid>,
     grace: Duration,
     kill_at: Instant,
 ) {
-    forward(pid, Signal::TERM);
+    signal_group(pid, Signal::TERM);
     let kill_at = kill_at.min(Instant::now() + grace);
     if tokio::time::timeout_at(kill_at, child.wait())
         .await
         .is_err()
     {
+        signal_group(pid, Signal::KILL);
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
+    signal_group(pid, Signal::KILL);
 }
 
-/// Sends `sig` to CMD (if it is still running: its pid is not reaped before we stop sending).
+/// Passes a signal sent to `lease run` on to CMD's process group, as a shell does to a job.
 fn forward(pid: Option<Pid>, sig: Signal) {
+    signal_group(pid, sig);
+}
+
+/// Sends `sig` to the process group CMD leads (its pid is its group id). Until CMD is reaped
+/// its pid cannot be reused; after, the group lives on only while members of it are left.
+fn signal_group(pid: Option<Pid>, sig: Signal) {
     if let Some(pid) = pid {
-        let _ = kill_process(pid, sig);
+        let _ = kill_process_group(pid, sig);
     }
 }
 
