@@ -200,15 +200,14 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
         .expect("leader");
     let before = grants(&record).len();
     agents[l].kill9().await.expect("kill leader");
-    // Let the cluster elect and the holders renew through a few TTLs.
-    let until = Instant::now() + Duration::from_secs(3 * TTL_SECS);
-    wait_for(
-        "time under the new leader",
-        Duration::from_secs(30),
-        || async { (Instant::now() >= until).then_some(()) },
-    )
-    .await
-    .expect("wait");
+    // The survivors elect another leader; the lease is then held (or handed over) under it.
+    let survivors: Vec<&AgentProc> = agents
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != l)
+        .map(|(_, a)| a)
+        .collect();
+    leader_other_than(&survivors, &leader_name).await;
     agents[l].restart().expect("restart leader");
     // Someone holds it now (the same grant or a later one).
     let now_holding = wait_for("a running holder", Duration::from_secs(30), || async {
@@ -896,6 +895,13 @@ async fn lease_run_stops_the_children_cmd_leaves_behind() {
                 .unwrap_or_default()
                 .contains(") Z ")
     };
+    let gone = |pid: u32, what: &'static str| async move {
+        wait_for(what, Duration::from_secs(10), || async {
+            (!alive(pid)).then_some(())
+        })
+        .await
+        .expect("child killed");
+    };
     let child_pid = |file: &Path| {
         let file = file.to_path_buf();
         async move {
@@ -947,13 +953,7 @@ async fn lease_run_stops_the_children_cmd_leaves_behind() {
         .expect("lease run ends with CMD")
         .expect("status");
     assert_eq!(status.code(), Some(3));
-    wait_for(
-        "the left-behind child to be killed",
-        Duration::from_secs(10),
-        || async { (!alive(pid)).then_some(()) },
-    )
-    .await
-    .expect("child killed");
+    gone(pid, "the left-behind child to be killed").await;
 
     // The lease is lost (the agent is killed): CMD and its child are stopped.
     let kept = tmp.path().join("kept");
@@ -966,11 +966,5 @@ async fn lease_run_stops_the_children_cmd_leaves_behind() {
         .expect("lease run stops")
         .expect("status");
     assert_eq!(status.code(), Some(69));
-    wait_for(
-        "CMD's child to be killed",
-        Duration::from_secs(10),
-        || async { (!alive(pid)).then_some(()) },
-    )
-    .await
-    .expect("child killed");
+    gone(pid, "CMD's child to be killed").await;
 }
