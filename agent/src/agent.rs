@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::api::types::MembershipEvent;
 use crate::client::PeerClients;
+use crate::policy::Automation;
 use crate::raft::RaftNode;
 use crate::state::{FormationRecord, NodeId};
 
@@ -23,6 +25,8 @@ pub struct AgentInit {
     pub peers: PeerClients,
     /// A nonvoter is promoted only after it has been in the configuration this long.
     pub promote_after: Duration,
+    /// Failed-voter replacement and dead-member cleanup settings.
+    pub automation: Automation,
 }
 
 pub struct Agent {
@@ -34,6 +38,8 @@ pub struct Agent {
     ca_pin: String,
     peers: PeerClients,
     promote_after: Duration,
+    automation: Automation,
+    membership_log: Mutex<MembershipLog>,
     removal: RemovalSignal,
     refused_rpcs: AtomicU64,
     /// Callers already logged as refused, and why: a refused node retries for ever, and one
@@ -54,6 +60,8 @@ impl Agent {
             ca_pin: init.ca_pin,
             peers: init.peers,
             promote_after: init.promote_after,
+            automation: init.automation,
+            membership_log: Mutex::default(),
             removal: RemovalSignal::default(),
             refused_rpcs: AtomicU64::new(0),
             refusals_logged: Mutex::default(),
@@ -92,6 +100,32 @@ impl Agent {
 
     pub fn promote_after(&self) -> Duration {
         self.promote_after
+    }
+
+    pub fn automation(&self) -> Automation {
+        self.automation
+    }
+
+    /// Records an automatic or operator membership change for `muster status`.
+    pub fn record_membership_event(&self, change: String, cause: String) {
+        if let Ok(mut log) = self.membership_log.lock() {
+            log.record(change, cause);
+        }
+    }
+
+    /// What the reconciler is waiting for now, as sentences.
+    pub fn set_membership_waits(&self, waits: Vec<String>) {
+        if let Ok(mut log) = self.membership_log.lock() {
+            log.waiting = waits;
+        }
+    }
+
+    /// The latest membership events (oldest first) and the current waits.
+    pub fn membership_log(&self) -> (Vec<MembershipEvent>, Vec<String>) {
+        self.membership_log
+            .lock()
+            .map(|log| (log.events.iter().cloned().collect(), log.waiting.clone()))
+            .unwrap_or_default()
     }
 
     /// The discovery formation in progress, per this node's applied state.
@@ -208,5 +242,33 @@ impl RemovalSignal {
     pub async fn wait(&self) {
         let mut rx = self.told.subscribe();
         let _ = rx.wait_for(|removed| *removed).await;
+    }
+}
+
+/// The membership changes this node made while it led, newest last, and what its reconciler
+/// waits for. Kept in memory: a new leader starts an empty log (the agent logs say more).
+#[derive(Default)]
+struct MembershipLog {
+    events: std::collections::VecDeque<MembershipEvent>,
+    waiting: Vec<String>,
+}
+
+impl MembershipLog {
+    /// How many events `muster status` shows.
+    const KEEP: usize = 20;
+
+    fn record(&mut self, change: String, cause: String) {
+        if self.events.len() == Self::KEEP {
+            self.events.pop_front();
+        }
+        let at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        self.events.push_back(MembershipEvent {
+            at_ms,
+            change,
+            cause,
+        });
     }
 }

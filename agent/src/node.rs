@@ -85,6 +85,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             ca_pin: tls::spki_pin(&files.ca_pem)?,
             peers,
             promote_after: config.promote_after,
+            automation: config.automation,
         },
     ));
     let (stop, stop_rx) = watch::channel(false);

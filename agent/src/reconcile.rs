@@ -14,7 +14,7 @@ use crate::client::Backoff;
 use crate::datadir::ClusterFile;
 use crate::discovery::{DiscoveryClient, DiscoveryError};
 use crate::leader::{Sightings, cluster_view};
-use crate::policy::{self, Change, ClusterView, FormationView, Wait};
+use crate::policy::{self, Change, ClusterView, FormationView, Wait, Why};
 use crate::state::{FormationRecord, NodeId, Request, parse_member_id};
 
 /// What the reconciler keeps between steps.
@@ -60,16 +60,9 @@ impl Reconciler {
         let plan = policy::plan(&view);
         if plan.waiting != self.waiting {
             for wait in &plan.waiting {
-                match wait {
-                    Wait::RemovalKeepsQuorum(why) => {
-                        tracing::warn!(reason = %why, "removal waits: demoting now would lose quorum")
-                    }
-                    Wait::NoSuccessor { name } => tracing::warn!(
-                        node = %name,
-                        "the last voter is removed but no other member has caught up yet"
-                    ),
-                }
+                tracing::warn!("{wait}");
             }
+            agent.set_membership_waits(plan.waiting.iter().map(Wait::to_string).collect());
             self.waiting = plan.waiting;
         }
         match plan.change {
@@ -149,16 +142,49 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             raft.finish_joint(voters).await?;
         }
         Change::Promote(ids, why) => {
-            tracing::info!(nodes = %names(&ids), ?why, "promoting to voter");
+            let promoted = names(&ids);
+            tracing::info!(nodes = %promoted, ?why, "promoting to voter");
             raft.promote(ids).await?;
+            agent.record_membership_event(
+                format!("promoted {promoted} to voter"),
+                why_text(why).into(),
+            );
         }
         Change::Demote(id, why) => {
-            tracing::info!(node = %view.name(id), ?why, "demoting voter to nonvoter");
+            let cause = cause(view, id, why);
+            tracing::info!(node = %view.name(id), %cause, "demoting voter to nonvoter");
             raft.demote(BTreeSet::from([id])).await?;
+            agent.record_membership_event(format!("demoted {} to nonvoter", view.name(id)), cause);
         }
         Change::Remove(id) => {
             tracing::info!(node = %view.name(id), "removing: taking the node out of the configuration");
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
+            agent.record_membership_event(
+                format!("took {} out of the configuration", view.name(id)),
+                "it was removed".into(),
+            );
+        }
+        Change::CleanUp(id) => {
+            let name = view.name(id);
+            let silent = view
+                .member(id)
+                .and_then(|m| m.unreachable_for)
+                .unwrap_or_default();
+            let cause = format!(
+                "unreachable for {}s (--cleanup-dead-after {}s)",
+                silent.as_secs(),
+                agent
+                    .automation()
+                    .cleanup_dead_after
+                    .unwrap_or_default()
+                    .as_secs()
+            );
+            // The same record `node remove` writes, under the same lock, so an operator's
+            // removal and this one never pass the quorum check one without the other.
+            let _one_at_a_time = agent.membership_ops().lock().await;
+            tracing::warn!(node = %name, %cause, "cleaning up a dead member: removing it");
+            raft.write(Request::RemoveNode { id, force: false }).await?;
+            agent.record_membership_event(format!("removed {name}"), cause);
         }
         Change::FormationDone => {
             // End the formation in the replicated state (whoever leads now); marking the
@@ -175,6 +201,34 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Why a member was demoted, for the log and `muster status`.
+fn cause(view: &ClusterView, id: NodeId, why: Why) -> String {
+    match why {
+        Why::FailedVoter => {
+            let silent = view
+                .member(id)
+                .and_then(|m| m.unreachable_for)
+                .unwrap_or_default();
+            format!(
+                "unreachable for {}s (--replace-after {}s); a healthy nonvoter takes its place",
+                silent.as_secs(),
+                view.automation.replace_after.unwrap_or_default().as_secs()
+            )
+        }
+        other => why_text(other).into(),
+    }
+}
+
+fn why_text(why: Why) -> &'static str {
+    match why {
+        Why::VoterTable => "the voter table wants this many voters for the members there are",
+        Why::Formation => "the discovery cohort has caught up",
+        Why::Removal => "it was removed; a voter is demoted before it leaves",
+        Why::Successor => "the last voter is removed; this member takes over",
+        Why::FailedVoter => "a voter failed",
+    }
 }
 
 /// Moves the discovery record from open to formed with the members' addresses as its peers (a

@@ -32,6 +32,23 @@ pub struct Status {
     /// window: it is cut off, and its writes fail with `quorum_lost` at once.
     #[serde(default)]
     pub quorum_lost: bool,
+    /// The latest membership changes the leader made (oldest first), with their causes.
+    #[serde(default)]
+    pub membership_events: Vec<MembershipEvent>,
+    /// What the leader's automatic membership repairs wait for, as sentences.
+    #[serde(default)]
+    pub membership_waiting: Vec<String>,
+}
+
+/// One membership change, for `muster status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MembershipEvent {
+    /// When, in milliseconds since the Unix epoch (the leader's clock).
+    pub at_ms: u64,
+    /// What changed, e.g. `demoted n3 to nonvoter`.
+    pub change: String,
+    /// Why, e.g. `unreachable for 31s (--replace-after 30s)`.
+    pub cause: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

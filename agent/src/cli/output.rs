@@ -39,6 +39,42 @@ pub fn print_status(s: &Status) {
     crate::outln!("commit    {}", s.commit_index);
     crate::outln!();
     print_members(s);
+    if !s.membership_waiting.is_empty() {
+        crate::outln!();
+        crate::outln!("waiting:");
+        for wait in &s.membership_waiting {
+            crate::outln!("  {wait}");
+        }
+    }
+    if !s.membership_events.is_empty() {
+        crate::outln!();
+        crate::outln!("membership events (this leader, oldest first):");
+        for e in &s.membership_events {
+            crate::outln!("  {}  {}: {}", utc_time(e.at_ms), e.change, e.cause);
+        }
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` for milliseconds since the Unix epoch.
+fn utc_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 pub fn print_members(s: &Status) {
@@ -190,4 +226,15 @@ pub fn print_operator_tokens(list: &[crate::api::types::OperatorTokenInfo]) {
         rows,
         &[],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_time_formats_known_instants() {
+        assert_eq!(super::utc_time(0), "1970-01-01 00:00:00Z");
+        // 2000-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(super::utc_time(951_827_696_000), "2000-02-29 12:34:56Z");
+        assert_eq!(super::utc_time(1_795_000_000_123), "2026-11-18 11:06:40Z");
+    }
 }

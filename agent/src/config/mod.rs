@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use clap::Args;
 use muster_shared::duration::parse_duration;
+
+use crate::policy::Automation;
 use serde::Deserialize;
 
 pub use address::host_of;
@@ -87,6 +89,20 @@ pub struct AgentFlags {
     /// leader may make it a voter [default: 3s] [env: MUSTER_PROMOTE_AFTER]
     #[arg(long)]
     pub promote_after: Option<String>,
+    /// A voter the leader has not heard from this long is demoted to nonvoter when a
+    /// reachable, caught-up nonvoter can take its place (which is then promoted); `0` turns
+    /// replacement off [default: 30s] [env: MUSTER_REPLACE_AFTER]
+    #[arg(long)]
+    pub replace_after: Option<String>,
+    /// A member the leader has not heard from this long is removed, as `muster node remove`
+    /// would (a machine that comes back is refused); `0` turns cleanup off
+    /// [default: 10m] [env: MUSTER_CLEANUP_DEAD_AFTER]
+    #[arg(long)]
+    pub cleanup_dead_after: Option<String>,
+    /// Automatic cleanup never leaves fewer members than this [default: 3]
+    /// [env: MUSTER_MIN_VOTERS]
+    #[arg(long)]
+    pub min_voters: Option<String>,
     /// Form a new one-node cluster on this machine (its CA, cluster id and an operator token,
     /// printed once); other machines then join it with a join token or the join secret. Refused
     /// on a data dir that already holds a cluster [env: MUSTER_INIT=true]
@@ -140,6 +156,9 @@ pub(super) struct FileConfig {
     heartbeat: Option<String>,
     election_timeout: Option<String>,
     promote_after: Option<String>,
+    replace_after: Option<String>,
+    cleanup_dead_after: Option<String>,
+    min_voters: Option<u32>,
     init: Option<bool>,
     initial_cluster: Option<String>,
     join_secret_file: Option<PathBuf>,
@@ -163,6 +182,8 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub promote_after: Duration,
+    /// `--replace-after`, `--cleanup-dead-after`, `--min-voters`.
+    pub automation: Automation,
     /// `--init`: form a one-node cluster here.
     pub init: bool,
     /// `--initial-cluster`: every member of a static bootstrap, in the given order.
@@ -416,6 +437,76 @@ pub fn resolve(
             d
         }
     };
+    let optional_duration = |setting: &'static str, raw: Option<String>, default: Duration| {
+        let Some(raw) = raw else {
+            return Ok(Some(default));
+        };
+        let d = parse_duration(&raw).map_err(|e| ConfigError::Invalid {
+            setting,
+            message: format!("{e}; `0` turns it off"),
+        })?;
+        if d.is_zero() {
+            return Ok(None);
+        }
+        if d < Duration::from_secs(1) || d > Duration::from_secs(30 * 24 * 3600) {
+            return Err(ConfigError::Invalid {
+                setting,
+                message: format!("{raw} is outside 1s..=30d (or 0 for off)"),
+            });
+        }
+        Ok(Some(d))
+    };
+    let replace_after = optional_duration(
+        "replace-after",
+        expand_opt(
+            "replace-after",
+            pick(
+                "replace-after",
+                &flags.replace_after,
+                "MUSTER_REPLACE_AFTER",
+                &file.replace_after,
+            )?,
+        )?,
+        Automation::DEFAULT_REPLACE_AFTER,
+    )?;
+    let cleanup_dead_after = optional_duration(
+        "cleanup-dead-after",
+        expand_opt(
+            "cleanup-dead-after",
+            pick(
+                "cleanup-dead-after",
+                &flags.cleanup_dead_after,
+                "MUSTER_CLEANUP_DEAD_AFTER",
+                &file.cleanup_dead_after,
+            )?,
+        )?,
+        Automation::DEFAULT_CLEANUP_DEAD_AFTER,
+    )?;
+    let min_voters = match expand_opt(
+        "min-voters",
+        pick(
+            "min-voters",
+            &flags.min_voters,
+            "MUSTER_MIN_VOTERS",
+            &file.min_voters.map(|n| n.to_string()),
+        )?,
+    )? {
+        None => Automation::DEFAULT_MIN_VOTERS,
+        Some(raw) => match raw.trim().parse::<usize>() {
+            Ok(n) if (1..=7).contains(&n) => n,
+            _ => {
+                return Err(ConfigError::Invalid {
+                    setting: "min-voters",
+                    message: format!("{raw:?} is not a whole number from 1 to 7"),
+                });
+            }
+        },
+    };
+    let automation = Automation {
+        replace_after,
+        cleanup_dead_after,
+        min_voters,
+    };
     let init = flags.init
         || env.get("MUSTER_INIT").is_some_and(|v| truthy(v))
         || file.init.unwrap_or(false);
@@ -537,6 +628,7 @@ pub fn resolve(
         heartbeat,
         election_timeout,
         promote_after,
+        automation,
         init,
         initial_cluster,
         join_secret,

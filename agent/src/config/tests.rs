@@ -350,3 +350,53 @@ fn init_forms_alone() {
         "{e}"
     );
 }
+
+#[test]
+fn repair_settings_default_turn_off_with_zero_and_refuse_nonsense() {
+    let mut f = flags();
+    f.name = Some("n1".into());
+    f.advertise = Some("127.0.0.1:7000".into());
+    let c = resolve(&f, &env(&[])).expect("defaults");
+    assert_eq!(c.automation, crate::policy::Automation::default());
+    assert_eq!(c.automation.replace_after, Some(Duration::from_secs(30)));
+    assert_eq!(
+        c.automation.cleanup_dead_after,
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(c.automation.min_voters, 3);
+
+    f.replace_after = Some("0".into());
+    let c = resolve(
+        &f,
+        &env(&[
+            ("MUSTER_CLEANUP_DEAD_AFTER", "2h"),
+            ("MUSTER_MIN_VOTERS", "5"),
+        ]),
+    )
+    .expect("off and env");
+    assert_eq!(c.automation.replace_after, None);
+    assert_eq!(
+        c.automation.cleanup_dead_after,
+        Some(Duration::from_secs(7200))
+    );
+    assert_eq!(c.automation.min_voters, 5);
+
+    for (setting, value) in [
+        ("replace-after", "soon"),
+        ("replace-after", "10ms"),
+        ("cleanup-dead-after", "400d"),
+        ("min-voters", "0"),
+        ("min-voters", "many"),
+    ] {
+        let mut bad = f.clone();
+        match setting {
+            "replace-after" => bad.replace_after = Some(value.into()),
+            "cleanup-dead-after" => bad.cleanup_dead_after = Some(value.into()),
+            _ => bad.min_voters = Some(value.into()),
+        }
+        match resolve(&bad, &env(&[])) {
+            Err(ConfigError::Invalid { setting: s, .. }) => assert_eq!(s, setting, "{value}"),
+            other => panic!("{setting}={value}: {other:?}"),
+        }
+    }
+}

@@ -76,6 +76,14 @@ pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeR
     // finish leaving.
     drop(one_at_a_time);
     tracing::info!(node = %name, id = %member_id(id), force, "member removed; taking it out of the configuration");
+    agent.record_membership_event(
+        format!("removed {name}"),
+        if force {
+            "muster node remove --force".into()
+        } else {
+            "muster node remove".into()
+        },
+    );
     let result = |complete: bool, message: String| NodeRemoved {
         name: name.to_string(),
         id: member_id(id),

@@ -58,6 +58,11 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
         })
         .collect();
     members.sort_by(|a, b| a.name.cmp(&b.name));
+    let (membership_events, membership_waiting) = if view.is_leader {
+        agent.membership_log()
+    } else {
+        Default::default()
+    };
     Ok(Status {
         cluster_id: agent.cluster_id().to_string(),
         self_name: agent.name().to_string(),
@@ -67,6 +72,8 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
         members,
         refused_rpcs: agent.refused_rpcs(),
         quorum_lost: agent.raft().quorum_lost(),
+        membership_events,
+        membership_waiting,
     })
 }
 
@@ -83,6 +90,8 @@ pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
     {
         local.members = leader.members;
         local.leader = leader.leader;
+        local.membership_events = leader.membership_events;
+        local.membership_waiting = leader.membership_waiting;
         local.commit_index = local.commit_index.max(leader.commit_index);
     }
     Ok(local)

@@ -17,12 +17,18 @@ use crate::state::NodeId;
 pub struct Sightings {
     first_seen: HashMap<NodeId, Instant>,
     nonvoter_since: HashMap<NodeId, (Instant, u64)>,
+    /// The term this node leads in and when it first saw itself leading in it: silence is
+    /// counted from then at the earliest.
+    leading_since: Option<(u64, Instant)>,
 }
 
 impl Sightings {
     /// Brings the memory up to date with the configuration in `raft` and the tombstones.
     pub fn observe(&mut self, raft: &RaftView, removed: &BTreeSet<NodeId>) {
         let now = Instant::now();
+        if self.leading_since.is_none_or(|(term, _)| term != raft.term) {
+            self.leading_since = Some((raft.term, now));
+        }
         self.first_seen.retain(|id, _| raft.nodes.contains_key(id));
         for id in raft.nodes.keys() {
             self.first_seen.entry(*id).or_insert(now);
@@ -69,6 +75,16 @@ pub fn cluster_view(
                     informed: since.is_some_and(|(_, index)| matched.is_some_and(|m| m >= *index)),
                 }
             });
+            let reachable = *id == agent.node_id()
+                || policy::is_reachable(liveness.last_seen_ms(*id).map(Duration::from_millis));
+            let watched_for = sightings
+                .leading_since
+                .map(|(_, t)| now.duration_since(t))
+                .unwrap_or_default();
+            let silent_for = liveness
+                .last_seen_ms(*id)
+                .map(Duration::from_millis)
+                .unwrap_or(Duration::MAX);
             MemberView {
                 id: *id,
                 name: records
@@ -76,8 +92,8 @@ pub fn cluster_view(
                     .map(|r| r.name.clone())
                     .unwrap_or_else(|| node.name.clone()),
                 voter: raft.voters.contains(id),
-                reachable: *id == agent.node_id()
-                    || policy::is_reachable(liveness.last_seen_ms(*id).map(Duration::from_millis)),
+                reachable,
+                unreachable_for: (!reachable).then(|| silent_for.min(watched_for)),
                 caught_up: policy::is_caught_up(matched, raft.last_log_index),
                 in_config_for: sightings
                     .first_seen
@@ -95,5 +111,7 @@ pub fn cluster_view(
             .then(|| raft.voter_sets.last().cloned().unwrap_or_default()),
         promote_after: agent.promote_after(),
         formation: None,
+        automation: agent.automation(),
+        has_quorum: !agent.raft().quorum_lost(),
     })
 }

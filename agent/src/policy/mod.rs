@@ -1,5 +1,6 @@
 //! Membership policy as pure functions: which voters a cluster wants, who counts as reachable
-//! and caught up, whether taking voters out keeps a quorum, and the reconciler's next step.
+//! and caught up, whether taking voters out keeps a quorum, when a failed voter is replaced and
+//! a dead member cleaned up, and the reconciler's next step.
 //!
 //! Nothing here reads a clock, the network or raft: callers gather a [`ClusterView`] (see
 //! `reconcile.rs`) and carry out what [`plan`] returns. The tables in `tests.rs` pin every rule.
@@ -49,6 +50,39 @@ pub struct MemberView {
     pub in_config_for: Duration,
     /// Set when the member was removed (tombstoned) and is still in the configuration.
     pub removal: Option<RemovalView>,
+    /// How long this leader has not heard from it (`None` while reachable). Counted from the
+    /// later of its last answer and the start of this leadership, so a new leader never
+    /// judges a member by another leader's silence.
+    pub unreachable_for: Option<Duration>,
+}
+
+/// The automatic membership repairs, as the agent's flags set them (`None`: off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Automation {
+    /// `--replace-after`: a voter unreachable this long is demoted when a reachable,
+    /// caught-up nonvoter can take its place (the voter table then promotes that one).
+    pub replace_after: Option<Duration>,
+    /// `--cleanup-dead-after`: a member unreachable this long is removed as `node remove`
+    /// removes it.
+    pub cleanup_dead_after: Option<Duration>,
+    /// `--min-voters`: cleanup never leaves fewer members than this.
+    pub min_voters: usize,
+}
+
+impl Automation {
+    pub const DEFAULT_REPLACE_AFTER: Duration = Duration::from_secs(30);
+    pub const DEFAULT_CLEANUP_DEAD_AFTER: Duration = Duration::from_secs(600);
+    pub const DEFAULT_MIN_VOTERS: usize = 3;
+}
+
+impl Default for Automation {
+    fn default() -> Self {
+        Self {
+            replace_after: Some(Self::DEFAULT_REPLACE_AFTER),
+            cleanup_dead_after: Some(Self::DEFAULT_CLEANUP_DEAD_AFTER),
+            min_voters: Self::DEFAULT_MIN_VOTERS,
+        }
+    }
 }
 
 /// Where a removed member still in the configuration stands.
@@ -85,6 +119,10 @@ pub struct ClusterView {
     pub promote_after: Duration,
     /// Present while a discovery formation is in progress and its cohort could be read.
     pub formation: Option<FormationView>,
+    pub automation: Automation,
+    /// The leader heard from a majority of the voters within the quorum window. Without it
+    /// nothing is repaired: a leader cut off from the others must not judge them dead.
+    pub has_quorum: bool,
 }
 
 impl ClusterView {
@@ -117,6 +155,9 @@ pub enum Change {
     Demote(NodeId, Why),
     /// Take a removed nonvoter out of the configuration.
     Remove(NodeId),
+    /// Record a member unreachable for `--cleanup-dead-after` as removed (as `node remove`
+    /// does; the removal steps then take it out).
+    CleanUp(NodeId),
     /// The discovery cohort has formed: forget the formation and mark the record formed.
     FormationDone,
 }
@@ -132,6 +173,8 @@ pub enum Why {
     Removal,
     /// The last voter is removed; another member takes over first.
     Successor,
+    /// A voter was unreachable for `--replace-after`; a healthy nonvoter takes its place.
+    FailedVoter,
 }
 
 /// Something the reconciler is waiting for rather than changing.
@@ -141,6 +184,56 @@ pub enum Wait {
     RemovalKeepsQuorum(QuorumRefusal),
     /// The last voter is removed but no other member can take over yet.
     NoSuccessor { name: String },
+    /// The leader does not hear from a majority: no automatic change until it does.
+    NoQuorum,
+    /// A failed voter stays: no reachable, caught-up nonvoter can take its place.
+    NoReplacement { name: String },
+    /// A dead member stays: removing it would leave fewer members than `--min-voters`.
+    CleanupBelowMinVoters {
+        name: String,
+        members_after: usize,
+        min_voters: usize,
+    },
+    /// Dead members stay: as many members are unreachable as reachable, which looks more
+    /// like a network split than dead machines.
+    CleanupTooManyUnreachable { unreachable: usize, members: usize },
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wait::RemovalKeepsQuorum(why) => {
+                write!(f, "a removal waits: demoting now would lose quorum: {why}")
+            }
+            Wait::NoSuccessor { name } => write!(
+                f,
+                "{name} is removed but is the last voter, and no other member has caught up to take over"
+            ),
+            Wait::NoQuorum => write!(
+                f,
+                "automatic membership changes are paused: the leader does not hear from a majority of the voters"
+            ),
+            Wait::NoReplacement { name } => write!(
+                f,
+                "voter {name} is unreachable but stays a voter: no reachable, caught-up nonvoter can take its place (start another machine with the same user-data)"
+            ),
+            Wait::CleanupBelowMinVoters {
+                name,
+                members_after,
+                min_voters,
+            } => write!(
+                f,
+                "{name} is dead but is not cleaned up: that would leave {members_after} members, fewer than --min-voters {min_voters}; start a replacement or remove it with `muster node remove {name} --force`"
+            ),
+            Wait::CleanupTooManyUnreachable {
+                unreachable,
+                members,
+            } => write!(
+                f,
+                "dead members are not cleaned up: {unreachable} of {members} members are unreachable, which looks like a network split; remove them by hand with `muster node remove` if they are gone"
+            ),
+        }
+    }
 }
 
 /// What [`plan`] decided.
@@ -227,8 +320,14 @@ pub fn check_voters_leaving(
 /// 2. take removed members out (demote a removed voter while the voters left keep a reachable
 ///    majority, unless forced; drop a removed nonvoter once it has heard, or after the grace);
 /// 3. during formation, promote the discovery cohort together once it has caught up;
-/// 4. follow the voter table: promote the lexicographically-first eligible nonvoter, or demote
-///    the lexicographically-last voter other than the leader.
+/// 4. replace a failed voter: demote a voter unreachable for `--replace-after` when a healthy
+///    nonvoter can take its place (step 5 then promotes it);
+/// 5. follow the voter table: promote the lexicographically-first eligible nonvoter, or demote
+///    a voter other than the leader (an unreachable one first, then the lexicographically-last);
+/// 6. clean up one member unreachable for `--cleanup-dead-after`, never below `--min-voters`
+///    and never while as many members are unreachable as reachable.
+///
+/// Steps 4 and 6 happen only while the leader hears from a majority.
 pub fn plan(view: &ClusterView) -> Plan {
     if let Some(target) = &view.joint_target {
         return change(Change::FinishJoint(target.clone()));
@@ -248,10 +347,112 @@ pub fn plan(view: &ClusterView) -> Plan {
             FormationStep::Done => return self::change(Change::FormationDone),
         }
     }
+    if !view.has_quorum {
+        return Plan {
+            change: None,
+            waiting: vec![Wait::NoQuorum],
+        };
+    }
+    if let Some(change) = replacement_step(view, &mut waiting) {
+        return Plan {
+            change: Some(change),
+            waiting,
+        };
+    }
+    if let Some(change) = voter_table_step(view) {
+        return Plan {
+            change: Some(change),
+            waiting,
+        };
+    }
     Plan {
-        change: voter_table_step(view),
+        change: cleanup_step(view, &mut waiting),
         waiting,
     }
+}
+
+fn unreachable_at_least(member: &MemberView, after: Option<Duration>) -> bool {
+    match (after, member.unreachable_for) {
+        (Some(after), Some(down)) => !member.reachable && down >= after,
+        _ => false,
+    }
+}
+
+/// A nonvoter that may become a voter now.
+fn promotable(view: &ClusterView, m: &MemberView) -> bool {
+    !m.voter
+        && m.removal.is_none()
+        && m.in_config_for >= view.promote_after
+        // A nonvoter that is down would stay "caught up" on an idle cluster; voting it in
+        // would make the quorum wait for it.
+        && m.caught_up
+        && m.reachable
+}
+
+fn replacement_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Option<Change> {
+    let mut failed: Vec<&MemberView> = view
+        .members
+        .iter()
+        .filter(|m| m.voter && m.id != view.leader)
+        .filter(|m| unreachable_at_least(m, view.automation.replace_after))
+        .collect();
+    // The longest-silent first; names break ties so every leader picks the same one.
+    failed.sort_by(|a, b| {
+        b.unreachable_for
+            .cmp(&a.unreachable_for)
+            .then(a.name.cmp(&b.name))
+    });
+    let victim = failed.first()?;
+    if !view.members.iter().any(|m| promotable(view, m)) {
+        waiting.push(Wait::NoReplacement {
+            name: victim.name.clone(),
+        });
+        return None;
+    }
+    // Demoting an unreachable voter never costs reachable votes, but the joint configuration
+    // of the change still needs a reachable majority of the voters before and after.
+    check_voters_leaving(view, &BTreeSet::from([victim.id]), &victim.name).ok()?;
+    Some(Change::Demote(victim.id, Why::FailedVoter))
+}
+
+fn cleanup_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Option<Change> {
+    let after = view.automation.cleanup_dead_after?;
+    let mut dead: Vec<&MemberView> = view
+        .members
+        .iter()
+        .filter(|m| m.id != view.leader && m.removal.is_none())
+        .filter(|m| unreachable_at_least(m, Some(after)))
+        .collect();
+    // Nonvoters first (they cost no vote), then the longest-silent, then by name.
+    dead.sort_by(|a, b| {
+        a.voter
+            .cmp(&b.voter)
+            .then(b.unreachable_for.cmp(&a.unreachable_for))
+            .then(a.name.cmp(&b.name))
+    });
+    let victim = dead.first()?;
+    let members = view.members.len();
+    let unreachable = view.members.iter().filter(|m| !m.reachable).count();
+    if unreachable * 2 >= members {
+        waiting.push(Wait::CleanupTooManyUnreachable {
+            unreachable,
+            members,
+        });
+        return None;
+    }
+    let members_after = members - 1;
+    if members_after < view.automation.min_voters {
+        waiting.push(Wait::CleanupBelowMinVoters {
+            name: victim.name.clone(),
+            members_after,
+            min_voters: view.automation.min_voters,
+        });
+        return None;
+    }
+    if victim.voter {
+        check_voters_leaving(view, &BTreeSet::from([victim.id]), &victim.name).ok()?;
+    }
+    Some(Change::CleanUp(victim.id))
 }
 
 fn change(c: Change) -> Plan {
@@ -359,10 +560,7 @@ fn voter_table_step(view: &ClusterView) -> Option<Change> {
         let mut eligible: Vec<&MemberView> = view
             .members
             .iter()
-            .filter(|m| !m.voter && m.in_config_for >= view.promote_after)
-            // A nonvoter that is down would stay "caught up" on an idle cluster; voting it in
-            // would make the quorum wait for it.
-            .filter(|m| m.caught_up && m.reachable)
+            .filter(|m| promotable(view, m))
             .collect();
         eligible.sort_by(|a, b| a.name.cmp(&b.name));
         return eligible
@@ -375,7 +573,13 @@ fn voter_table_step(view: &ClusterView) -> Option<Change> {
             .iter()
             .filter(|m| m.voter && m.id != view.leader)
             .collect();
-        demotable.sort_by(|a, b| a.name.cmp(&b.name));
+        // Reachable ones last, so an unreachable voter goes first.
+        demotable.sort_by(|a, b| {
+            a.reachable
+                .cmp(&b.reachable)
+                .reverse()
+                .then(a.name.cmp(&b.name))
+        });
         return demotable
             .last()
             .map(|m| Change::Demote(m.id, Why::VoterTable));

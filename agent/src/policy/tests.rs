@@ -18,7 +18,15 @@ fn m(id: NodeId, voter: bool) -> MemberView {
         caught_up: true,
         in_config_for: Duration::from_secs(10),
         removal: None,
+        unreachable_for: None,
     }
+}
+
+/// Unreachable for `secs` seconds.
+fn dead_for(mut member: MemberView, secs: u64) -> MemberView {
+    member.reachable = false;
+    member.unreachable_for = Some(Duration::from_secs(secs));
+    member
 }
 
 fn down(mut member: MemberView) -> MemberView {
@@ -62,6 +70,12 @@ fn view(members: Vec<MemberView>) -> ClusterView {
         joint_target: None,
         promote_after: Duration::from_secs(3),
         formation: None,
+        automation: Automation {
+            replace_after: Some(Duration::from_secs(30)),
+            cleanup_dead_after: Some(Duration::from_secs(600)),
+            min_voters: 3,
+        },
+        has_quorum: true,
     }
 }
 
@@ -440,4 +454,232 @@ fn a_registrant_removed_during_formation_counts_as_present_but_never_votes() {
     v.formation = Some(f);
     // 2 left in the cohort want 1 voter: nothing to promote, so formation is done.
     assert_eq!(plan(&v).change, Some(Change::FormationDone));
+}
+
+/// Failed-voter replacement and dead-member cleanup (`--replace-after 30s`,
+/// `--cleanup-dead-after 10m`, `--min-voters 3`): (what the case pins, members, change, waits).
+#[test]
+fn replacement_and_cleanup_steps() {
+    let demote = |id, why| Some(Change::Demote(id, why));
+    type Case = (&'static str, Vec<MemberView>, Option<Change>, Vec<Wait>);
+    let cases: Vec<Case> = vec![
+        (
+            "a voter silent for 30 s is demoted when a healthy nonvoter can take its place",
+            vec![
+                m(1, true),
+                m(2, true),
+                dead_for(m(3, true), 30),
+                m(4, false),
+            ],
+            demote(3, Why::FailedVoter),
+            vec![],
+        ),
+        (
+            "a voter silent for 29 s stays",
+            vec![
+                m(1, true),
+                m(2, true),
+                dead_for(m(3, true), 29),
+                m(4, false),
+            ],
+            None,
+            vec![],
+        ),
+        (
+            "no healthy nonvoter: the failed voter stays and the wait says so",
+            vec![
+                m(1, true),
+                m(2, true),
+                dead_for(m(3, true), 40),
+                lagging(m(4, false)),
+            ],
+            None,
+            vec![Wait::NoReplacement { name: "n3".into() }],
+        ),
+        (
+            "a nonvoter newer than --promote-after is no replacement yet",
+            vec![
+                m(1, true),
+                m(2, true),
+                dead_for(m(3, true), 40),
+                new_for(m(4, false), 1),
+            ],
+            None,
+            vec![Wait::NoReplacement { name: "n3".into() }],
+        ),
+        (
+            "the longest-silent voter goes first",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                dead_for(m(4, true), 40),
+                dead_for(m(5, true), 90),
+                m(6, false),
+                m(7, false),
+            ],
+            demote(5, Why::FailedVoter),
+            vec![],
+        ),
+        (
+            "a demoted failed voter makes room: the voter table promotes the nonvoter",
+            vec![
+                m(1, true),
+                m(2, true),
+                dead_for(m(3, false), 31),
+                m(4, false),
+            ],
+            promote(4, Why::VoterTable),
+            vec![],
+        ),
+        (
+            "two of three voters dead: demoting one would leave no reachable majority",
+            vec![
+                m(1, true),
+                dead_for(m(2, true), 60),
+                dead_for(m(3, true), 60),
+                m(4, false),
+            ],
+            None,
+            vec![],
+        ),
+        (
+            "a member silent for --cleanup-dead-after is cleaned up",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                dead_for(m(4, false), 600),
+            ],
+            Some(Change::CleanUp(4)),
+            vec![],
+        ),
+        (
+            "cleanup takes a dead nonvoter before a dead voter",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                m(4, true),
+                dead_for(named(m(5, true), "a-voter"), 900),
+                dead_for(m(6, false), 600),
+            ],
+            Some(Change::CleanUp(6)),
+            vec![Wait::NoReplacement {
+                name: "a-voter".into(),
+            }],
+        ),
+        (
+            "cleanup never leaves fewer members than --min-voters",
+            vec![m(1, true), m(2, true), dead_for(m(3, true), 900)],
+            None,
+            vec![
+                Wait::NoReplacement { name: "n3".into() },
+                Wait::CleanupBelowMinVoters {
+                    name: "n3".into(),
+                    members_after: 2,
+                    min_voters: 3,
+                },
+            ],
+        ),
+        (
+            "as many unreachable as reachable looks like a split: nothing is cleaned up",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                dead_for(m(4, false), 900),
+                dead_for(m(5, false), 900),
+                down(m(6, false)),
+            ],
+            None,
+            vec![Wait::CleanupTooManyUnreachable {
+                unreachable: 3,
+                members: 6,
+            }],
+        ),
+        (
+            "a removal in progress goes first; cleanup waits for it",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                removed(m(4, false), false, Some(100), false),
+                dead_for(m(5, false), 900),
+            ],
+            None,
+            vec![],
+        ),
+        (
+            "the voter table demotes an unreachable voter before a reachable one",
+            vec![m(1, true), m(2, true), down(m(3, true)), m(4, true)],
+            demote(3, Why::VoterTable),
+            vec![],
+        ),
+    ];
+    for (what, members, want, waits) in cases {
+        let p = plan(&view(members));
+        assert_eq!(p.change, want, "{what}");
+        assert_eq!(p.waiting, waits, "{what}");
+    }
+}
+
+#[test]
+fn nothing_is_repaired_or_cleaned_without_quorum_and_either_repair_can_be_off() {
+    let members = vec![
+        m(1, true),
+        m(2, true),
+        dead_for(m(3, true), 9_999),
+        m(4, false),
+    ];
+    let mut v = view(members.clone());
+    v.has_quorum = false;
+    let p = plan(&v);
+    assert_eq!(p.change, None);
+    assert_eq!(p.waiting, vec![Wait::NoQuorum]);
+
+    assert_eq!(
+        plan(&view(members.clone())).change,
+        Some(Change::Demote(3, Why::FailedVoter))
+    );
+    let mut v = view(members.clone());
+    v.automation.replace_after = None;
+    // With replacement off, the dead voter is cleaned up instead (the voter table then
+    // promotes a nonvoter once it is gone).
+    assert_eq!(plan(&v).change, Some(Change::CleanUp(3)));
+
+    let mut v = view(members);
+    v.automation.replace_after = None;
+    v.automation.cleanup_dead_after = None;
+    assert_eq!(plan(&v).change, None);
+}
+
+#[test]
+fn every_wait_reads_as_a_sentence_with_what_to_do() {
+    let waits = [
+        Wait::NoQuorum,
+        Wait::NoReplacement { name: "n3".into() },
+        Wait::CleanupBelowMinVoters {
+            name: "n3".into(),
+            members_after: 2,
+            min_voters: 3,
+        },
+        Wait::CleanupTooManyUnreachable {
+            unreachable: 3,
+            members: 6,
+        },
+    ];
+    for wait in waits {
+        let text = wait.to_string();
+        assert!(text.len() > 40 && !text.contains("Wait"), "{text}");
+    }
+    assert!(
+        Wait::CleanupBelowMinVoters {
+            name: "n3".into(),
+            members_after: 2,
+            min_voters: 3
+        }
+        .to_string()
+        .contains("muster node remove n3 --force")
+    );
 }

@@ -21,6 +21,7 @@ fn config() -> AgentConfig {
         heartbeat: Duration::from_millis(50),
         election_timeout: Duration::from_millis(200),
         promote_after: Duration::from_secs(3),
+        automation: crate::policy::Automation::default(),
         init: false,
         initial_cluster: Vec::new(),
         join_secret: None,

@@ -1,0 +1,366 @@
+//! An autoscaling group replacing machines, with real `muster agent` processes on loopback:
+//! failed voters replaced by healthy nonvoters after `--replace-after`, dead members cleaned up
+//! after `--cleanup-dead-after`, a cleaned-up machine refused when it comes back, writes going
+//! on throughout, and no cleanup that would break quorum or go below `--min-voters`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use muster_tests::{AgentProc, Discovery, OperatorApi, voter_target, wait_for, wait_formed};
+
+const FORM: Duration = Duration::from_secs(60);
+/// Short repair timings, so the test sees every step within seconds.
+const REPLACE_AFTER: Duration = Duration::from_secs(4);
+const CLEANUP_AFTER: Duration = Duration::from_secs(14);
+
+fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
+    agents.iter().collect()
+}
+
+/// The members the leader reports, as (name, voter, reachable).
+fn members(status: &serde_json::Value) -> Vec<(String, bool, bool)> {
+    status["members"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .map(|m| {
+                    (
+                        m["name"].as_str().unwrap_or_default().to_string(),
+                        m["suffrage"] == "voter",
+                        m["reachable"] == true,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The status of the first agent in `alive` that answers with a leader's view (members with
+/// reachability).
+async fn leader_view(alive: &[&AgentProc]) -> Option<serde_json::Value> {
+    for a in alive {
+        if let Some(s) = a.status().await
+            && s["leader"].is_string()
+            && s["members"][0]["reachable"].is_boolean()
+        {
+            return Some(s);
+        }
+    }
+    None
+}
+
+/// Writes a key every 100 ms through any live member; remembers the longest stretch without an
+/// acknowledged write.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(u64, Duration)>,
+}
+
+impl Writer {
+    fn start(api: OperatorApi, addrs: Arc<std::sync::Mutex<Vec<String>>>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut acked, mut last_ack, mut longest) = (0u64, Instant::now(), Duration::ZERO);
+            let mut i = 0usize;
+            while !flag.load(Ordering::Relaxed) {
+                let list = addrs.lock().map(|l| l.clone()).unwrap_or_default();
+                if !list.is_empty() {
+                    let addr = &list[i % list.len()];
+                    i += 1;
+                    if let Ok(r) = api.put(addr, &format!("w/{i}"), "v").await
+                        && r.ok()
+                    {
+                        acked += 1;
+                        longest = longest.max(last_ack.elapsed());
+                        last_ack = Instant::now();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (acked, longest.max(last_ack.elapsed()))
+        });
+        Self { stop, task }
+    }
+
+    async fn finish(self) -> (u64, Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("writer")
+    }
+}
+
+#[tokio::test]
+async fn failed_voters_are_replaced_and_dead_members_cleaned_up_while_writes_go_on() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("url");
+    let replace = format!("{}s", REPLACE_AFTER.as_secs());
+    let cleanup = format!("{}s", CLEANUP_AFTER.as_secs());
+    // The launch template: the same flags on every machine.
+    let start = |name: &str, token: Option<&str>| {
+        let mut args = vec![
+            "--discovery",
+            &url,
+            "--promote-after",
+            "1s",
+            "--replace-after",
+            &replace,
+            "--cleanup-dead-after",
+            &cleanup,
+        ];
+        if let Some(t) = token {
+            args.extend(["--token", t]);
+        }
+        AgentProc::start(tmp.path(), name, &args).expect("start")
+    };
+    let mut agents: Vec<AgentProc> = (1..=3).map(|i| start(&format!("asg{i}"), None)).collect();
+    wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    let operator = AgentProc::operator_token_of(&agents)
+        .await
+        .expect("operator token");
+    let group = agents[0]
+        .create_token(&["--uses", "20", "--ttl", "1h", "--description", "asg"])
+        .await
+        .expect("group token");
+    for i in 4..=6 {
+        agents.push(start(&format!("asg{i}"), Some(&group)));
+    }
+    wait_formed(&refs(&agents), 6, FORM)
+        .await
+        .expect("6 members");
+    // 6 members: 5 voters and one nonvoter, all reachable.
+    let settled = wait_for("5 voters of 6 members", FORM, || async {
+        let s = leader_view(&refs(&agents)).await?;
+        let m = members(&s);
+        (m.len() == 6 && m.iter().filter(|x| x.1).count() == voter_target(6)).then_some(s)
+    })
+    .await
+    .expect("settled");
+    let leader = settled["leader"].as_str().expect("leader").to_string();
+
+    let addrs = Arc::new(std::sync::Mutex::new(
+        agents.iter().map(|a| a.addr.clone()).collect::<Vec<_>>(),
+    ));
+    let api = OperatorApi::new(&operator, Duration::from_secs(5)).expect("client");
+    let writer = Writer::start(api, addrs.clone());
+
+    // Kill -9 the leader and one other voter.
+    let voters: Vec<String> = members(&settled)
+        .into_iter()
+        .filter(|m| m.1)
+        .map(|m| m.0)
+        .collect();
+    let other = voters
+        .iter()
+        .find(|n| **n != leader)
+        .expect("another voter")
+        .clone();
+    let dead = [leader.clone(), other.clone()];
+    for a in agents.iter_mut().filter(|a| dead.contains(&a.name)) {
+        a.kill9().await.expect("kill");
+    }
+    if let Ok(mut list) = addrs.lock() {
+        let gone: Vec<String> = agents
+            .iter()
+            .filter(|a| dead.contains(&a.name))
+            .map(|a| a.addr.clone())
+            .collect();
+        list.retain(|a| !gone.contains(a));
+    }
+    let killed_at = Instant::now();
+    let alive = |agents: &[AgentProc]| -> Vec<String> {
+        agents
+            .iter()
+            .filter(|a| !dead.contains(&a.name))
+            .map(|a| a.name.clone())
+            .collect()
+    };
+    // The autoscaling group starts two replacements with the same template.
+    for i in 7..=8 {
+        let a = start(&format!("asg{i}"), Some(&group));
+        if let Ok(mut list) = addrs.lock() {
+            list.push(a.addr.clone());
+        }
+        agents.push(a);
+    }
+    let live_names = alive(&agents);
+    let live: Vec<&AgentProc> = agents
+        .iter()
+        .filter(|a| live_names.contains(&a.name))
+        .collect();
+
+    // Within --replace-after + 10 s: no dead voter left, and a full complement of reachable
+    // voters for the members that are alive.
+    let replaced = wait_for(
+        "every voter reachable again",
+        REPLACE_AFTER + Duration::from_secs(10),
+        || async {
+            let s = leader_view(&live).await?;
+            let m = members(&s);
+            let voters: Vec<_> = m.iter().filter(|x| x.1).collect();
+            (voters.iter().all(|v| v.2) && voters.len() >= voter_target(live_names.len()))
+                .then_some(s)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n{}",
+            live.iter()
+                .map(|a| a.last_log())
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    });
+    assert!(
+        killed_at.elapsed() >= REPLACE_AFTER,
+        "a voter was replaced before --replace-after: {replaced}"
+    );
+    let events = replaced["membership_events"].to_string();
+    assert!(
+        events.contains("--replace-after"),
+        "the replacement is an event with its cause: {replaced}"
+    );
+
+    // After --cleanup-dead-after: the dead are gone, every member is reachable, and the voter
+    // table holds for the members left.
+    let cleaned = wait_for(
+        "the dead members removed",
+        CLEANUP_AFTER + Duration::from_secs(20),
+        || async {
+            let s = leader_view(&live).await?;
+            let m = members(&s);
+            let names: Vec<&String> = m.iter().map(|x| &x.0).collect();
+            (m.len() == live_names.len()
+                && !dead.iter().any(|d| names.contains(&d))
+                && m.iter().all(|x| x.2)
+                && m.iter().filter(|x| x.1).count() == voter_target(m.len()))
+            .then_some(s)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n{}",
+            live.iter()
+                .map(|a| a.last_log())
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    });
+    assert!(
+        killed_at.elapsed() >= CLEANUP_AFTER,
+        "a member was cleaned up before --cleanup-dead-after: {cleaned}"
+    );
+    let events = cleaned["membership_events"].to_string();
+    for name in &dead {
+        assert!(
+            events.contains(&format!("removed {name}")) && events.contains("--cleanup-dead-after"),
+            "{name}'s cleanup is an event with its cause: {cleaned}"
+        );
+    }
+
+    let (acked, longest_gap) = writer.finish().await;
+    assert!(acked > 50, "only {acked} writes were acknowledged");
+    // One election (200–400 ms here, plus the pacemaker's quorum window) and a retry: writes
+    // must never stop for long while voters are replaced and members removed.
+    assert!(
+        longest_gap < Duration::from_secs(5),
+        "writes stopped for {longest_gap:?}"
+    );
+
+    // A cleaned-up machine that comes back is refused and stops.
+    let back = agents
+        .iter_mut()
+        .find(|a| a.name == other)
+        .expect("the dead follower");
+    back.restart().expect("restart");
+    let code = back
+        .wait_exit(FORM)
+        .await
+        .expect("the removed member stops");
+    assert!(
+        back.log().contains("removed from cluster"),
+        "exit {code:?}: {}",
+        back.last_log()
+    );
+}
+
+#[tokio::test]
+async fn cleanup_never_breaks_quorum_or_goes_below_min_voters_and_status_says_why() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("url");
+    let mut agents: Vec<AgentProc> = (1..=3)
+        .map(|i| {
+            AgentProc::start(
+                tmp.path(),
+                &format!("q{i}"),
+                &[
+                    "--discovery",
+                    &url,
+                    "--replace-after",
+                    "2s",
+                    "--cleanup-dead-after",
+                    "3s",
+                ],
+            )
+            .expect("start")
+        })
+        .collect();
+    let cluster = wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    let s = leader_view(&refs(&agents)).await.expect("status");
+    let leader = s["leader"].as_str().expect("leader").to_string();
+    let followers: Vec<usize> = (0..3).filter(|i| agents[*i].name != leader).collect();
+    let li = (0..3)
+        .find(|i| agents[*i].name == leader)
+        .expect("leader index");
+
+    // One follower dead: removing it would leave 2 members, fewer than --min-voters 3.
+    agents[followers[0]].kill9().await.expect("kill");
+    let said = wait_for("status to say why cleanup waits", FORM, || async {
+        let s = agents[li].status().await?;
+        let waiting = s["membership_waiting"].to_string();
+        waiting.contains("--min-voters 3").then_some(s)
+    })
+    .await
+    .expect("min-voters wait");
+    assert_eq!(members(&said).len(), 3, "{said}");
+    let (code, out, _) = agents[li].cli(&["status"]).await.expect("status");
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("waiting:") && out.contains("fewer than --min-voters 3"),
+        "{out}"
+    );
+
+    // Two dead: the leader has no quorum, so nothing is repaired, and status says so.
+    agents[followers[1]].kill9().await.expect("kill");
+    wait_for("status to say repairs are paused", FORM, || async {
+        let s = agents[li].status().await?;
+        let paused = s["membership_waiting"]
+            .to_string()
+            .contains("does not hear from a majority");
+        (paused && s["quorum_lost"] == true).then_some(())
+    })
+    .await
+    .expect("paused");
+
+    // Both come back: the same three members, nothing was removed.
+    for i in &followers {
+        agents[*i].restart().expect("restart");
+    }
+    let after = wait_formed(&refs(&agents), 3, FORM).await.expect("back");
+    assert_eq!(after, cluster, "the same cluster");
+    let s = wait_for("all three reachable", FORM, || async {
+        let s = leader_view(&refs(&agents)).await?;
+        let m = members(&s);
+        (m.len() == 3 && m.iter().all(|x| x.1 && x.2)).then_some(s)
+    })
+    .await
+    .expect("healthy");
+    assert!(
+        !s["membership_events"].to_string().contains("removed"),
+        "{s}"
+    );
+}
