@@ -185,6 +185,10 @@ impl RunningNode {
                 })
             }
             Stop::Fatal(why) => {
+                tracing::error!(error = %why, "raft has stopped; stopping the agent");
+                // The writes that met the failure are answered `internal` before the process
+                // goes, rather than seeing their connections reset.
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 self.stop().await;
                 Err(AgentError::failed(format!(
                     "raft has stopped: {why}; check the disk (dmesg), then restart the agent"

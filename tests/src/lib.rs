@@ -935,6 +935,8 @@ pub struct AgentProc {
     args: Vec<String>,
     /// `RUST_LOG` for the process; `None` leaves the agent's own default.
     log_filter: Option<String>,
+    /// Extra environment for every start (e.g. `LD_PRELOAD` of libfaketime).
+    env: Vec<(String, String)>,
 }
 
 impl AgentProc {
@@ -968,6 +970,7 @@ impl AgentProc {
             logs: Logs::new(root, name),
             args: all,
             log_filter: log_filter.map(String::from),
+            env: Vec::new(),
         };
         a.spawn()?;
         Ok(a)
@@ -985,6 +988,26 @@ impl AgentProc {
         name: &str,
         command: &[&str],
         extra: &[&str],
+    ) -> Result<Self> {
+        Self::start_command_with_env(root, name, command, extra, &[])
+    }
+
+    /// [`AgentProc::start`] with extra environment variables, kept for restarts.
+    pub fn start_with_env(
+        root: &Path,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
+        Self::start_command_with_env(root, name, &["agent"], extra, env)
+    }
+
+    fn start_command_with_env(
+        root: &Path,
+        name: &str,
+        command: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
     ) -> Result<Self> {
         let addr = format!("127.0.0.1:{}", free_port());
         let data_dir = root.join(name);
@@ -1011,6 +1034,10 @@ impl AgentProc {
             logs: Logs::new(root, name),
             args,
             log_filter: Some("info,openraft=error".into()),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         a.spawn()?;
         Ok(a)
@@ -1042,6 +1069,7 @@ impl AgentProc {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),
         };
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
         let child = command
             .args(&self.args)
             .stdin(Stdio::null())
@@ -1064,6 +1092,12 @@ impl AgentProc {
         if let Some(i) = self.args.iter().position(|a| a == "--discovery") {
             self.args.drain(i..i + 2);
         }
+        self.spawn()
+    }
+
+    /// Starts the same agent again without `--init` (a restart of the member it created).
+    pub fn restart_without_init(&mut self) -> Result<()> {
+        self.args.retain(|a| a != "--init");
         self.spawn()
     }
 

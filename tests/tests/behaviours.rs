@@ -341,3 +341,54 @@ async fn a_registrant_killed_before_it_was_admitted_joins_after_a_restart() {
             .expect("json");
     assert_eq!(record["cluster_id"], cluster.as_str());
 }
+
+#[tokio::test]
+async fn an_initiator_killed_mid_formation_finishes_it_after_a_restart() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("url");
+    let start =
+        |name: &str| AgentProc::start(tmp.path(), name, &["--discovery", &url]).expect("start");
+    // First crash: as soon as the initiator has written its cluster file, whether or not the
+    // bootstrap record is out yet.
+    let mut r1 = start("r1");
+    let cluster_file = r1.data_dir.join("cluster.json");
+    wait_for("r1 to create its cluster", FORM, || async {
+        cluster_file.exists().then_some(())
+    })
+    .await
+    .expect("cluster.json");
+    r1.kill9().await.expect("kill -9 r1");
+    let created = std::fs::read_to_string(&cluster_file).expect("read cluster.json");
+    r1.restart().expect("restart r1");
+    // Second crash: with a registrant admitted as nonvoter and the formation half done (r1 is
+    // the only voter, and the leader).
+    let r2 = start("r2");
+    wait_for("r2 admitted", FORM, || async {
+        r2.data_dir.join("cluster.json").exists().then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}\n{}", r1.last_log(), r2.last_log()));
+    r1.kill9().await.expect("kill -9 r1 again");
+    r1.restart().expect("restart r1 again");
+    let r3 = start("r3");
+    let cluster = wait_formed(&[&r1, &r2, &r3], 3, FORM)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}\n{}\n{}", r1.log(), r2.last_log(), r3.last_log()));
+    // One cluster: the one r1 created before its first crash, named by the record, with
+    // exactly three registrations.
+    assert!(created.contains(&cluster), "{created} vs {cluster}");
+    let record = get(&format!("{url}/_muster/record")).await.expect("record");
+    let record: Value =
+        serde_json::from_str(record.json()["node"]["value"].as_str().unwrap_or("{}"))
+            .expect("json");
+    assert_eq!(record["cluster_id"], cluster.as_str());
+    assert_eq!(
+        registered(&url).await.as_deref(),
+        Some(&["r1".to_string(), "r2".into(), "r3".into()][..])
+    );
+    let (code, _, err) = r3.cli(&["kv", "put", "formed", "yes"]).await.expect("put");
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = r1.cli(&["kv", "get", "formed"]).await.expect("get");
+    assert_eq!((code, out.trim()), (0, "yes"), "{err}");
+}

@@ -203,6 +203,8 @@ async fn huge_and_odd_bodies_are_refused() {
     .await
     .expect("put");
     assert_json_error("70 KiB body", &r, 413);
+    // A token path answers in etcd's shape.
+    assert!(r.json()["errorCode"].is_u64(), "{}", r.body);
     let r = raw(
         "POST",
         &format!("{}/new", d.base),
@@ -212,6 +214,7 @@ async fn huge_and_odd_bodies_are_refused() {
     .await
     .expect("post");
     assert_json_error("70 KiB /new body", &r, 413);
+    assert_eq!(r.json()["kind"], "payload_too_large", "{}", r.body);
     let r = raw(
         "PUT",
         &format!("{url}/ab?prevExist=false"),

@@ -30,6 +30,8 @@ const RAFT_POSTS: [&str; 5] = [
     "/raft/client",
 ];
 const MEMBER_CHECK: &str = "/raft/member";
+/// The join-secret hello (unauthenticated: a joiner asks a member to prove the secret).
+const SECRET_HELLO: &str = "/v1/join/hello";
 
 /// Asserts an error answer: its status, its JSON `kind`, and a phrase of its message.
 #[track_caller]
@@ -1055,4 +1057,84 @@ async fn unknown_paths_and_methods_get_json_errors() {
         wrong.join("\n")
     );
     assert!(!u1.log().contains("panicked"));
+}
+
+/// Finds `name`'s member id in `leader`'s status.
+async fn member_id_of(leader: &AgentProc, name: &str) -> Option<String> {
+    let s = leader.status().await?;
+    s["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)
+        .and_then(|m| m["id"].as_str())
+        .map(String::from)
+}
+
+#[tokio::test]
+async fn a_member_that_has_not_replicated_the_ca_answers_cluster_uninitialized() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (k1, _) = one_node(&d, tmp.path(), "k1").await;
+    let token = k1.create_token(&[]).await.expect("token");
+    // The joiner listens on one port but advertises another that nobody serves: it is admitted
+    // (it asks the leader), but the leader can never replicate to it, so it never applies the
+    // cluster's CA. It still serves the open join routes on its listen port.
+    let listen = format!("127.0.0.1:{}", muster_tests::free_port());
+    let advertised = format!("127.0.0.1:{}", muster_tests::free_port());
+    let joiner = AgentProc::start_bare(
+        tmp.path(),
+        "lagging",
+        &listen,
+        &[
+            "--join",
+            &k1.addr,
+            "--token",
+            &token,
+            "--listen",
+            &listen,
+            "--advertise",
+            &advertised,
+        ],
+        None,
+    )
+    .expect("start joiner");
+    let id = wait_for("the joiner admitted", FORM, || member_id_of(&k1, "lagging"))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", joiner.log()));
+    let k1_target = Target::of(&k1).await.expect("k1");
+    let target = Target {
+        name: "lagging".into(),
+        node_id: u64::from_str_radix(&id, 16).expect("id"),
+        cluster_id: k1_target.cluster_id.clone(),
+        addr: listen.clone(),
+    };
+    let api = PeerApi::new(
+        &target,
+        &Credential::no_certificate(&k1.data_dir).expect("pin"),
+    )
+    .expect("client");
+    let hello = json!({ "secret_id": "0123456789abcdef", "nonce": "ab".repeat(16) });
+    let reply = wait_for("the joiner to serve", FORM, || async {
+        api.post_json(SECRET_HELLO, &hello).await.ok()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", joiner.log()));
+    assert_refused(
+        "a hello to a member without the CA",
+        &reply,
+        503,
+        "cluster_uninitialized",
+        "still creating its cluster",
+    );
+    // Control: the same hello to k1, which has the CA, is answered on the merits.
+    let api = PeerApi::new(
+        &k1_target,
+        &Credential::no_certificate(&k1.data_dir).expect("pin"),
+    )
+    .expect("client");
+    let reply = api
+        .post_json(SECRET_HELLO, &hello)
+        .await
+        .expect("hello to k1");
+    assert_eq!(reply.status_kind(), (404, Some("not_found")), "{reply}");
 }

@@ -238,7 +238,7 @@ pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, A
             "a hello carries the join secret's 16-hex id and a nonce of 32 to 128 hex digits",
         ));
     }
-    let now = now_ms();
+    let now = super::cluster_now(agent)?;
     let (initialized, record) = agent.raft().read_local(|s| {
         (
             s.ca.is_some(),
@@ -321,7 +321,7 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
     let id = parse_member_id(&join.node_id)
         .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
     precheck_token(agent, &join.token_id, &join.secret_sha256)?;
-    let now = now_ms();
+    let now = super::cluster_now(agent)?;
     let record = NodeRecord {
         name: join.name.clone(),
         addr: join.addr.clone(),

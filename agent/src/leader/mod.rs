@@ -30,6 +30,7 @@ pub use view::{Sightings, cluster_view};
 use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::join::JoinRequest;
+use crate::clock::now_ms;
 use crate::state::Request;
 use crate::state::scope::{self, Access};
 
@@ -302,4 +303,12 @@ fn json(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
 /// Reads a typed answer back from the JSON an operation returned (possibly from the leader).
 pub fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| ApiError::internal(format!("unexpected answer: {e}")))
+}
+
+/// The time token expiry is judged on: this node's wall clock, but never behind the latest
+/// reading the cluster has committed (`ClusterState::wall_clock_ms`), so a leader whose clock
+/// lags does not revive tokens an earlier leader saw expire.
+fn cluster_now(agent: &Agent) -> Result<u64, ApiError> {
+    let committed = agent.raft().read_local(|s| s.wall_clock_ms)?;
+    Ok(now_ms().max(committed))
 }

@@ -176,7 +176,7 @@ pub async fn issue_operator_token(
 /// Leader: records a join token.
 pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInfo, ApiError> {
     create.check(true)?;
-    let now = now_ms();
+    let now = super::cluster_now(agent)?;
     let live = agent.raft().read_local(|s| {
         s.join_tokens
             .values()
@@ -216,7 +216,7 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
 
 /// Leader: every join token the cluster still remembers, newest first.
 pub async fn list_join(agent: &Agent) -> Result<Vec<JoinTokenInfo>, ApiError> {
-    let now = now_ms();
+    let now = super::cluster_now(agent)?;
     let mut list = agent
         .raft()
         .read_linearizable(|s| {
@@ -236,11 +236,11 @@ pub async fn revoke_join(agent: &Agent, id: &str) -> Result<JoinTokenInfo, ApiEr
         .raft()
         .write(Request::RevokeJoinToken {
             id: id.to_string(),
-            now_ms: now_ms(),
+            now_ms: super::cluster_now(agent)?,
         })
         .await?;
     tracing::info!(token = %id, "join token revoked");
-    let now = now_ms();
+    let now = super::cluster_now(agent)?;
     agent
         .raft()
         .read_local(|s| s.join_tokens.get(id).map(|t| join_info(id, t, now)))?
@@ -308,7 +308,7 @@ pub async fn revoke_operator(agent: &Agent, id: &str) -> Result<OperatorTokenInf
         .raft()
         .write(Request::RevokeOperatorToken {
             id: id.to_string(),
-            now_ms: now_ms(),
+            now_ms: super::cluster_now(agent)?,
         })
         .await?;
     tracing::info!(token = %id, "operator token revoked");

@@ -70,6 +70,11 @@ pub struct ClusterState {
     /// Leases and the clock they are judged on.
     #[serde(default)]
     pub leases: lease::Leases,
+    /// The latest leader wall-clock reading any applied entry carried (token times). Token
+    /// expiry is judged on `max(the entry's reading, this)`, so a new leader whose clock lags
+    /// cannot bring an expired token back once a later reading has been committed.
+    #[serde(default)]
+    pub wall_clock_ms: u64,
 }
 
 /// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
@@ -120,6 +125,19 @@ impl FormationRecord {
 }
 
 impl ClusterState {
+    /// The cluster's time for an entry carrying this leader reading: never behind a reading
+    /// committed before.
+    fn wall_clock_at(&self, reading: u64) -> u64 {
+        self.wall_clock_ms.max(reading)
+    }
+
+    /// Moves the replicated wall clock forward to `reading` (never back); called by entries
+    /// that change the state (a refusal changes nothing, the clock included).
+    fn observe_wall_clock(&mut self, reading: u64) -> u64 {
+        self.wall_clock_ms = self.wall_clock_at(reading);
+        self.wall_clock_ms
+    }
+
     /// Applies one command. Pure and deterministic: the same commands give the same state on
     /// every node.
     pub fn apply(&mut self, request: &Request) -> Response {
@@ -195,21 +213,27 @@ impl ClusterState {
                 now_ms,
                 id,
                 node,
-            } => match self.check_admission(token_id, secret_sha256, *now_ms, *id, node) {
-                Err(refused) => Response::refusal(refused),
-                Ok(Admission::AlreadyMember) => Response::default(),
-                Ok(Admission::New) => {
-                    if let Some(token) = self.join_tokens.get_mut(token_id) {
-                        if !token.unlimited() {
-                            token.uses_left -= 1;
+            } => {
+                // Judged on the cluster's clock, not only this entry's reading: see
+                // `wall_clock_ms`.
+                let now = self.wall_clock_at(*now_ms);
+                match self.check_admission(token_id, secret_sha256, now, *id, node) {
+                    Err(refused) => Response::refusal(refused),
+                    Ok(Admission::AlreadyMember) => Response::default(),
+                    Ok(Admission::New) => {
+                        self.observe_wall_clock(now);
+                        if let Some(token) = self.join_tokens.get_mut(token_id) {
+                            if !token.unlimited() {
+                                token.uses_left -= 1;
+                            }
+                            token.consumed_ms = Some(now);
+                            token.last_used_by = Some(node.name.clone());
                         }
-                        token.consumed_ms = Some(*now_ms);
-                        token.last_used_by = Some(node.name.clone());
+                        self.nodes.insert(*id, node.clone());
+                        Response::default()
                     }
-                    self.nodes.insert(*id, node.clone());
-                    Response::default()
                 }
-            },
+            }
             Request::CreateJoinToken { id, token } => {
                 if self.join_tokens.contains_key(id) {
                     return Response::refused(
@@ -217,21 +241,26 @@ impl ClusterState {
                         format!("token {id} exists"),
                     );
                 }
-                let now = token.created_ms;
+                let now = self.observe_wall_clock(token.created_ms);
                 self.join_tokens
                     .retain(|_, t| t.dead_since().saturating_add(DEAD_TOKEN_RETENTION_MS) > now);
                 self.join_tokens.insert(id.clone(), token.clone());
                 Response::default()
             }
-            Request::RevokeJoinToken { id, now_ms } => match self.join_tokens.get_mut(id) {
-                Some(token) => {
-                    token.revoked_ms.get_or_insert(*now_ms);
-                    Response::default()
+            Request::RevokeJoinToken { id, now_ms } => {
+                let now = self.wall_clock_at(*now_ms);
+                match self.join_tokens.get_mut(id) {
+                    Some(token) => {
+                        token.revoked_ms.get_or_insert(now);
+                        self.wall_clock_ms = now;
+                        Response::default()
+                    }
+                    None => Response::refused(
+                        ErrorKind::NotFound,
+                        format!("no join token with id {id}"),
+                    ),
                 }
-                None => {
-                    Response::refused(ErrorKind::NotFound, format!("no join token with id {id}"))
-                }
-            },
+            }
             Request::CreateOperatorToken { id, token } => {
                 if self.operator_tokens.contains_key(id) {
                     return Response::refused(
@@ -239,19 +268,24 @@ impl ClusterState {
                         format!("token {id} exists"),
                     );
                 }
+                self.observe_wall_clock(token.created_ms);
                 self.operator_tokens.insert(id.clone(), token.clone());
                 Response::default()
             }
-            Request::RevokeOperatorToken { id, now_ms } => match self.operator_tokens.get_mut(id) {
-                Some(token) => {
-                    token.revoked_ms.get_or_insert(*now_ms);
-                    Response::default()
+            Request::RevokeOperatorToken { id, now_ms } => {
+                let now = self.wall_clock_at(*now_ms);
+                match self.operator_tokens.get_mut(id) {
+                    Some(token) => {
+                        token.revoked_ms.get_or_insert(now);
+                        self.wall_clock_ms = now;
+                        Response::default()
+                    }
+                    None => Response::refused(
+                        ErrorKind::NotFound,
+                        format!("no operator token with id {id}"),
+                    ),
                 }
-                None => Response::refused(
-                    ErrorKind::NotFound,
-                    format!("no operator token with id {id}"),
-                ),
-            },
+            }
             Request::KvPut { key, value, expect } => match self.kv.put(key, value, *expect) {
                 Ok((previous, revision)) => Response {
                     previous,

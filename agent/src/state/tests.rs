@@ -243,3 +243,39 @@ fn a_restore_entry_with_members_reads_back() {
     let back: Request = serde_json::from_str(&json).expect("decode");
     assert_eq!(back, entry);
 }
+
+#[test]
+fn a_lagging_leader_clock_does_not_revive_an_expired_token() {
+    let mut s = ClusterState::default();
+    s.join_tokens.insert("t".into(), token(5, 1_000));
+    // A later entry (another token, created by a leader whose clock read 5 000) commits a
+    // reading past the expiry.
+    let later = JoinTokenRecord {
+        created_ms: 5_000,
+        expires_ms: 9_000,
+        ..token(1, 0)
+    };
+    assert!(
+        s.apply(&Request::CreateJoinToken {
+            id: "u".into(),
+            token: later,
+        })
+        .refused
+        .is_none()
+    );
+    assert_eq!(s.wall_clock_ms, 5_000);
+    // A new leader whose clock reads 500 asks to admit with the old token: still expired.
+    let before = s.clone();
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "k", "s3cret", 500))),
+        Some(ErrorKind::TokenExpired)
+    );
+    assert_eq!(s, before, "a refusal changes nothing, the clock included");
+    // Revocation times never go back either, and the clock never does.
+    s.apply(&Request::RevokeJoinToken {
+        id: "u".into(),
+        now_ms: 100,
+    });
+    assert_eq!(s.join_tokens["u"].revoked_ms, Some(5_000));
+    assert_eq!(s.wall_clock_ms, 5_000);
+}
