@@ -11,7 +11,7 @@ use crate::api::types::MembershipEvent;
 use crate::client::PeerClients;
 use crate::policy::Automation;
 use crate::raft::RaftNode;
-use crate::state::{FormationRecord, NodeId};
+use crate::state::{FormationRecord, Node, NodeId};
 
 /// Who this agent is and how it behaves; fixed for the life of the process.
 pub struct AgentInit {
@@ -40,6 +40,7 @@ pub struct Agent {
     promote_after: Duration,
     automation: Automation,
     membership_log: Mutex<MembershipLog>,
+    check_in: Mutex<CheckIn>,
     removal: RemovalSignal,
     refused_rpcs: AtomicU64,
     /// Callers already logged as refused, and why: a refused node retries for ever, and one
@@ -62,6 +63,7 @@ impl Agent {
             promote_after: init.promote_after,
             automation: init.automation,
             membership_log: Mutex::default(),
+            check_in: Mutex::default(),
             removal: RemovalSignal::default(),
             refused_rpcs: AtomicU64::new(0),
             refusals_logged: Mutex::default(),
@@ -104,6 +106,17 @@ impl Agent {
 
     pub fn automation(&self) -> Automation {
         self.automation
+    }
+
+    /// What this node last learned by checking in with a peer (see `watch.rs`).
+    pub fn check_in(&self) -> CheckIn {
+        self.check_in.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    pub fn set_check_in(&self, check_in: CheckIn) {
+        if let Ok(mut c) = self.check_in.lock() {
+            *c = check_in;
+        }
     }
 
     /// Records an automatic or operator membership change for `muster status`.
@@ -271,4 +284,12 @@ impl MembershipLog {
             cause,
         });
     }
+}
+
+/// The leader and the members as a peer last told this node when it checked in. A spare (a
+/// member outside the raft configuration) knows the leader only this way.
+#[derive(Debug, Clone, Default)]
+pub struct CheckIn {
+    pub leader: Option<(NodeId, Node)>,
+    pub members: Vec<(NodeId, Node)>,
 }

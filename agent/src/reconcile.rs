@@ -15,7 +15,7 @@ use crate::datadir::ClusterFile;
 use crate::discovery::{DiscoveryClient, DiscoveryError};
 use crate::leader::{Sightings, cluster_view};
 use crate::policy::{self, Change, ClusterView, FormationView, Wait, Why};
-use crate::state::{FormationRecord, NodeId, Request, parse_member_id};
+use crate::state::{FormationRecord, Node, NodeId, Request, parse_member_id};
 
 /// What the reconciler keeps between steps.
 #[derive(Default)]
@@ -163,6 +163,35 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
                 format!("took {} out of the configuration", view.name(id)),
                 "it was removed".into(),
             );
+        }
+        Change::MakeSpare(id) => {
+            let name = view.name(id);
+            let cause = format!(
+                "more nonvoters than --standbys {}; a spare keeps its membership but does not replicate",
+                agent.automation().standbys
+            );
+            tracing::info!(node = %name, %cause, "making a stand-by a spare");
+            raft.remove_nonvoters(BTreeSet::from([id])).await?;
+            agent.record_membership_event(format!("made {name} a spare"), cause);
+        }
+        Change::MakeStandby(id) => {
+            let record = raft
+                .read_local(|s| s.nodes.get(&id).cloned())?
+                .ok_or_else(|| ApiError::internal(format!("no record for spare {id}")))?;
+            let cause = format!(
+                "fewer stand-bys than --standbys {}",
+                agent.automation().standbys
+            );
+            tracing::info!(node = %record.name, %cause, "making a spare a stand-by");
+            raft.add_learner(
+                id,
+                Node {
+                    name: record.name.clone(),
+                    addr: record.addr.clone(),
+                },
+            )
+            .await?;
+            agent.record_membership_event(format!("made {} a stand-by", record.name), cause);
         }
         Change::CleanUp(id) => {
             let name = view.name(id);

@@ -1,25 +1,35 @@
-//! How a node learns that it was removed: it applies its own tombstone and is no longer a
-//! voter, a peer answers it `410 removed`, or, after hearing nothing from a leader for a while
-//! (a removed nonvoter is simply never contacted again), it asks its peers and one says so.
+//! How a node keeps in touch when no leader talks to it, and how it learns that it was
+//! removed: it applies its own tombstone and is no longer a voter, a peer answers it
+//! `410 removed`, or, after hearing nothing from a leader for a second, it **checks in** with
+//! its peers (`GET /raft/member`) and one says so.
+//!
+//! Checking in is also how a spare lives: it is outside the raft configuration, so no leader
+//! ever contacts it. Every second it asks the leader it last heard of (then any member it
+//! knows) and learns who leads and where every member is; the leader counts the check-in as
+//! hearing from it, which is how spares count as reachable.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::Agent;
+use crate::agent::{Agent, CheckIn};
 use crate::api::paths;
+use crate::api::types::MemberCheck;
 use crate::raft::RaftView;
+use crate::state::{Node, NodeId, parse_member_id};
 
-/// A follower that has heard nothing from a leader for this long asks its peers whether it was
-/// removed …
-const PROBE_AFTER_SILENCE: Duration = Duration::from_secs(3);
+/// A node that has heard nothing from a leader for this long checks in …
+pub const CHECK_IN_AFTER_SILENCE: Duration = Duration::from_secs(1);
 /// … at most this often.
-const PROBE_EVERY: Duration = Duration::from_secs(3);
+const CHECK_IN_EVERY: Duration = Duration::from_secs(1);
+/// How long one check-in call may take.
+const CHECK_IN_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Watches for this node's own removal and tells the agent's removal signal when it happened.
+/// Watches for this node's own removal (and checks in while no leader talks to it); tells the
+/// agent's removal signal when the removal happened.
 pub async fn removal_watch(agent: Arc<Agent>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_probe: Option<Instant> = None;
+    let mut last_check_in: Option<Instant> = None;
     loop {
         tick.tick().await;
         let view = agent.raft().view();
@@ -35,10 +45,10 @@ pub async fn removal_watch(agent: Arc<Agent>) {
             agent.removal().conclude();
             return;
         }
-        let probe_due = last_probe.is_none_or(|t| t.elapsed() >= PROBE_EVERY);
-        if !view.is_leader && agent.removal().silence() >= PROBE_AFTER_SILENCE && probe_due {
-            last_probe = Some(Instant::now());
-            if peers_say_removed(&agent, &view).await {
+        let due = last_check_in.is_none_or(|t| t.elapsed() >= CHECK_IN_EVERY);
+        if !view.is_leader && agent.removal().silence() >= CHECK_IN_AFTER_SILENCE && due {
+            last_check_in = Some(Instant::now());
+            if check_in(&agent, &view).await == Outcome::Removed {
                 agent.removal().conclude();
                 return;
             }
@@ -46,24 +56,109 @@ pub async fn removal_watch(agent: Arc<Agent>) {
     }
 }
 
-/// Asks the peers whether this node was removed; true if one says so.
-async fn peers_say_removed(agent: &Agent, view: &RaftView) -> bool {
-    for (id, node) in &view.nodes {
-        if *id == agent.node_id() {
-            continue;
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Answered,
+    Removed,
+    NobodyAnswered,
+}
+
+/// Checks in until the leader has heard from this node: the leader it last heard of first,
+/// then the members of its configuration, then every member it last heard of. An answer that
+/// names a leader sends the check-in there at once; one that names none (the peer hears from
+/// no leader either) only refreshes the member list.
+async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
+    let known = agent.check_in();
+    let mut targets: Vec<(NodeId, Node)> = Vec::new();
+    let candidates = known
+        .leader
+        .iter()
+        .cloned()
+        .chain(view.nodes.iter().map(|(id, n)| (*id, n.clone())))
+        .chain(known.members.iter().cloned());
+    for (id, node) in candidates {
+        if id != agent.node_id() && !targets.iter().any(|(t, _)| *t == id) {
+            targets.push((id, node));
         }
-        let Ok(peer) = agent.peers().get(*id, &node.addr).await else {
+    }
+    let mut outcome = Outcome::NobodyAnswered;
+    let mut asked = 0;
+    let mut next = targets.into_iter();
+    let mut redirect: Option<(NodeId, Node)> = None;
+    // Bounded: the targets, plus one redirect to a named leader.
+    while asked < MAX_CHECK_IN_CALLS {
+        let Some((id, node)) = redirect.take().or_else(|| next.next()) else {
+            break;
+        };
+        asked += 1;
+        let Ok(peer) = agent.peers().get(id, &node.addr).await else {
             continue;
         };
         let answer = peer
             .http
             .get(format!("{}{}", peer.base, paths::MEMBER_CHECK))
-            .timeout(Duration::from_secs(2))
+            .timeout(CHECK_IN_TIMEOUT)
             .send()
             .await;
-        if matches!(answer, Ok(ref r) if r.status() == reqwest::StatusCode::GONE) {
-            return true;
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(peer = %node.name, error = %e, "check-in failed");
+                continue;
+            }
+        };
+        if answer.status() == reqwest::StatusCode::GONE {
+            return Outcome::Removed;
+        }
+        if !answer.status().is_success() {
+            tracing::debug!(peer = %node.name, status = %answer.status(), "check-in refused");
+            continue;
+        }
+        let Ok(check) = answer.json::<MemberCheck>().await else {
+            continue;
+        };
+        tracing::debug!(peer = %node.name, leader = ?check.leader.as_ref().map(|l| &l.name), "checked in");
+        let mut learned = learned(&check);
+        outcome = Outcome::Answered;
+        match learned.leader.clone() {
+            // The leader itself answered: it has heard from this node.
+            Some((leader, _)) if leader == id => {
+                agent.set_check_in(learned);
+                return outcome;
+            }
+            Some(leader) => {
+                agent.set_check_in(learned);
+                redirect = Some(leader);
+            }
+            None => {
+                // Keep the leader learned before, if any; take the fresh member list.
+                learned.leader = agent.check_in().leader;
+                agent.set_check_in(learned);
+            }
         }
     }
-    false
+    outcome
+}
+
+/// The most calls one check-in makes (a cluster's members are tried in turn until one names
+/// the leader).
+const MAX_CHECK_IN_CALLS: usize = 16;
+
+/// What a check-in answer says, as ids and nodes.
+fn learned(check: &MemberCheck) -> CheckIn {
+    let node = |p: &crate::api::types::PeerAddress| {
+        parse_member_id(&p.id).map(|id| {
+            (
+                id,
+                Node {
+                    name: p.name.clone(),
+                    addr: p.addr.clone(),
+                },
+            )
+        })
+    };
+    CheckIn {
+        leader: check.leader.as_ref().and_then(node),
+        members: check.members.iter().filter_map(node).collect(),
+    }
 }

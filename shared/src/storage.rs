@@ -23,12 +23,27 @@ pub enum StorageError {
     },
 }
 
+/// The file fjall writes, fsyncs and never changes once it has created a database (fjall 3's
+/// `VERSION_MARKER`).
+const FJALL_VERSION_MARKER: &str = "version";
+
 /// Opens (creating if needed) the fjall database in `dir`.
+///
+/// A database whose creation was interrupted (the process killed while fjall was creating it)
+/// is created again: fjall creates the version marker empty, writes it and fsyncs it as the
+/// last step of creation, and nothing is ever stored before creation returns, so an empty
+/// marker means there is nothing to lose. Without this, a machine killed at that moment could
+/// never start again (`InvalidVersion(None)`).
 pub fn open_database(dir: &Path) -> Result<Database, StorageError> {
-    std::fs::create_dir_all(dir).map_err(|source| StorageError::CreateDir {
+    let create_dir = |source| StorageError::CreateDir {
         path: dir.display().to_string(),
         source,
-    })?;
+    };
+    if interrupted_creation(dir) {
+        tracing::warn!(dir = %dir.display(), "the database was never finished (a crash while it was being created); creating it again");
+        std::fs::remove_dir_all(dir).map_err(create_dir)?;
+    }
+    std::fs::create_dir_all(dir).map_err(create_dir)?;
     match Database::builder(dir).open() {
         Ok(db) => Ok(db),
         Err(fjall::Error::Locked) => Err(StorageError::Locked {
@@ -36,6 +51,12 @@ pub fn open_database(dir: &Path) -> Result<Database, StorageError> {
         }),
         Err(e) => Err(StorageError::Fjall(e)),
     }
+}
+
+/// True if `dir` holds a fjall database whose version marker is empty: one whose creation
+/// never finished.
+fn interrupted_creation(dir: &Path) -> bool {
+    std::fs::metadata(dir.join(FJALL_VERSION_MARKER)).is_ok_and(|m| m.is_file() && m.len() == 0)
 }
 
 /// Opens a keyspace (a named tree) with default options.
@@ -47,4 +68,35 @@ pub fn open_keyspace(db: &Database, name: &str) -> Result<Keyspace, StorageError
 pub fn sync(db: &Database) -> Result<(), StorageError> {
     db.persist(PersistMode::SyncAll)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_killed_while_being_created_is_created_again_and_a_real_one_is_kept() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        // What a kill between fjall's `File::create_new(version)` and its write leaves.
+        let dir = tmp.path().join("half");
+        std::fs::create_dir_all(dir.join("keyspaces")).expect("mkdir");
+        std::fs::write(dir.join("0.jnl"), b"").expect("journal");
+        std::fs::write(dir.join(FJALL_VERSION_MARKER), b"").expect("marker");
+        let db = open_database(&dir).expect("recreated");
+        let ks = open_keyspace(&db, "k").expect("keyspace");
+        ks.insert("a", "1").expect("insert");
+        sync(&db).expect("sync");
+        drop((ks, db));
+        // A finished database is opened as it is: the value is still there.
+        let db = open_database(&dir).expect("reopen");
+        let ks = open_keyspace(&db, "k").expect("keyspace");
+        assert_eq!(ks.get("a").expect("get").as_deref(), Some(&b"1"[..]));
+        // A marker that is not empty but wrong is an error, never a silent wipe.
+        drop((ks, db));
+        std::fs::write(dir.join(FJALL_VERSION_MARKER), b"garbage").expect("corrupt");
+        assert!(matches!(
+            open_database(&dir),
+            Err(StorageError::Fjall(fjall::Error::InvalidVersion(_)))
+        ));
+    }
 }

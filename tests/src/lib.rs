@@ -1082,6 +1082,24 @@ impl AgentProc {
         Ok(())
     }
 
+    /// Starts machine `name` of an autoscaling group with the launch template every machine
+    /// gets: the discovery URL, `--promote-after 1s`, `flags`, and (for machines after the
+    /// first ones, which form the cluster) the group's join token.
+    pub fn start_group_machine(
+        root: &Path,
+        name: &str,
+        url: &str,
+        flags: &[&str],
+        token: Option<&str>,
+    ) -> Result<Self> {
+        let mut args = vec!["--discovery", url, "--promote-after", "1s"];
+        args.extend(flags);
+        if let Some(t) = token {
+            args.extend(["--token", t]);
+        }
+        Self::start(root, name, &args)
+    }
+
     /// Starts the same agent again with the same flags.
     pub fn restart(&mut self) -> Result<()> {
         self.spawn()

@@ -18,22 +18,49 @@ fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
     agents.iter().collect()
 }
 
-/// The members the leader reports, as (name, voter, reachable).
-fn members(status: &serde_json::Value) -> Vec<(String, bool, bool)> {
+/// Starts `name` from the group's launch template with short repair timings.
+fn start_from_template(
+    root: &std::path::Path,
+    name: &str,
+    url: &str,
+    (replace, cleanup): (&str, &str),
+    token: Option<&str>,
+) -> AgentProc {
+    let flags = ["--replace-after", replace, "--cleanup-dead-after", cleanup];
+    AgentProc::start_group_machine(root, name, url, &flags, token).expect("start")
+}
+
+/// One member as a leader reports it.
+struct Seen {
+    name: String,
+    /// `voter`, `standby` or `spare`.
+    role: String,
+    voter: bool,
+    reachable: bool,
+}
+
+fn seen(status: &serde_json::Value) -> Vec<Seen> {
     status["members"]
         .as_array()
         .map(|list| {
             list.iter()
-                .map(|m| {
-                    (
-                        m["name"].as_str().unwrap_or_default().to_string(),
-                        m["suffrage"] == "voter",
-                        m["reachable"] == true,
-                    )
+                .map(|m| Seen {
+                    name: m["name"].as_str().unwrap_or_default().to_string(),
+                    role: m["role"].as_str().unwrap_or_default().to_string(),
+                    voter: m["suffrage"] == "voter",
+                    reachable: m["reachable"] == true,
                 })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The members the leader reports, as (name, voter, reachable).
+fn members(status: &serde_json::Value) -> Vec<(String, bool, bool)> {
+    seen(status)
+        .into_iter()
+        .map(|m| (m.name, m.voter, m.reachable))
+        .collect()
 }
 
 /// The status of the first agent in `alive` that answers with a leader's view (members with
@@ -99,20 +126,7 @@ async fn failed_voters_are_replaced_and_dead_members_cleaned_up_while_writes_go_
     let cleanup = format!("{}s", CLEANUP_AFTER.as_secs());
     // The launch template: the same flags on every machine.
     let start = |name: &str, token: Option<&str>| {
-        let mut args = vec![
-            "--discovery",
-            &url,
-            "--promote-after",
-            "1s",
-            "--replace-after",
-            &replace,
-            "--cleanup-dead-after",
-            &cleanup,
-        ];
-        if let Some(t) = token {
-            args.extend(["--token", t]);
-        }
-        AgentProc::start(tmp.path(), name, &args).expect("start")
+        start_from_template(tmp.path(), name, &url, (&replace, &cleanup), token)
     };
     let mut agents: Vec<AgentProc> = (1..=3).map(|i| start(&format!("asg{i}"), None)).collect();
     wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
@@ -363,4 +377,135 @@ async fn cleanup_never_breaks_quorum_or_goes_below_min_voters_and_status_says_wh
         !s["membership_events"].to_string().contains("removed"),
         "{s}"
     );
+}
+
+/// Every member's role (`voter`, `standby`, `spare`) in a leader's view, by name.
+fn roles(status: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    seen(status).into_iter().map(|m| (m.name, m.role)).collect()
+}
+
+fn count(roles: &std::collections::BTreeMap<String, String>, role: &str) -> usize {
+    roles.values().filter(|r| *r == role).count()
+}
+
+#[tokio::test]
+async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spares() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(3).await.expect("url");
+    let start = |name: &str, token: Option<&str>| {
+        start_from_template(tmp.path(), name, &url, ("3s", "12s"), token)
+    };
+    let mut agents: Vec<AgentProc> = (1..=3).map(|i| start(&format!("m{i:02}"), None)).collect();
+    wait_formed(&refs(&agents), 3, FORM).await.expect("formed");
+    let group = agents[0]
+        .create_token(&["--uses", "40", "--ttl", "1h", "--description", "asg"])
+        .await
+        .expect("group token");
+    for i in 4..=30 {
+        agents.push(start(&format!("m{i:02}"), Some(&group)));
+    }
+    let settled = |n: usize, spares: usize| {
+        let agents = &agents;
+        async move {
+            let s = leader_view(&refs(agents)).await?;
+            let r = roles(&s);
+            let all_reachable = members(&s).iter().all(|m| m.2);
+            (r.len() == n
+                && count(&r, "voter") == 7
+                && count(&r, "standby") == 2
+                && count(&r, "spare") == spares
+                && all_reachable)
+                .then_some(s)
+        }
+    };
+    let first = wait_for(
+        "30 members: 7 voters, 2 stand-bys, 21 spares",
+        FORM * 2,
+        || settled(30, 21),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", agents[0].last_log()));
+    let before = roles(&first);
+    // Who is what is the same rule everywhere: lexicographically first for the voters after the
+    // formation's three, then the next two as stand-bys.
+    assert_eq!(before["m01"], "voter");
+    assert_eq!(before["m30"], "spare");
+
+    // Every node, spares included, reports the same roles.
+    for a in &agents {
+        let s = wait_for(&format!("status of {}", a.name), FORM, || a.status())
+            .await
+            .expect("status");
+        assert_eq!(roles(&s), before, "as {} sees it", a.name);
+    }
+    // A spare serves the operator API by forwarding to the leader.
+    let spare = agents
+        .iter()
+        .find(|a| before[&a.name] == "spare")
+        .expect("a spare");
+    let (code, out, err) = spare
+        .cli(&["kv", "put", "from-spare", "1"])
+        .await
+        .expect("put");
+    assert_eq!(code, 0, "{out}{err}");
+    let voter = agents
+        .iter()
+        .find(|a| before[&a.name] == "voter")
+        .expect("a voter");
+    let (code, out, _) = voter.cli(&["kv", "get", "from-spare"]).await.expect("get");
+    assert_eq!((code, out.trim()), (0, "1"));
+
+    // Kill -9 the leader: a stand-by takes its vote, a spare becomes a stand-by, and once the
+    // dead leader is cleaned up the roles settle again with no other reshuffle.
+    let leader = first["leader"].as_str().expect("leader").to_string();
+    agents
+        .iter_mut()
+        .find(|a| a.name == leader)
+        .expect("leader")
+        .kill9()
+        .await
+        .expect("kill");
+    let live: Vec<&AgentProc> = agents.iter().filter(|a| a.name != leader).collect();
+    let last_seen = std::sync::Mutex::new(serde_json::Value::Null);
+    let after = wait_for(
+        "29 members: 7 voters, 2 stand-bys, 20 spares",
+        FORM * 2,
+        || async {
+            let s = leader_view(&live).await?;
+            if let Ok(mut last) = last_seen.lock() {
+                *last = s.clone();
+            }
+            let r = roles(&s);
+            (r.len() == 29
+                && count(&r, "voter") == 7
+                && count(&r, "standby") == 2
+                && count(&r, "spare") == 20
+                && members(&s).iter().all(|m| m.2))
+            .then_some(r)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        let last = last_seen.lock().map(|l| l.clone()).unwrap_or_default();
+        let leader_now = last["leader"].as_str().unwrap_or_default().to_string();
+        let log = live
+            .iter()
+            .find(|a| a.name == leader_now)
+            .map(|a| muster_tests::tail(&a.last_log(), 40))
+            .unwrap_or_default();
+        panic!(
+            "{e:#}\nroles {:?}\nwaiting {}\nevents {}\n{log}",
+            roles(&last),
+            last["membership_waiting"],
+            last["membership_events"]
+        )
+    });
+    let changed: Vec<&String> = after
+        .iter()
+        .filter(|(name, role)| before.get(*name) != Some(role))
+        .map(|(name, _)| name)
+        .collect();
+    // One stand-by became a voter, one spare a stand-by: nothing else moved.
+    assert_eq!(changed.len(), 2, "{before:?} → {after:?}");
 }

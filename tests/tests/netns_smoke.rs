@@ -84,7 +84,7 @@ async fn isolated_leader_is_replaced_and_the_cluster_heals() -> Result<()> {
     let start = Instant::now();
     let mut nodes = Vec::new();
     for i in 0..3 {
-        nodes.push(start_agent(&lab, i, &muster, tmp.path(), &url)?);
+        nodes.push(start_agent(&lab, i, &muster, tmp.path(), &url, &[])?);
     }
     let leader = wait_for("3 voters and one leader on every node", FORM, || async {
         let mut leaders = Vec::new();
@@ -160,13 +160,20 @@ async fn isolated_leader_is_replaced_and_the_cluster_heals() -> Result<()> {
     Ok(())
 }
 
-/// `muster agent` for host `i`, advertising the host's lab address.
-fn start_agent(lab: &Lab, i: usize, muster: &Path, root: &Path, url: &str) -> Result<Node> {
+/// `muster agent` for host `i`, advertising the host's lab address, with `extra` flags.
+fn start_agent(
+    lab: &Lab,
+    i: usize,
+    muster: &Path,
+    root: &Path,
+    url: &str,
+    extra: &[&str],
+) -> Result<Node> {
     let name = format!("n{i}");
     let dir = root.join(&name);
     let advertise = format!("{}:{PORT}", lab.addr(i));
     let dir_arg = dir.to_string_lossy().into_owned();
-    let args = [
+    let mut args = vec![
         "agent",
         "--name",
         &name,
@@ -179,7 +186,111 @@ fn start_agent(lab: &Lab, i: usize, muster: &Path, root: &Path, url: &str) -> Re
         "--config",
         "/dev/null",
     ];
+    args.extend(extra);
     let env = [("RUST_LOG", "info,openraft=error")];
     let proc = lab.spawn(i, muster, &args, &env, &root.join(format!("{name}.log")))?;
     Ok(Node { name, dir, proc })
+}
+
+/// The membership events in a node's status, as text.
+async fn events(n: &Node) -> String {
+    n.status()
+        .await
+        .map(|s| s["membership_events"].to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_minority_removes_nothing_and_the_majority_only_after_cleanup_dead_after()
+-> Result<()> {
+    if !Lab::require("netns_smoke")? {
+        return Ok(());
+    }
+    let muster = bin_path("muster");
+    let lab = Lab::new(5)?;
+    let tmp = tempfile::tempdir()?;
+    let listen = format!("{}:0", lab.gateway());
+    let discovery = Discovery::start_with(&tmp.path().join("discovery"), &listen, &[]).await?;
+    let url = discovery.new_token(5).await?;
+    const CLEANUP: Duration = Duration::from_secs(5);
+    let extra = ["--cleanup-dead-after", "5s", "--replace-after", "0"];
+    let mut nodes = Vec::new();
+    for i in 0..5 {
+        nodes.push(start_agent(&lab, i, &muster, tmp.path(), &url, &extra)?);
+    }
+    let leader = wait_for("5 voters and a leader", FORM, || async {
+        let s = nodes[0].status().await?;
+        let members = s["members"].as_array()?;
+        let voters = members.iter().filter(|m| m["suffrage"] == "voter").count();
+        (members.len() == 5 && voters == 5)
+            .then(|| s["leader"].as_str().map(str::to_string))
+            .flatten()
+    })
+    .await
+    .with_context(|| logs(&nodes))?;
+    let old = nodes
+        .iter()
+        .position(|n| n.name == leader)
+        .context("leader")?;
+    let buddy = (old + 1) % 5;
+    let minority = [old, buddy];
+    let majority: Vec<usize> = (0..5).filter(|i| !minority.contains(i)).collect();
+    lab.partition(&[&minority, &majority])?;
+    let cut = Instant::now();
+
+    // The majority elects a leader and, after --cleanup-dead-after, removes the two it cannot
+    // see, one at a time, never below 3 members.
+    let removed = wait_for("the majority to clean up the minority", HEAL, || async {
+        for &i in &majority {
+            let e = events(&nodes[i]).await;
+            if minority
+                .iter()
+                .all(|m| e.contains(&format!("removed {}", nodes[*m].name)))
+            {
+                return Some(e);
+            }
+        }
+        None
+    })
+    .await
+    .with_context(|| logs(&nodes))?;
+    if cut.elapsed() < CLEANUP {
+        bail!("removed before --cleanup-dead-after: {removed}");
+    }
+    // The old leader, cut off with one other, changed nothing: no quorum, repairs paused.
+    let s = nodes[old].status().await.context("old leader status")?;
+    let own = s["membership_events"].to_string();
+    if own.contains("removed") {
+        bail!("the minority removed a member: {own}");
+    }
+    let waiting = s["membership_waiting"].to_string();
+    if s["leader"] == leader.as_str() && !waiting.contains("paused") {
+        bail!("the cut-off leader should say its repairs are paused: {s}");
+    }
+
+    // After the heal the two removed nodes learn it and stop; the three go on.
+    lab.heal()?;
+    for &i in &minority {
+        let status = nodes[i]
+            .proc
+            .wait_timeout(HEAL)
+            .await
+            .with_context(|| logs(&nodes))?;
+        if !nodes[i].proc.log().contains("removed from cluster") {
+            bail!(
+                "{} exited ({status}) without saying it was removed",
+                nodes[i].name
+            );
+        }
+    }
+    let (code, _, err) = nodes[majority[0]].cli(&["kv", "put", "after", "1"]).await?;
+    if code != 0 {
+        bail!("a write after the heal failed: {err}");
+    }
+    let s = nodes[majority[0]].status().await.context("status")?;
+    let members = s["members"].as_array().map(Vec::len).unwrap_or_default();
+    if members != 3 {
+        bail!("expected the 3 of the majority: {s}");
+    }
+    Ok(())
 }

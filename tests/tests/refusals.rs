@@ -117,8 +117,8 @@ async fn raft_routes_refuse_a_missing_certificate_with_401_and_a_foreign_one_at_
             PeerApi::new(t, &Credential::member(&agent.data_dir).expect("files")).expect("client");
         let reply = own.get(MEMBER_CHECK).await.expect("member check");
         assert_eq!(
-            (reply.status, &reply.json),
-            (200, &json!({"member": true})),
+            (reply.status, &reply.json["member"]),
+            (200, &json!(true)),
             "{reply}"
         );
     }
@@ -434,7 +434,14 @@ async fn certificates_of_this_cluster_get_403_for_non_members_and_410_once_remov
     let as_r2 =
         PeerApi::new(&target, &Credential::member(&r2.data_dir).expect("files")).expect("client");
     let reply = as_r2.get(MEMBER_CHECK).await.expect("member check");
-    assert_eq!((reply.status, &reply.json), (200, &json!({"member": true})));
+    assert_eq!((reply.status, &reply.json["member"]), (200, &json!(true)));
+    // The check-in answer names the leader and lists every member with its address.
+    assert_eq!(
+        reply.json["members"].as_array().map(Vec::len),
+        Some(2),
+        "{reply}"
+    );
+    assert!(reply.json["leader"]["addr"].is_string(), "{reply}");
 
     // …and once it is removed (and out of the configuration), every member route answers
     // 410 removed, counted like any other refusal.

@@ -57,8 +57,12 @@ pub struct Member {
     /// Node id in hex.
     pub id: String,
     pub address: String,
-    /// `voter` or `nonvoter`.
+    /// `voter` or `nonvoter` (a spare is a nonvoter outside the raft configuration).
     pub suffrage: String,
+    /// `voter`, `standby` (a nonvoter that replicates, promoted first) or `spare` (a member
+    /// outside the raft configuration, which does not replicate). Empty from older agents.
+    #[serde(default)]
+    pub role: String,
     /// Known only on the leader (from replication progress); `true` for the leader itself.
     pub reachable: Option<bool>,
     /// Milliseconds since the leader last heard from this node (leader only).
@@ -182,4 +186,24 @@ pub struct NodeRemoved {
     /// finishing (it always does: the removal is recorded in the replicated state).
     pub complete: bool,
     pub message: String,
+}
+
+/// The answer to a member's check-in (`GET /raft/member`): it is a member, and who leads, and
+/// every member's address, as the answering node knows them. A spare (outside the raft
+/// configuration, so never contacted by the leader) finds the leader this way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberCheck {
+    pub member: bool,
+    #[serde(default)]
+    pub leader: Option<PeerAddress>,
+    #[serde(default)]
+    pub members: Vec<PeerAddress>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerAddress {
+    /// Node id in hex.
+    pub id: String,
+    pub name: String,
+    pub addr: String,
 }

@@ -91,7 +91,11 @@ pub fn print_members(s: &Status) {
                 format!("{}{leader}", m.name),
                 m.id.clone(),
                 m.address.clone(),
-                m.suffrage.clone(),
+                if m.role.is_empty() {
+                    m.suffrage.clone()
+                } else {
+                    m.role.clone()
+                },
                 m.reachable
                     .map(|r| if r { "yes" } else { "NO" })
                     .unwrap_or("-")
@@ -110,7 +114,7 @@ pub fn print_members(s: &Status) {
             "NAME",
             "ID",
             "ADDRESS",
-            "SUFFRAGE",
+            "ROLE",
             "REACHABLE",
             "LAST SEEN",
             "MATCH",

@@ -103,6 +103,12 @@ pub struct AgentFlags {
     /// [env: MUSTER_MIN_VOTERS]
     #[arg(long)]
     pub min_voters: Option<String>,
+    /// How many members beyond the voters replicate the log, ready to be promoted when a voter
+    /// fails (stand-bys); every further member is a spare: a member that serves the operator
+    /// API, FleetLock and leases by forwarding to the leader but does not replicate
+    /// [default: 2] [env: MUSTER_STANDBYS]
+    #[arg(long)]
+    pub standbys: Option<String>,
     /// Form a new one-node cluster on this machine (its CA, cluster id and an operator token,
     /// printed once); other machines then join it with a join token or the join secret. Refused
     /// on a data dir that already holds a cluster [env: MUSTER_INIT=true]
@@ -159,6 +165,7 @@ pub(super) struct FileConfig {
     replace_after: Option<String>,
     cleanup_dead_after: Option<String>,
     min_voters: Option<u32>,
+    standbys: Option<u32>,
     init: Option<bool>,
     initial_cluster: Option<String>,
     join_secret_file: Option<PathBuf>,
@@ -482,30 +489,52 @@ pub fn resolve(
         )?,
         Automation::DEFAULT_CLEANUP_DEAD_AFTER,
     )?;
-    let min_voters = match expand_opt(
-        "min-voters",
-        pick(
-            "min-voters",
-            &flags.min_voters,
-            "MUSTER_MIN_VOTERS",
-            &file.min_voters.map(|n| n.to_string()),
-        )?,
-    )? {
-        None => Automation::DEFAULT_MIN_VOTERS,
-        Some(raw) => match raw.trim().parse::<usize>() {
-            Ok(n) if (1..=7).contains(&n) => n,
-            _ => {
-                return Err(ConfigError::Invalid {
-                    setting: "min-voters",
-                    message: format!("{raw:?} is not a whole number from 1 to 7"),
-                });
-            }
-        },
+    let count = |setting: &'static str,
+                 flag: &Option<String>,
+                 var: &str,
+                 file: Option<u32>,
+                 default: usize,
+                 range: std::ops::RangeInclusive<usize>| {
+        let raw = expand_opt(
+            setting,
+            pick(setting, flag, var, &file.map(|n| n.to_string()))?,
+        )?;
+        let Some(raw) = raw else {
+            return Ok(default);
+        };
+        match raw.trim().parse::<usize>() {
+            Ok(n) if range.contains(&n) => Ok(n),
+            _ => Err(ConfigError::Invalid {
+                setting,
+                message: format!(
+                    "{raw:?} is not a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                ),
+            }),
+        }
     };
+    let min_voters = count(
+        "min-voters",
+        &flags.min_voters,
+        "MUSTER_MIN_VOTERS",
+        file.min_voters,
+        Automation::DEFAULT_MIN_VOTERS,
+        1..=7,
+    )?;
+    let standbys = count(
+        "standbys",
+        &flags.standbys,
+        "MUSTER_STANDBYS",
+        file.standbys,
+        Automation::DEFAULT_STANDBYS,
+        0..=100,
+    )?;
     let automation = Automation {
         replace_after,
         cleanup_dead_after,
         min_voters,
+        standbys,
     };
     let init = flags.init
         || env.get("MUSTER_INIT").is_some_and(|v| truthy(v))

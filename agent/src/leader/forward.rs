@@ -44,10 +44,18 @@ pub async fn run_once(
         super::authorize(agent, authority, &op).await?;
         return execute(agent, op).await;
     }
-    let Some((leader, node)) = view
+    let from_raft = view
         .leader
-        .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())))
-    else {
+        .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())));
+    // A node no leader has talked to lately (a spare, outside the configuration, or one cut
+    // off) trusts the leader it learned by checking in over its own stale view.
+    let silent = agent.removal().silence() >= crate::watch::CHECK_IN_AFTER_SILENCE;
+    let target = if silent {
+        agent.check_in().leader.or(from_raft)
+    } else {
+        from_raft
+    };
+    let Some((leader, node)) = target else {
         return Err(ApiError::new(
             ErrorKind::NoLeader,
             "no leader is known right now; retry in a moment",

@@ -41,22 +41,40 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
             } else {
                 (None, None, None)
             };
+            let voter = view.voters.contains(id);
             Member {
                 name: name_of(*id),
                 id: member_id(*id),
                 address: node.addr.clone(),
-                suffrage: if view.voters.contains(id) {
-                    "voter"
-                } else {
-                    "nonvoter"
-                }
-                .into(),
+                suffrage: if voter { "voter" } else { "nonvoter" }.into(),
+                role: if voter { "voter" } else { "standby" }.into(),
                 reachable,
                 last_seen_ms,
                 match_index,
             }
         })
         .collect();
+    // Spares: recorded, not removed, outside the configuration. Reachable means "checked in
+    // lately" (the leader only).
+    let removed = agent.raft().read_local(|s| s.removed.clone())?;
+    for (id, record) in records
+        .iter()
+        .filter(|(id, _)| !view.nodes.contains_key(id) && !removed.contains(id))
+    {
+        let seen = view.is_leader.then(|| liveness.last_seen_ms(*id)).flatten();
+        members.push(Member {
+            name: record.name.clone(),
+            id: member_id(*id),
+            address: record.addr.clone(),
+            suffrage: "nonvoter".into(),
+            role: "spare".into(),
+            reachable: view
+                .is_leader
+                .then(|| policy::is_reachable(seen.map(Duration::from_millis))),
+            last_seen_ms: seen,
+            match_index: None,
+        });
+    }
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let (membership_events, membership_waiting) = if view.is_leader {
         agent.membership_log()
@@ -90,6 +108,8 @@ pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
     {
         local.members = leader.members;
         local.leader = leader.leader;
+        // A spare's own raft view stands still; the leader's term is the cluster's.
+        local.term = local.term.max(leader.term);
         local.membership_events = leader.membership_events;
         local.membership_waiting = leader.membership_waiting;
         local.commit_index = local.commit_index.max(leader.commit_index);

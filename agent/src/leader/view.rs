@@ -62,6 +62,10 @@ pub fn cluster_view(
     })?;
     let liveness = agent.raft().liveness();
     let now = Instant::now();
+    let watched_for = sightings
+        .leading_since
+        .map(|(_, t)| now.duration_since(t))
+        .unwrap_or_default();
     let members = raft
         .nodes
         .iter()
@@ -77,10 +81,6 @@ pub fn cluster_view(
             });
             let reachable = *id == agent.node_id()
                 || policy::is_reachable(liveness.last_seen_ms(*id).map(Duration::from_millis));
-            let watched_for = sightings
-                .leading_since
-                .map(|(_, t)| now.duration_since(t))
-                .unwrap_or_default();
             let silent_for = liveness
                 .last_seen_ms(*id)
                 .map(Duration::from_millis)
@@ -104,9 +104,31 @@ pub fn cluster_view(
             }
         })
         .collect();
+    // Spares: recorded members outside the configuration. The leader hears from them when they
+    // check in (see `watch.rs`); a new leader counts their silence from its election.
+    let spares = records
+        .iter()
+        .filter(|(id, _)| !raft.nodes.contains_key(id) && !removed.contains(id))
+        .map(|(id, record)| {
+            let seen = liveness.last_seen_ms(*id).map(Duration::from_millis);
+            let reachable = policy::is_reachable(seen);
+            MemberView {
+                id: *id,
+                name: record.name.clone(),
+                voter: false,
+                reachable,
+                caught_up: false,
+                in_config_for: Duration::ZERO,
+                removal: None,
+                unreachable_for: (!reachable)
+                    .then(|| seen.unwrap_or(Duration::MAX).min(watched_for)),
+            }
+        })
+        .collect();
     Ok(ClusterView {
         leader: agent.node_id(),
         members,
+        spares,
         joint_target: (raft.voter_sets.len() > 1)
             .then(|| raft.voter_sets.last().cloned().unwrap_or_default()),
         promote_after: agent.promote_after(),

@@ -67,12 +67,16 @@ pub struct Automation {
     pub cleanup_dead_after: Option<Duration>,
     /// `--min-voters`: cleanup never leaves fewer members than this.
     pub min_voters: usize,
+    /// `--standbys`: how many nonvoters beyond the voters replicate, ready to be promoted;
+    /// every further member is a spare (known, not in the raft configuration).
+    pub standbys: usize,
 }
 
 impl Automation {
     pub const DEFAULT_REPLACE_AFTER: Duration = Duration::from_secs(30);
     pub const DEFAULT_CLEANUP_DEAD_AFTER: Duration = Duration::from_secs(600);
     pub const DEFAULT_MIN_VOTERS: usize = 3;
+    pub const DEFAULT_STANDBYS: usize = 2;
 }
 
 impl Default for Automation {
@@ -81,6 +85,7 @@ impl Default for Automation {
             replace_after: Some(Self::DEFAULT_REPLACE_AFTER),
             cleanup_dead_after: Some(Self::DEFAULT_CLEANUP_DEAD_AFTER),
             min_voters: Self::DEFAULT_MIN_VOTERS,
+            standbys: Self::DEFAULT_STANDBYS,
         }
     }
 }
@@ -113,6 +118,9 @@ pub struct ClusterView {
     pub leader: NodeId,
     /// The members of the configuration in effect, in id order.
     pub members: Vec<MemberView>,
+    /// Spares: members with a record but outside the raft configuration (`voter` false,
+    /// reachability from their contact with the leader).
+    pub spares: Vec<MemberView>,
     /// The voters a joint configuration left by an interrupted change was heading for.
     pub joint_target: Option<BTreeSet<NodeId>>,
     /// A nonvoter becomes eligible for promotion after this long in the configuration.
@@ -127,13 +135,35 @@ pub struct ClusterView {
 
 impl ClusterView {
     pub fn member(&self, id: NodeId) -> Option<&MemberView> {
-        self.members.iter().find(|m| m.id == id)
+        self.members.iter().chain(&self.spares).find(|m| m.id == id)
     }
 
     pub fn name(&self, id: NodeId) -> String {
         self.member(id)
             .map(|m| m.name.clone())
             .unwrap_or_else(|| crate::state::member_id(id))
+    }
+
+    /// Every member: the configuration's and the spares.
+    pub fn member_count(&self) -> usize {
+        self.members.len() + self.spares.len()
+    }
+
+    /// The nonvoters in the configuration that are not leaving: the stand-bys.
+    pub fn standbys(&self) -> Vec<&MemberView> {
+        self.members
+            .iter()
+            .filter(|m| !m.voter && m.removal.is_none())
+            .collect()
+    }
+
+    /// How many stand-bys the cluster wants: `--standbys`, but never more than the members
+    /// beyond the voters.
+    pub fn standby_target(&self) -> usize {
+        let total = self.member_count();
+        self.automation
+            .standbys
+            .min(total.saturating_sub(voter_target(total)))
     }
 
     pub fn voters(&self) -> BTreeSet<NodeId> {
@@ -158,6 +188,10 @@ pub enum Change {
     /// Record a member unreachable for `--cleanup-dead-after` as removed (as `node remove`
     /// does; the removal steps then take it out).
     CleanUp(NodeId),
+    /// Take a surplus stand-by out of the configuration: it stays a member, as a spare.
+    MakeSpare(NodeId),
+    /// Add a spare to the configuration as a nonvoter: it replicates again, as a stand-by.
+    MakeStandby(NodeId),
     /// The discovery cohort has formed: forget the formation and mark the record formed.
     FormationDone,
 }
@@ -324,11 +358,21 @@ pub fn check_voters_leaving(
 ///    nonvoter can take its place (step 5 then promotes it);
 /// 5. follow the voter table: promote the lexicographically-first eligible nonvoter, or demote
 ///    a voter other than the leader (an unreachable one first, then the lexicographically-last);
-/// 6. clean up one member unreachable for `--cleanup-dead-after`, never below `--min-voters`
+/// 6. keep `--standbys` nonvoters replicating: a surplus one becomes a spare (out of the
+///    configuration), a spare becomes a stand-by when one is missing;
+/// 7. clean up one member unreachable for `--cleanup-dead-after`, never below `--min-voters`
 ///    and never while as many members are unreachable as reachable.
 ///
-/// Steps 4 and 6 happen only while the leader hears from a majority.
+/// Nothing happens while the leader does not hear from a majority.
 pub fn plan(view: &ClusterView) -> Plan {
+    // Every change below is a raft write; without a majority none can commit, and a leader
+    // cut off from the others must not judge them dead.
+    if !view.has_quorum {
+        return Plan {
+            change: None,
+            waiting: vec![Wait::NoQuorum],
+        };
+    }
     if let Some(target) = &view.joint_target {
         return change(Change::FinishJoint(target.clone()));
     }
@@ -347,12 +391,6 @@ pub fn plan(view: &ClusterView) -> Plan {
             FormationStep::Done => return self::change(Change::FormationDone),
         }
     }
-    if !view.has_quorum {
-        return Plan {
-            change: None,
-            waiting: vec![Wait::NoQuorum],
-        };
-    }
     if let Some(change) = replacement_step(view, &mut waiting) {
         return Plan {
             change: Some(change),
@@ -360,6 +398,12 @@ pub fn plan(view: &ClusterView) -> Plan {
         };
     }
     if let Some(change) = voter_table_step(view) {
+        return Plan {
+            change: Some(change),
+            waiting,
+        };
+    }
+    if let Some(change) = standby_step(view) {
         return Plan {
             change: Some(change),
             waiting,
@@ -417,22 +461,30 @@ fn replacement_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Option<Chang
 
 fn cleanup_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Option<Change> {
     let after = view.automation.cleanup_dead_after?;
+    let in_config = |m: &MemberView| view.members.iter().any(|c| c.id == m.id);
     let mut dead: Vec<&MemberView> = view
         .members
         .iter()
+        .chain(&view.spares)
         .filter(|m| m.id != view.leader && m.removal.is_none())
         .filter(|m| unreachable_at_least(m, Some(after)))
         .collect();
-    // Nonvoters first (they cost no vote), then the longest-silent, then by name.
+    // Spares first, then nonvoters (they cost no vote), then the longest-silent, then by name.
     dead.sort_by(|a, b| {
-        a.voter
-            .cmp(&b.voter)
+        in_config(a)
+            .cmp(&in_config(b))
+            .then(a.voter.cmp(&b.voter))
             .then(b.unreachable_for.cmp(&a.unreachable_for))
             .then(a.name.cmp(&b.name))
     });
     let victim = dead.first()?;
-    let members = view.members.len();
-    let unreachable = view.members.iter().filter(|m| !m.reachable).count();
+    let members = view.member_count();
+    let unreachable = view
+        .members
+        .iter()
+        .chain(&view.spares)
+        .filter(|m| !m.reachable)
+        .count();
     if unreachable * 2 >= members {
         waiting.push(Wait::CleanupTooManyUnreachable {
             unreachable,
@@ -555,7 +607,7 @@ fn formation_step(view: &ClusterView, formation: &FormationView) -> FormationSte
 
 fn voter_table_step(view: &ClusterView) -> Option<Change> {
     let voters = view.voters();
-    let target = voter_target(view.members.len());
+    let target = voter_target(view.member_count());
     if voters.len() < target {
         let mut eligible: Vec<&MemberView> = view
             .members
@@ -583,6 +635,38 @@ fn voter_table_step(view: &ClusterView) -> Option<Change> {
         return demotable
             .last()
             .map(|m| Change::Demote(m.id, Why::VoterTable));
+    }
+    None
+}
+
+/// Keeps the stand-bys at their target. Who stays a stand-by is a fixed order, so that any
+/// leader keeps the same ones: reachable before unreachable, caught up before lagging, then by
+/// name. Waits while the voter table is short (a new nonvoter may be about to become a voter),
+/// while a surplus nonvoter is newer than `--promote-after`, and while it is still catching up.
+fn standby_step(view: &ClusterView) -> Option<Change> {
+    if view.voters().len() < voter_target(view.member_count()) {
+        return None;
+    }
+    let target = view.standby_target();
+    let mut standbys = view.standbys();
+    if standbys.len() > target {
+        standbys.sort_by(|a, b| {
+            b.reachable
+                .cmp(&a.reachable)
+                .then(b.caught_up.cmp(&a.caught_up))
+                .then(a.name.cmp(&b.name))
+        });
+        let surplus = standbys.last()?;
+        // A reachable one first catches up: a spare knows the cluster only from its own log
+        // until it checks in, and a new one may not have received the membership yet.
+        let settled = surplus.caught_up || !surplus.reachable;
+        return (surplus.in_config_for >= view.promote_after && settled)
+            .then_some(Change::MakeSpare(surplus.id));
+    }
+    if standbys.len() < target {
+        let mut spares: Vec<&MemberView> = view.spares.iter().filter(|s| s.reachable).collect();
+        spares.sort_by(|a, b| a.name.cmp(&b.name));
+        return spares.first().map(|s| Change::MakeStandby(s.id));
     }
     None
 }

@@ -67,6 +67,7 @@ fn view(members: Vec<MemberView>) -> ClusterView {
     ClusterView {
         leader: LEADER,
         members,
+        spares: Vec::new(),
         joint_target: None,
         promote_after: Duration::from_secs(3),
         formation: None,
@@ -74,6 +75,7 @@ fn view(members: Vec<MemberView>) -> ClusterView {
             replace_after: Some(Duration::from_secs(30)),
             cleanup_dead_after: Some(Duration::from_secs(600)),
             min_voters: 3,
+            standbys: 2,
         },
         has_quorum: true,
     }
@@ -682,4 +684,157 @@ fn every_wait_reads_as_a_sentence_with_what_to_do() {
         .to_string()
         .contains("muster node remove n3 --force")
     );
+}
+
+/// A spare: a member outside the configuration, reachable (checked in lately) or not.
+fn spare(id: NodeId, reachable: bool) -> MemberView {
+    MemberView {
+        voter: false,
+        caught_up: false,
+        in_config_for: Duration::ZERO,
+        ..if reachable {
+            m(id, false)
+        } else {
+            dead_for(m(id, false), 1)
+        }
+    }
+}
+
+fn with_spares(members: Vec<MemberView>, spares: Vec<MemberView>) -> ClusterView {
+    let mut v = view(members);
+    v.spares = spares;
+    v
+}
+
+/// Stand-bys and spares (`--standbys 2`): (what the case pins, configuration, spares, change).
+#[test]
+fn standby_and_spare_steps() {
+    let seven_voters = || (1..=7).map(|i| m(i, true)).collect::<Vec<_>>();
+    type Case = (
+        &'static str,
+        Vec<MemberView>,
+        Vec<MemberView>,
+        Option<Change>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "7 voters and 2 stand-bys: nothing to do",
+            [seven_voters(), vec![m(8, false), m(9, false)]].concat(),
+            vec![spare(10, true)],
+            None,
+        ),
+        (
+            "a third stand-by becomes a spare: the last by name (names sort as text: n10 < n8 < n9)",
+            [seven_voters(), vec![m(8, false), m(9, false), m(10, false)]].concat(),
+            vec![],
+            Some(Change::MakeSpare(9)),
+        ),
+        (
+            "an unreachable stand-by is the one made a spare",
+            [
+                seven_voters(),
+                vec![down(m(8, false)), m(9, false), m(10, false)],
+            ]
+            .concat(),
+            vec![],
+            Some(Change::MakeSpare(8)),
+        ),
+        (
+            "a surplus nonvoter newer than --promote-after stays for now",
+            [
+                seven_voters(),
+                vec![
+                    m(8, false),
+                    m(9, false),
+                    new_for(named(m(10, false), "z-new"), 1),
+                ],
+            ]
+            .concat(),
+            vec![],
+            None,
+        ),
+        (
+            "a surplus nonvoter still catching up stays until it has",
+            [
+                seven_voters(),
+                vec![
+                    m(8, false),
+                    m(9, false),
+                    lagging(named(m(10, false), "z-slow")),
+                ],
+            ]
+            .concat(),
+            vec![],
+            None,
+        ),
+        (
+            "a missing stand-by comes from the reachable spares, first by name",
+            [seven_voters(), vec![m(8, false)]].concat(),
+            vec![spare(12, true), spare(11, false), spare(13, true)],
+            Some(Change::MakeStandby(12)),
+        ),
+        (
+            "no reachable spare: nothing",
+            [seven_voters(), vec![m(8, false)]].concat(),
+            vec![spare(11, false)],
+            None,
+        ),
+        (
+            "spares count toward the voter table: 3 voters of 8 members promote first",
+            vec![m(1, true), m(2, true), m(3, true), m(4, false), m(5, false)],
+            vec![spare(6, true), spare(7, true), spare(8, true)],
+            promote(4, Why::VoterTable),
+        ),
+        (
+            "5 members: 5 voters, no stand-by wanted, the spare stays",
+            (1..=5).map(|i| m(i, true)).collect(),
+            vec![],
+            None,
+        ),
+        (
+            "a dead spare is cleaned up before a dead stand-by",
+            [
+                seven_voters(),
+                vec![m(8, false), dead_for(m(9, false), 900)],
+            ]
+            .concat(),
+            vec![dead_for(spare(10, false), 700), spare(11, true)],
+            Some(Change::CleanUp(10)),
+        ),
+    ];
+    for (what, members, spares, want) in cases {
+        assert_eq!(plan(&with_spares(members, spares)).change, want, "{what}");
+    }
+}
+
+#[test]
+fn thirty_members_settle_to_7_voters_2_standbys_and_21_spares() {
+    // Start: the 30 joined as nonvoters of a 3-voter cluster; run the policy as the reconciler
+    // would, one change per step, until it rests.
+    let mut v = with_spares(
+        (1..=30)
+            .map(|i| named(m(i, i <= 3), &format!("n{i:02}")))
+            .collect(),
+        vec![],
+    );
+    for _ in 0..100 {
+        match plan(&v).change {
+            None => break,
+            Some(Change::Promote(ids, _)) => {
+                for m in v.members.iter_mut().filter(|m| ids.contains(&m.id)) {
+                    m.voter = true;
+                }
+            }
+            Some(Change::MakeSpare(id)) => {
+                let i = v.members.iter().position(|m| m.id == id).expect("member");
+                v.spares.push(v.members.remove(i));
+            }
+            Some(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(plan(&v).change, None, "settles within 100 steps");
+    assert_eq!(v.voters(), (1..=7).collect::<BTreeSet<_>>());
+    let standbys: Vec<NodeId> = v.standbys().iter().map(|m| m.id).collect();
+    assert_eq!(standbys, vec![8, 9]);
+    assert_eq!(v.spares.len(), 21);
 }

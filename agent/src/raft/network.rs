@@ -81,6 +81,13 @@ impl PeerLiveness {
         self.failing.lock().ok()?.insert(id, failing)
     }
 
+    /// A member checked in with this node (a spare, which the leader never contacts itself).
+    pub fn checked_in(&self, id: NodeId) {
+        if let Ok(mut map) = self.seen.lock() {
+            map.insert(id, Instant::now());
+        }
+    }
+
     /// Milliseconds since `id` last answered, if it ever did.
     pub fn last_seen_ms(&self, id: NodeId) -> Option<u64> {
         self.seen

@@ -23,6 +23,7 @@ use super::http::{
 use super::operator::OPERATOR_BODY_LIMIT;
 use crate::agent::Agent;
 use crate::api::join::{JoinRequest, SecretHello, TokenJoinRequest};
+use crate::api::types::{MemberCheck, PeerAddress};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::leader::{self, Authority, LeaderOp};
 use crate::state::{NodeId, member_id};
@@ -151,8 +152,32 @@ fn is_tombstoned(agent: &Agent, id: NodeId) -> bool {
 }
 
 /// Refuses callers without a certificate from this cluster, and counts them. The error is the
-/// refusal to send back.
+/// refusal to send back. Raft routes take members of the configuration only.
 fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError> {
+    check_member(agent, req, false)
+}
+
+/// Like [`require_member`], but a spare (a member with a record, outside the raft
+/// configuration) passes too: for check-ins and forwarded operations.
+fn require_member_or_spare(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError> {
+    check_member(agent, req, true)
+}
+
+/// True if the last check-in answer (from a member, over mutual TLS) listed `id`. A spare's
+/// own state stops when it stops replicating; members that joined since, a new leader among
+/// them, are known to it only this way, and such a leader must be able to make it a stand-by.
+fn checked_in_member(agent: &Agent, id: NodeId) -> bool {
+    agent.check_in().members.iter().any(|(m, _)| *m == id)
+}
+
+fn is_recorded(agent: &Agent, id: NodeId) -> bool {
+    agent
+        .raft()
+        .read_local(|s| s.nodes.contains_key(&id))
+        .unwrap_or(false)
+}
+
+fn check_member(agent: &Agent, req: &Request, spares: bool) -> Result<PeerIdentity, ApiError> {
     let peer = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
     let view = agent.raft().view();
     // A removed node is told so once it is out of the configuration. Until then it is still
@@ -179,7 +204,10 @@ fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError
         // fresh joiner receives its first AppendEntries from a leader it has never heard of).
         Some(id)
             if id.cluster_id == agent.cluster_id()
-                && (view.nodes.is_empty() || view.nodes.contains_key(&id.node_id)) =>
+                && (view.nodes.is_empty()
+                    || view.nodes.contains_key(&id.node_id)
+                    || (spares && is_recorded(agent, id.node_id))
+                    || checked_in_member(agent, id.node_id)) =>
         {
             Ok(id)
         }
@@ -233,15 +261,47 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     }
 }
 
+/// A member checks in: it learns that it is still a member, who leads and where everyone is.
+/// On the leader the check-in counts as hearing from it (a spare is heard from no other way).
 async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    match require_member(&agent, &req) {
-        Ok(_) => json_response(&serde_json::json!({"member": true})),
-        Err(refused) => error_response(&refused),
+    let caller = match require_member_or_spare(&agent, &req) {
+        Ok(caller) => caller,
+        Err(refused) => return error_response(&refused),
+    };
+    let view = agent.raft().view();
+    if view.is_leader {
+        agent.raft().liveness().checked_in(caller.node_id);
     }
+    let address = |id: NodeId, name: &str, addr: &str| PeerAddress {
+        id: member_id(id),
+        name: name.to_string(),
+        addr: addr.to_string(),
+    };
+    let members = agent
+        .raft()
+        .read_local(|s| {
+            s.nodes
+                .iter()
+                .map(|(id, n)| address(*id, &n.name, &n.addr))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Name a leader only when this node hears from one: a spare's own view stands still, and
+    // passing it on would send other spares to a leader that is gone.
+    let hears_leader =
+        view.is_leader || agent.removal().silence() < crate::watch::CHECK_IN_AFTER_SILENCE;
+    json_response(&MemberCheck {
+        member: true,
+        leader: view
+            .leader
+            .filter(|_| hears_leader)
+            .and_then(|id| view.nodes.get(&id).map(|n| address(id, &n.name, &n.addr))),
+        members,
+    })
 }
 
 async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let caller = match require_member(&agent, &req) {
+    let caller = match require_member_or_spare(&agent, &req) {
         Err(refused) => return error_response(&refused),
         // A removed node still in the configuration (a voter being demoted) keeps replicating,
         // but it no longer acts for operators.

@@ -347,16 +347,16 @@ fn agent_pid(dir: &Path) -> Option<u32> {
 
 /// Resident memory of one process, in MiB.
 #[derive(Debug, Clone, Copy)]
-struct Resident {
+pub struct Resident {
     /// `VmRSS`: what the goal is about.
-    rss: f64,
+    pub rss: f64,
     /// `RssAnon`: the process's own memory. The rest of `VmRSS` is file-backed (mostly the
     /// binary's code), shared by every process of the same binary on a host and dependent on
     /// how much of the file the page cache holds, so it is shown apart.
-    anon: f64,
+    pub anon: f64,
 }
 
-fn resident_mib(pid: u32) -> Option<Resident> {
+pub fn resident_mib(pid: u32) -> Option<Resident> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     Some(Resident {
         rss: status_kib(&status, "VmRSS:")? / 1024.0,

@@ -7,8 +7,7 @@
 //! read from /proc for every process of the system under test, so that a comparison does not
 //! depend on the load generator's own CPU.
 
-#[path = "discovery_cpu.rs"]
-mod cpu;
+use crate::discovery_cpu as cpu;
 
 use std::future::Future;
 use std::path::Path;

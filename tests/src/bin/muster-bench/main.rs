@@ -21,8 +21,10 @@
 //!
 //! Results go to stdout (a table, or one JSON object with `--json`); progress goes to stderr.
 
+mod asg;
 mod cluster;
 mod discovery;
+mod discovery_cpu;
 mod fleetlock;
 mod lease;
 mod stability;
@@ -54,6 +56,25 @@ enum Command {
     Fleetlock(FleetlockArgs),
     /// Lease claim/renew latency, compare-and-set puts per second, hand-over after kill -9.
     Lease(LeaseArgs),
+    /// An autoscaling group: N machines through one template (voters, stand-bys, spares), the
+    /// leader's idle CPU at 10 and at N members, RSS per role, failed-voter replacement.
+    Asg(AsgArgs),
+}
+
+#[derive(Args)]
+struct AsgArgs {
+    /// Machines in the group.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=300))]
+    machines: u64,
+    /// How long the leader's idle CPU is sampled, at 10 members and at N.
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    idle: Duration,
+    /// `--replace-after` of every agent (the replacement goal is this plus 2 s).
+    #[arg(long, default_value = "5s", value_parser = duration_arg)]
+    replace_after: Duration,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -176,6 +197,7 @@ async fn main() -> Result<()> {
         Command::Stability(args) => stability::run(args).await,
         Command::Fleetlock(args) => fleetlock::run(args).await,
         Command::Lease(args) => lease::run(args).await,
+        Command::Asg(args) => asg::run(args).await,
     }
 }
 
