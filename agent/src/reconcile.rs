@@ -46,8 +46,10 @@ impl Reconciler {
         if !raft.is_leader || !raft.membership_settled() {
             return Ok(());
         }
-        let removed = agent.raft().read_local(|s| s.removed.clone())?;
-        self.sightings.observe(&raft, &removed);
+        let (records, removed) = agent
+            .raft()
+            .read_local(|s| (s.nodes.keys().copied().collect(), s.removed.clone()))?;
+        self.sightings.observe(&raft, &records, &removed);
         let mut view = cluster_view(agent, &raft, &self.sightings)?;
         if let Some(formation) = agent.formation() {
             // The discovery service unreachable: the voter table still runs, so a cluster

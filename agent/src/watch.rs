@@ -39,9 +39,10 @@ pub async fn removal_watch(agent: Arc<Agent>) {
             .read_local(|s| s.removed.contains(&me))
             .unwrap_or(false);
         // A removed voter keeps voting until it has been demoted, so a quorum is never short.
-        let removed = (tombstoned && !view.voters.contains(&me))
-            || agent.raft().liveness().peer_said_removed();
-        if removed {
+        let own_tombstone = tombstoned && !view.voters.contains(&me);
+        let peer_said = agent.raft().liveness().peer_said_removed();
+        if own_tombstone || peer_said {
+            tracing::info!(own_tombstone, peer_said, "this node learned it was removed");
             agent.removal().conclude();
             return;
         }

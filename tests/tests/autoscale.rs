@@ -384,6 +384,51 @@ fn roles(status: &serde_json::Value) -> std::collections::BTreeMap<String, Strin
     seen(status).into_iter().map(|m| (m.name, m.role)).collect()
 }
 
+/// Waits (2 minutes at most) until a leader's view among `live` satisfies `done`; returns its
+/// roles. On a timeout it fails with the last view: roles, waits, events and the leader's log.
+async fn settle(
+    live: &[&AgentProc],
+    what: &str,
+    done: impl Fn(&serde_json::Value, &std::collections::BTreeMap<String, String>) -> bool,
+) -> std::collections::BTreeMap<String, String> {
+    let last_seen = std::sync::Mutex::new(serde_json::Value::Null);
+    let result = wait_for(what, FORM * 2, || async {
+        let s = leader_view(live).await?;
+        if let Ok(mut last) = last_seen.lock() {
+            *last = s.clone();
+        }
+        let r = roles(&s);
+        done(&s, &r).then_some(r)
+    })
+    .await;
+    result.unwrap_or_else(|e| {
+        let last = last_seen.lock().map(|l| l.clone()).unwrap_or_default();
+        let leader_now = last["leader"].as_str().unwrap_or_default().to_string();
+        let log = live
+            .iter()
+            .find(|a| a.name == leader_now)
+            .map(|a| muster_tests::tail(&a.last_log(), 40))
+            .unwrap_or_default();
+        let unreachable: Vec<String> = members(&last)
+            .into_iter()
+            .filter(|m| !m.2)
+            .map(|m| m.0)
+            .collect();
+        let r = roles(&last);
+        let missing: String = live
+            .iter()
+            .filter(|a| !r.contains_key(&a.name) || unreachable.contains(&a.name))
+            .map(|a| format!("--- {}\n{}", a.name, muster_tests::tail(&a.log(), 30)))
+            .collect();
+        panic!(
+            "{e:#}\nroles {:?}\nunreachable {unreachable:?}\nwaiting {}\nevents {}\n{log}\n{missing}",
+            roles(&last),
+            last["membership_waiting"],
+            last["membership_events"]
+        )
+    })
+}
+
 fn count(roles: &std::collections::BTreeMap<String, String>, role: &str) -> usize {
     roles.values().filter(|r| *r == role).count()
 }
@@ -467,40 +512,18 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
         .await
         .expect("kill");
     let live: Vec<&AgentProc> = agents.iter().filter(|a| a.name != leader).collect();
-    let last_seen = std::sync::Mutex::new(serde_json::Value::Null);
-    let after = wait_for(
+    let after = settle(
+        &live,
         "29 members: 7 voters, 2 stand-bys, 20 spares",
-        FORM * 2,
-        || async {
-            let s = leader_view(&live).await?;
-            if let Ok(mut last) = last_seen.lock() {
-                *last = s.clone();
-            }
-            let r = roles(&s);
-            (r.len() == 29
-                && count(&r, "voter") == 7
-                && count(&r, "standby") == 2
-                && count(&r, "spare") == 20
-                && members(&s).iter().all(|m| m.2))
-            .then_some(r)
+        |s, r| {
+            r.len() == 29
+                && count(r, "voter") == 7
+                && count(r, "standby") == 2
+                && count(r, "spare") == 20
+                && members(s).iter().all(|m| m.2)
         },
     )
-    .await
-    .unwrap_or_else(|e| {
-        let last = last_seen.lock().map(|l| l.clone()).unwrap_or_default();
-        let leader_now = last["leader"].as_str().unwrap_or_default().to_string();
-        let log = live
-            .iter()
-            .find(|a| a.name == leader_now)
-            .map(|a| muster_tests::tail(&a.last_log(), 40))
-            .unwrap_or_default();
-        panic!(
-            "{e:#}\nroles {:?}\nwaiting {}\nevents {}\n{log}",
-            roles(&last),
-            last["membership_waiting"],
-            last["membership_events"]
-        )
-    });
+    .await;
     let changed: Vec<&String> = after
         .iter()
         .filter(|(name, role)| before.get(*name) != Some(role))
@@ -508,4 +531,84 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
         .collect();
     // One stand-by became a voter, one spare a stand-by: nothing else moved.
     assert_eq!(changed.len(), 2, "{before:?} → {after:?}");
+
+    // Churn, as an autoscaling group sees it: kill -9 a voter, a stand-by and two spares (with
+    // the leader before, two voters in all), and start five replacements with the same
+    // template, while a client keeps writing.
+    let pick = |role: &str, n: usize| -> Vec<String> {
+        after
+            .iter()
+            .filter(|(_, r)| *r == role)
+            .map(|(name, _)| name.clone())
+            .take(n)
+            .collect()
+    };
+    let leader_now = leader_view(&live)
+        .await
+        .and_then(|s| s["leader"].as_str().map(String::from))
+        .expect("a leader");
+    let victims: Vec<String> = after
+        .iter()
+        .filter(|(name, r)| *r == "voter" && **name != leader_now)
+        .map(|(name, _)| name.clone())
+        .take(1)
+        .chain(pick("standby", 1))
+        .chain(pick("spare", 2))
+        .collect();
+    let operator = AgentProc::operator_token_of(&agents)
+        .await
+        .expect("operator token");
+    let addrs = Arc::new(std::sync::Mutex::new(
+        agents
+            .iter()
+            .filter(|a| a.name != leader && !victims.contains(&a.name))
+            .map(|a| a.addr.clone())
+            .collect::<Vec<_>>(),
+    ));
+    let api = OperatorApi::new(&operator, Duration::from_secs(5)).expect("client");
+    let writer = Writer::start(api, addrs.clone());
+    for a in agents.iter_mut().filter(|a| victims.contains(&a.name)) {
+        a.kill9().await.expect("kill");
+    }
+    for i in 31..=35 {
+        agents.push(start(&format!("m{i:02}"), Some(&group)));
+    }
+    let gone: Vec<String> = victims.iter().cloned().chain([leader.clone()]).collect();
+    let live: Vec<&AgentProc> = agents.iter().filter(|a| !gone.contains(&a.name)).collect();
+    wait_for(
+        "7 reachable voters again",
+        Duration::from_secs(3 + 10),
+        || async {
+            let s = leader_view(&live).await?;
+            let voters: Vec<_> = members(&s).into_iter().filter(|m| m.1).collect();
+            (voters.len() == 7 && voters.iter().all(|v| v.2)).then_some(())
+        },
+    )
+    .await
+    .expect("replaced");
+    let last = settle(
+        &live,
+        "30 members again, no dead one: 7 voters, 2 stand-bys, 21 spares",
+        |s, r| {
+            r.len() == 30
+                && !gone.iter().any(|g| r.contains_key(g))
+                && count(r, "voter") == 7
+                && count(r, "standby") == 2
+                && count(r, "spare") == 21
+                && members(s).iter().all(|m| m.2)
+        },
+    )
+    .await;
+    let (acked, longest_gap) = writer.finish().await;
+    assert!(acked > 20, "only {acked} writes were acknowledged");
+    assert!(
+        longest_gap < Duration::from_secs(5),
+        "writes stopped for {longest_gap:?}"
+    );
+    // Healthy voters were not reshuffled.
+    for (name, role) in &after {
+        if role == "voter" && !gone.contains(name) {
+            assert_eq!(last.get(name).map(String::as_str), Some("voter"), "{name}");
+        }
+    }
 }

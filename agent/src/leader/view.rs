@@ -20,12 +20,27 @@ pub struct Sightings {
     /// The term this node leads in and when it first saw itself leading in it: silence is
     /// counted from then at the earliest.
     leading_since: Option<(u64, Instant)>,
+    /// When this leader first knew of each member (record or configuration): silence is
+    /// counted from then at the earliest too, so a machine that has just joined is never
+    /// "silent for" longer than it has existed.
+    known_since: HashMap<NodeId, Instant>,
 }
 
 impl Sightings {
-    /// Brings the memory up to date with the configuration in `raft` and the tombstones.
-    pub fn observe(&mut self, raft: &RaftView, removed: &BTreeSet<NodeId>) {
+    /// Brings the memory up to date with the configuration in `raft`, the member records and
+    /// the tombstones.
+    pub fn observe(
+        &mut self,
+        raft: &RaftView,
+        records: &BTreeSet<NodeId>,
+        removed: &BTreeSet<NodeId>,
+    ) {
         let now = Instant::now();
+        self.known_since
+            .retain(|id, _| raft.nodes.contains_key(id) || records.contains(id));
+        for id in raft.nodes.keys().chain(records) {
+            self.known_since.entry(*id).or_insert(now);
+        }
         if self.leading_since.is_none_or(|(term, _)| term != raft.term) {
             self.leading_since = Some((raft.term, now));
         }
@@ -62,10 +77,19 @@ pub fn cluster_view(
     })?;
     let liveness = agent.raft().liveness();
     let now = Instant::now();
-    let watched_for = sightings
+    let leading_for = sightings
         .leading_since
         .map(|(_, t)| now.duration_since(t))
         .unwrap_or_default();
+    // How long this leader has been in a position to hear from `id`.
+    let watched_for = |id: &NodeId| {
+        let known_for = sightings
+            .known_since
+            .get(id)
+            .map(|t| now.duration_since(*t))
+            .unwrap_or_default();
+        leading_for.min(known_for)
+    };
     let members = raft
         .nodes
         .iter()
@@ -93,7 +117,7 @@ pub fn cluster_view(
                     .unwrap_or_else(|| node.name.clone()),
                 voter: raft.voters.contains(id),
                 reachable,
-                unreachable_for: (!reachable).then(|| silent_for.min(watched_for)),
+                unreachable_for: (!reachable).then(|| silent_for.min(watched_for(id))),
                 caught_up: policy::is_caught_up(matched, raft.last_log_index),
                 in_config_for: sightings
                     .first_seen
@@ -121,7 +145,7 @@ pub fn cluster_view(
                 in_config_for: Duration::ZERO,
                 removal: None,
                 unreachable_for: (!reachable)
-                    .then(|| seen.unwrap_or(Duration::MAX).min(watched_for)),
+                    .then(|| seen.unwrap_or(Duration::MAX).min(watched_for(id))),
             }
         })
         .collect();

@@ -242,6 +242,7 @@ impl PeerLink {
         let status = resp.status();
         if status == reqwest::StatusCode::GONE {
             // The peer's state says this node was removed; the agent stops on seeing this.
+            tracing::info!(peer = %self.target, "a peer answered 410: this node was removed");
             self.liveness.removed.store(true, Ordering::Relaxed);
         }
         if status == reqwest::StatusCode::PAYLOAD_TOO_LARGE && entries > 1 {
