@@ -13,6 +13,11 @@ use crate::policy::Automation;
 use crate::raft::RaftNode;
 use crate::state::{FormationRecord, Node, NodeId};
 
+/// A node that has heard nothing from a leader for this long is out of replication (a spare,
+/// or cut off): it checks in with its peers (`watch.rs`) and asks the leader for what its own
+/// state cannot tell.
+pub const CHECK_IN_AFTER_SILENCE: Duration = Duration::from_secs(1);
+
 /// Who this agent is and how it behaves; fixed for the life of the process.
 pub struct AgentInit {
     pub data_dir: PathBuf,
@@ -106,6 +111,11 @@ impl Agent {
 
     pub fn automation(&self) -> Automation {
         self.automation
+    }
+
+    /// True while no leader replicates to this node: its applied state may be old.
+    pub fn hears_no_leader(&self) -> bool {
+        !self.raft.view().is_leader && self.removal.silence() >= CHECK_IN_AFTER_SILENCE
     }
 
     /// What this node last learned by checking in with a peer (see `watch.rs`).
@@ -292,4 +302,18 @@ impl MembershipLog {
 pub struct CheckIn {
     pub leader: Option<(NodeId, Node)>,
     pub members: Vec<(NodeId, Node)>,
+    /// When the leader itself last answered a check-in.
+    pub confirmed_at: Option<Instant>,
+}
+
+impl CheckIn {
+    /// How long a leader that answered a check-in is passed on to others who ask.
+    const CONFIRMED_FOR: Duration = Duration::from_secs(3);
+
+    /// The leader, if it answered this node's check-in lately.
+    pub fn confirmed_leader(&self) -> Option<(NodeId, Node)> {
+        self.confirmed_at
+            .filter(|t| t.elapsed() < Self::CONFIRMED_FOR)
+            .and(self.leader.clone())
+    }
 }

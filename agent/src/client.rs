@@ -84,6 +84,28 @@ pub async fn send_json_with_header<T: DeserializeOwned>(
     Ok((decode_answer(status, &body)?, value))
 }
 
+/// Reads an answer's body, refusing one longer than `max` bytes (a peer is trusted to be a
+/// member, not to be small).
+pub async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, CallError> {
+    let mut body = Vec::new();
+    loop {
+        let addr = resp.url().authority().to_string();
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|e| CallError::from_reqwest(&addr, e))?;
+        let Some(chunk) = chunk else {
+            return Ok(body);
+        };
+        if body.len() + chunk.len() > max {
+            return Err(CallError::Api(ApiError::internal(format!(
+                "the answer is longer than {max} bytes"
+            ))));
+        }
+        body.extend_from_slice(&chunk);
+    }
+}
+
 /// Reads an answer: `T` from a 2xx body, else the error it carries.
 pub fn decode_answer<T: DeserializeOwned>(status: u16, body: &[u8]) -> Result<T, CallError> {
     if !(200..300).contains(&status) {

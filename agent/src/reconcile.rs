@@ -173,13 +173,17 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
                 agent.automation().standbys
             );
             tracing::info!(node = %name, %cause, "making a stand-by a spare");
+            let _one_at_a_time = agent.membership_ops().lock().await;
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
             agent.record_membership_event(format!("made {name} a spare"), cause);
         }
         Change::MakeStandby(id) => {
-            let record = raft
-                .read_local(|s| s.nodes.get(&id).cloned())?
-                .ok_or_else(|| ApiError::internal(format!("no record for spare {id}")))?;
+            // Under the lock `node remove` takes, and with the record read again under it: a
+            // spare removed meanwhile is not added back.
+            let _one_at_a_time = agent.membership_ops().lock().await;
+            let Some(record) = raft.read_local(|s| s.nodes.get(&id).cloned())? else {
+                return Ok(());
+            };
             let cause = format!(
                 "fewer stand-bys than --standbys {}",
                 agent.automation().standbys

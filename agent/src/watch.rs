@@ -11,15 +11,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::{Agent, CheckIn};
+use crate::agent::{Agent, CHECK_IN_AFTER_SILENCE, CheckIn};
 use crate::api::paths;
 use crate::api::types::MemberCheck;
 use crate::raft::RaftView;
 use crate::state::{Node, NodeId, parse_member_id};
 
-/// A node that has heard nothing from a leader for this long checks in …
-pub const CHECK_IN_AFTER_SILENCE: Duration = Duration::from_secs(1);
-/// … at most this often.
+/// A node that has heard nothing from a leader for [`CHECK_IN_AFTER_SILENCE`] checks in at
+/// most this often.
 const CHECK_IN_EVERY: Duration = Duration::from_secs(1);
 /// How long one check-in call may take.
 const CHECK_IN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -115,7 +114,11 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
             tracing::debug!(peer = %node.name, status = %answer.status(), "check-in refused");
             continue;
         }
-        let Ok(check) = answer.json::<MemberCheck>().await else {
+        // A check-in answer lists every member: bounded, like every answer we read.
+        let Ok(body) = crate::client::read_limited(answer, MAX_CHECK_IN_ANSWER).await else {
+            continue;
+        };
+        let Ok(check) = serde_json::from_slice::<MemberCheck>(&body) else {
             continue;
         };
         tracing::debug!(peer = %node.name, leader = ?check.leader.as_ref().map(|l| &l.name), "checked in");
@@ -124,18 +127,18 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
         match learned.leader.clone() {
             // The leader itself answered: it has heard from this node.
             Some((leader, _)) if leader == id => {
+                learned.confirmed_at = Some(Instant::now());
                 agent.set_check_in(learned);
                 return outcome;
             }
+            // Someone who knows the leader first-hand named it (and its list is current).
             Some(leader) => {
                 agent.set_check_in(learned);
                 redirect = Some(leader);
             }
-            None => {
-                // Keep the leader learned before, if any; take the fresh member list.
-                learned.leader = agent.check_in().leader;
-                agent.set_check_in(learned);
-            }
+            // A peer that knows no leader either (another spare, or one cut off): its list
+            // may be as old as its last replication; keep what this node knew.
+            None => {}
         }
     }
     outcome
@@ -144,6 +147,8 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
 /// The most calls one check-in makes (a cluster's members are tried in turn until one names
 /// the leader).
 const MAX_CHECK_IN_CALLS: usize = 16;
+/// The largest check-in answer read (a member list of a few thousand members).
+const MAX_CHECK_IN_ANSWER: usize = 1024 * 1024;
 
 /// What a check-in answer says, as ids and nodes.
 fn learned(check: &MemberCheck) -> CheckIn {
@@ -161,5 +166,6 @@ fn learned(check: &MemberCheck) -> CheckIn {
     CheckIn {
         leader: check.leader.as_ref().and_then(node),
         members: check.members.iter().filter_map(node).collect(),
+        confirmed_at: None,
     }
 }

@@ -53,10 +53,32 @@ pub fn open_database(dir: &Path) -> Result<Database, StorageError> {
     }
 }
 
-/// True if `dir` holds a fjall database whose version marker is empty: one whose creation
-/// never finished.
+/// True if `dir` holds a fjall database whose creation never finished: an empty version
+/// marker, and nothing else than what fjall creates before it (its lock file, an empty
+/// `keyspaces` folder and a first journal no longer than a header). Anything more, and the
+/// directory is left alone: opening it then fails with fjall's own error.
 fn interrupted_creation(dir: &Path) -> bool {
-    std::fs::metadata(dir.join(FJALL_VERSION_MARKER)).is_ok_and(|m| m.is_file() && m.len() == 0)
+    let marker_empty = std::fs::metadata(dir.join(FJALL_VERSION_MARKER))
+        .is_ok_and(|m| m.is_file() && m.len() == 0);
+    if !marker_empty {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().all(|entry| {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        let meta = entry.metadata();
+        match name {
+            FJALL_VERSION_MARKER | "lock" => true,
+            "keyspaces" => std::fs::read_dir(entry.path()).is_ok_and(|mut d| d.next().is_none()),
+            "0.jnl" => meta.is_ok_and(|m| m.len() <= 4096),
+            _ => false,
+        }
+    })
 }
 
 /// Opens a keyspace (a named tree) with default options.
@@ -82,6 +104,11 @@ mod tests {
         std::fs::create_dir_all(dir.join("keyspaces")).expect("mkdir");
         std::fs::write(dir.join("0.jnl"), b"").expect("journal");
         std::fs::write(dir.join(FJALL_VERSION_MARKER), b"").expect("marker");
+        // Anything else in the directory (here, an operator's file): left alone, refused.
+        std::fs::write(dir.join("notes.txt"), b"mine").expect("other file");
+        assert!(open_database(&dir).is_err());
+        assert!(dir.join("notes.txt").exists());
+        std::fs::remove_file(dir.join("notes.txt")).expect("rm");
         let db = open_database(&dir).expect("recreated");
         let ks = open_keyspace(&db, "k").expect("keyspace");
         ks.insert("a", "1").expect("insert");

@@ -49,12 +49,12 @@ pub async fn run_once(
         .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())));
     // A node no leader has talked to lately (a spare, outside the configuration, or one cut
     // off) trusts the leader it learned by checking in over its own stale view.
-    let silent = agent.removal().silence() >= crate::watch::CHECK_IN_AFTER_SILENCE;
-    let target = if silent {
-        agent.check_in().leader.or(from_raft)
-    } else {
-        from_raft
-    };
+    let silent = agent.removal().silence() >= crate::agent::CHECK_IN_AFTER_SILENCE;
+    let checked_in = silent.then(|| agent.check_in().leader).flatten();
+    // Only a leader raft told us about can be watched for a change; one learned by checking in
+    // is not this node's raft leader, and raft would report a change at once.
+    let watch_raft = checked_in.is_none();
+    let target = checked_in.or(from_raft);
     let Some((leader, node)) = target else {
         return Err(ApiError::new(
             ErrorKind::NoLeader,
@@ -80,7 +80,7 @@ pub async fn run_once(
     // elects another within an election window. Follow it instead of waiting out the timeout.
     let answer = tokio::select! {
         answer = send_json(&node.addr, request) => answer,
-        () = agent.raft().leader_changed_from(leader) => {
+        () = leader_changed(agent, leader, watch_raft) => {
             return Err(if read_only {
                 ApiError::new(ErrorKind::NoLeader, format!("{} stopped leading; asking the new leader", node.name))
             } else {
@@ -123,5 +123,15 @@ pub async fn run_once(
                 node.name
             ),
         )),
+    }
+}
+
+/// Resolves when raft sees another leader than `leader`; never, when `leader` was not learned
+/// from raft (a spare's, from its check-in).
+async fn leader_changed(agent: &Agent, leader: crate::state::NodeId, watch_raft: bool) {
+    if watch_raft {
+        agent.raft().leader_changed_from(leader).await;
+    } else {
+        std::future::pending::<()>().await;
     }
 }

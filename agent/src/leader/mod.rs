@@ -24,6 +24,7 @@ pub use forward::{run, run_once};
 pub use status::status;
 pub use tokens::{
     NewToken, authorize_operator, issue_join_token, issue_operator_token, new_operator_token,
+    operator_authority,
 };
 pub use view::{Sightings, cluster_view};
 

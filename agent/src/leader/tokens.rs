@@ -329,16 +329,15 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authori
             "operator calls over TCP need `Authorization: Bearer <operator token>` (the CLI reads MUSTER_OPERATOR_TOKEN)",
         ));
     };
-    let token =
-        SecretToken::parse(TokenKind::Operator, text).map_err(|e| unauthorized(&e.to_string()))?;
-    if token.ca_pin() != agent.ca_pin() {
-        return Err(unauthorized(
-            "the operator token belongs to another cluster",
-        ));
-    }
-    let presented = token.secret_hash();
+    let Authority::OperatorToken {
+        id,
+        secret_sha256: presented,
+    } = operator_authority(agent, text)?
+    else {
+        return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
+    };
     let valid = agent.raft().read_local(|s| {
-        s.operator_tokens.get(token.id()).is_some_and(|t| {
+        s.operator_tokens.get(&id).is_some_and(|t| {
             secret_hashes_match(&t.secret_sha256, &presented) && t.revoked_ms.is_none()
         })
     })?;
@@ -346,8 +345,25 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authori
         return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
     }
     Ok(Authority::OperatorToken {
-        id: token.id().to_string(),
+        id,
         secret_sha256: presented,
+    })
+}
+
+/// The authority an operator token's text claims, checked for form and cluster only: whether
+/// the token is valid is for the caller to find out (locally, or from the leader).
+pub fn operator_authority(agent: &Agent, text: &str) -> Result<Authority, ApiError> {
+    let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
+    let token =
+        SecretToken::parse(TokenKind::Operator, text).map_err(|e| unauthorized(&e.to_string()))?;
+    if token.ca_pin() != agent.ca_pin() {
+        return Err(unauthorized(
+            "the operator token belongs to another cluster",
+        ));
+    }
+    Ok(Authority::OperatorToken {
+        id: token.id().to_string(),
+        secret_sha256: token.secret_hash(),
     })
 }
 

@@ -138,6 +138,9 @@ async fn kv_list(
     answer(leader::run(&agent, &by, LeaderOp::KvList { prefix: q.prefix }).await)
 }
 
+/// How often a watch held on a spare asks the leader again.
+const SPARE_WATCH_POLL: Duration = Duration::from_millis(250);
+
 /// Answers with the changes from `from_revision` on as soon as there is one, or with none once
 /// `wait_ms` has passed. The leader is asked again after each change this node applies, so a
 /// watch held on a follower sees a change about as soon as the follower does.
@@ -166,6 +169,16 @@ async fn kv_watch(
         from = found.next_revision;
         // Ask the leader again only once this node has applied a change of the key-value
         // space (lease renewals and other entries do not count), or at the deadline.
+        // A node out of replication (a spare) applies nothing: it asks the leader again every
+        // quarter second instead.
+        if agent.hears_no_leader() {
+            let pause = tokio::time::Instant::now() + SPARE_WATCH_POLL;
+            tokio::time::sleep_until(pause.min(deadline)).await;
+            if tokio::time::Instant::now() >= deadline {
+                return answer(Ok(found));
+            }
+            continue;
+        }
         let mut applied = applied;
         loop {
             agent.raft().applied_after(applied, deadline).await;

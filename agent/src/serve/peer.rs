@@ -119,7 +119,12 @@ async fn require_operator(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    match leader::authorize_operator(&agent, bearer) {
+    let authorized = if agent.hears_no_leader() {
+        authorize_with_leader(&agent, bearer).await
+    } else {
+        leader::authorize_operator(&agent, bearer)
+    };
+    match authorized {
         Ok(authority) => {
             req.extensions_mut().insert(authority);
             let mut answer = next.run(req).await;
@@ -141,6 +146,18 @@ async fn require_operator(
             error_response(&e)
         }
     }
+}
+
+/// A node out of replication (a spare) cannot judge a token from its own state, which stopped
+/// when it stopped replicating: the leader checks it, on a status call made with it.
+async fn authorize_with_leader(agent: &Agent, bearer: Option<&str>) -> Result<Authority, ApiError> {
+    let Some(text) = bearer else {
+        // The same refusal as a member's.
+        return leader::authorize_operator(agent, None);
+    };
+    let authority = leader::operator_authority(agent, text)?;
+    leader::run(agent, &authority, LeaderOp::Status).await?;
+    Ok(authority)
 }
 
 /// True if `id` was removed from the cluster (per this node's applied state).
@@ -269,7 +286,10 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
         Err(refused) => return error_response(&refused),
     };
     let view = agent.raft().view();
-    if view.is_leader {
+    // Only a spare's check-in counts as hearing from it: a member of the configuration is
+    // judged by its answers to replication, which a one-way cut stops even while it can still
+    // call in.
+    if view.is_leader && !view.nodes.contains_key(&caller.node_id) {
         agent.raft().liveness().checked_in(caller.node_id);
     }
     let address = |id: NodeId, name: &str, addr: &str| PeerAddress {
@@ -286,16 +306,24 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
                 .collect()
         })
         .unwrap_or_default();
-    // Name a leader only when this node hears from one: a spare's own view stands still, and
-    // passing it on would send other spares to a leader that is gone.
+    // Name a leader only when this node knows one first-hand: its raft leader while it hears
+    // from it, or (a spare) the leader that answered its own latest check-in, if that was
+    // lately. A spare's raft view stands still; passing it on would send others to a leader
+    // that is gone.
     let hears_leader =
-        view.is_leader || agent.removal().silence() < crate::watch::CHECK_IN_AFTER_SILENCE;
+        view.is_leader || agent.removal().silence() < crate::agent::CHECK_IN_AFTER_SILENCE;
+    let leader = if hears_leader {
+        view.leader
+            .and_then(|id| view.nodes.get(&id).map(|n| address(id, &n.name, &n.addr)))
+    } else {
+        agent
+            .check_in()
+            .confirmed_leader()
+            .map(|(id, n)| address(id, &n.name, &n.addr))
+    };
     json_response(&MemberCheck {
         member: true,
-        leader: view
-            .leader
-            .filter(|_| hears_leader)
-            .and_then(|id| view.nodes.get(&id).map(|n| address(id, &n.name, &n.addr))),
+        leader,
         members,
     })
 }

@@ -195,9 +195,12 @@ pub async fn run(args: AsgArgs) -> Result<()> {
         Duration::from_secs(120),
         || async {
             let (_, roles) = leader_roles(&agents[leader_i..=leader_i]).await?;
+            let replaced = roles.get(&victim).is_none_or(|(r, _)| r != "voter");
             let voters: Vec<_> = roles.values().filter(|(r, _)| r == "voter").collect();
-            (voters.len() == voter_target(n) && voters.iter().all(|(_, reachable)| *reachable))
-                .then_some(())
+            (replaced
+                && voters.len() == voter_target(n)
+                && voters.iter().all(|(_, reachable)| *reachable))
+            .then_some(())
         },
     )
     .await?;
