@@ -206,27 +206,17 @@ async fn failed_voters_are_replaced_and_dead_members_cleaned_up_while_writes_go_
 
     // Within --replace-after + 10 s: no dead voter left, and a full complement of reachable
     // voters for the members that are alive.
-    let replaced = wait_for(
+    let replaced = settle(
+        &live,
         "every voter reachable again",
         REPLACE_AFTER + Duration::from_secs(10),
-        || async {
-            let s = leader_view(&live).await?;
-            let m = members(&s);
+        |s, _| {
+            let m = members(s);
             let voters: Vec<_> = m.iter().filter(|x| x.1).collect();
-            (voters.iter().all(|v| v.2) && voters.len() >= voter_target(live_names.len()))
-                .then_some(s)
+            voters.iter().all(|v| v.2) && voters.len() >= voter_target(live_names.len())
         },
     )
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e:#}\n{}",
-            live.iter()
-                .map(|a| a.last_log())
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    });
+    .await;
     assert!(
         killed_at.elapsed() >= REPLACE_AFTER,
         "a voter was replaced before --replace-after: {replaced}"
@@ -239,30 +229,20 @@ async fn failed_voters_are_replaced_and_dead_members_cleaned_up_while_writes_go_
 
     // After --cleanup-dead-after: the dead are gone, every member is reachable, and the voter
     // table holds for the members left.
-    let cleaned = wait_for(
+    let cleaned = settle(
+        &live,
         "the dead members removed",
         CLEANUP_AFTER + Duration::from_secs(20),
-        || async {
-            let s = leader_view(&live).await?;
-            let m = members(&s);
+        |s, _| {
+            let m = members(s);
             let names: Vec<&String> = m.iter().map(|x| &x.0).collect();
-            (m.len() == live_names.len()
+            m.len() == live_names.len()
                 && !dead.iter().any(|d| names.contains(&d))
                 && m.iter().all(|x| x.2)
-                && m.iter().filter(|x| x.1).count() == voter_target(m.len()))
-            .then_some(s)
+                && m.iter().filter(|x| x.1).count() == voter_target(m.len())
         },
     )
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e:#}\n{}",
-            live.iter()
-                .map(|a| a.last_log())
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    });
+    .await;
     assert!(
         killed_at.elapsed() >= CLEANUP_AFTER,
         "a member was cleaned up before --cleanup-dead-after: {cleaned}"
@@ -384,21 +364,21 @@ fn roles(status: &serde_json::Value) -> std::collections::BTreeMap<String, Strin
     seen(status).into_iter().map(|m| (m.name, m.role)).collect()
 }
 
-/// Waits (2 minutes at most) until a leader's view among `live` satisfies `done`; returns its
-/// roles. On a timeout it fails with the last view: roles, waits, events and the leader's log.
+/// Waits (`within` at most) until a leader's view among `live` satisfies `done`; returns that
+/// status. On a timeout it fails with the last view: roles, waits, events and the logs.
 async fn settle(
     live: &[&AgentProc],
     what: &str,
+    within: Duration,
     done: impl Fn(&serde_json::Value, &std::collections::BTreeMap<String, String>) -> bool,
-) -> std::collections::BTreeMap<String, String> {
+) -> serde_json::Value {
     let last_seen = std::sync::Mutex::new(serde_json::Value::Null);
-    let result = wait_for(what, FORM * 2, || async {
+    let result = wait_for(what, within, || async {
         let s = leader_view(live).await?;
         if let Ok(mut last) = last_seen.lock() {
             *last = s.clone();
         }
-        let r = roles(&s);
-        done(&s, &r).then_some(r)
+        done(&s, &roles(&s)).then_some(s)
     })
     .await;
     result.unwrap_or_else(|e| {
@@ -515,6 +495,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
     let after = settle(
         &live,
         "29 members: 7 voters, 2 stand-bys, 20 spares",
+        FORM * 2,
         |s, r| {
             r.len() == 29
                 && count(r, "voter") == 7
@@ -524,6 +505,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
         },
     )
     .await;
+    let after = roles(&after);
     let changed: Vec<&String> = after
         .iter()
         .filter(|(name, role)| before.get(*name) != Some(role))
@@ -589,6 +571,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
     let last = settle(
         &live,
         "30 members again, no dead one: 7 voters, 2 stand-bys, 21 spares",
+        FORM * 2,
         |s, r| {
             r.len() == 30
                 && !gone.iter().any(|g| r.contains_key(g))
@@ -599,6 +582,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
         },
     )
     .await;
+    let last = roles(&last);
     let (acked, longest_gap) = writer.finish().await;
     assert!(acked > 20, "only {acked} writes were acknowledged");
     assert!(

@@ -124,6 +124,18 @@ impl FormationRecord {
     }
 }
 
+/// Marks a token revoked at `now` (kept if it already was); `slot` is its `revoked_ms`, if
+/// the token exists.
+fn revoke(slot: Option<&mut Option<u64>>, now: u64, kind: &str, id: &str) -> Response {
+    match slot {
+        Some(revoked_ms) => {
+            revoked_ms.get_or_insert(now);
+            Response::default()
+        }
+        None => Response::refused(ErrorKind::NotFound, format!("no {kind} token with id {id}")),
+    }
+}
+
 impl ClusterState {
     /// The cluster's time for an entry carrying this leader reading: never behind a reading
     /// committed before.
@@ -249,17 +261,12 @@ impl ClusterState {
             }
             Request::RevokeJoinToken { id, now_ms } => {
                 let now = self.wall_clock_at(*now_ms);
-                match self.join_tokens.get_mut(id) {
-                    Some(token) => {
-                        token.revoked_ms.get_or_insert(now);
-                        self.wall_clock_ms = now;
-                        Response::default()
-                    }
-                    None => Response::refused(
-                        ErrorKind::NotFound,
-                        format!("no join token with id {id}"),
-                    ),
+                let slot = self.join_tokens.get_mut(id).map(|t| &mut t.revoked_ms);
+                let answer = revoke(slot, now, "join", id);
+                if answer.refused.is_none() {
+                    self.observe_wall_clock(now);
                 }
+                answer
             }
             Request::CreateOperatorToken { id, token } => {
                 if self.operator_tokens.contains_key(id) {
@@ -274,17 +281,12 @@ impl ClusterState {
             }
             Request::RevokeOperatorToken { id, now_ms } => {
                 let now = self.wall_clock_at(*now_ms);
-                match self.operator_tokens.get_mut(id) {
-                    Some(token) => {
-                        token.revoked_ms.get_or_insert(now);
-                        self.wall_clock_ms = now;
-                        Response::default()
-                    }
-                    None => Response::refused(
-                        ErrorKind::NotFound,
-                        format!("no operator token with id {id}"),
-                    ),
+                let slot = self.operator_tokens.get_mut(id).map(|t| &mut t.revoked_ms);
+                let answer = revoke(slot, now, "operator", id);
+                if answer.refused.is_none() {
+                    self.observe_wall_clock(now);
                 }
+                answer
             }
             Request::KvPut { key, value, expect } => match self.kv.put(key, value, *expect) {
                 Ok((previous, revision)) => Response {
