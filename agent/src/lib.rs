@@ -9,6 +9,7 @@
 //! |---------------|-------------|
 //! | `demo`        | `muster demo`: a discovery service and N agents on loopback |
 //! | `cli/`        | the operator commands: where a request goes, what is printed |
+//! | `apply/`      | `cluster.toml` and the pure plan of `muster plan`/`apply` (quorum-safe order, tolerance arithmetic) |
 //! | `start/`      | how this node comes up: `decide` a typed plan, then one file per path (restart, token join, discovery formation, initiation, restore) |
 //! | `node`        | a started node: raft and its tasks, run until stopped, shutdown order |
 //! | `serve/`      | the servers: the mutual-TLS peer listener and the operator socket |
@@ -35,6 +36,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod api;
+pub(crate) mod apply;
 pub(crate) mod backup_file;
 pub mod cli;
 pub(crate) mod client;

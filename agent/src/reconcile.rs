@@ -170,7 +170,7 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             let name = view.name(id);
             let cause = format!(
                 "more nonvoters than --standbys {}; a spare keeps its membership but does not replicate",
-                agent.automation().standbys
+                view.automation.standbys
             );
             tracing::info!(node = %name, %cause, "making a stand-by a spare");
             let _one_at_a_time = agent.membership_ops().lock().await;
@@ -186,7 +186,7 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             };
             let cause = format!(
                 "fewer stand-bys than --standbys {}",
-                agent.automation().standbys
+                view.automation.standbys
             );
             tracing::info!(node = %record.name, %cause, "making a spare a stand-by");
             raft.add_learner(
@@ -208,8 +208,7 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             let cause = format!(
                 "unreachable for {}s (--cleanup-dead-after {}s)",
                 silent.as_secs(),
-                agent
-                    .automation()
+                view.automation
                     .cleanup_dead_after
                     .unwrap_or_default()
                     .as_secs()

@@ -735,6 +735,14 @@ fn parse_cert(der: &[u8]) -> Result<X509Certificate<'_>> {
         .map_err(|e| parse_error("certificate", e))
 }
 
+/// When the first certificate in `cert_pem` stops being valid, in ms since the Unix epoch.
+pub fn cert_expires_ms(cert_pem: &str) -> Result<u64> {
+    let der = first_cert(cert_pem)?;
+    let cert = parse_cert(&der)?;
+    let seconds = cert.validity().not_after.timestamp();
+    Ok(u64::try_from(seconds).unwrap_or(0).saturating_mul(1000))
+}
+
 /// All CERTIFICATE blocks in `pem`; at least one.
 fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_slice_iter(pem.as_bytes())

@@ -976,6 +976,46 @@ impl AgentProc {
         Ok(a)
     }
 
+    /// Runs a command line a muster command printed for a machine (`muster agent …` or
+    /// `muster restore …`), exactly as printed, plus `extra` flags. Its `--data-dir` must be
+    /// `root/NAME` and its `--advertise` `addr` (the test wrote both into what it asked for).
+    pub fn start_printed(
+        root: &Path,
+        name: &str,
+        addr: &str,
+        line: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((&"muster", rest)) = words.split_first() else {
+            bail!("not a muster command line: {line:?}");
+        };
+        let data_dir = root.join(name);
+        let has = |flag: &str, value: &str| rest.windows(2).any(|w| w[0] == flag && w[1] == value);
+        if !has("--data-dir", &data_dir.display().to_string()) || !has("--advertise", addr) {
+            bail!(
+                "{line:?} does not use --data-dir {} and --advertise {addr}",
+                data_dir.display()
+            );
+        }
+        let mut args: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
+        args.extend(["--config".to_string(), "/dev/null".to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut a = Self {
+            child: None,
+            name: name.into(),
+            addr: addr.into(),
+            data_dir,
+            log_path: PathBuf::new(),
+            logs: Logs::new(root, name),
+            args,
+            log_filter: Some("info,openraft=error".into()),
+            env: Vec::new(),
+        };
+        a.spawn()?;
+        Ok(a)
+    }
+
     /// Starts `muster agent --name NAME` under `root` with `extra` flags (e.g. `--discovery URL`).
     pub fn start(root: &Path, name: &str, extra: &[&str]) -> Result<Self> {
         Self::start_command(root, name, &["agent"], extra)

@@ -6,6 +6,7 @@ pub mod error;
 pub mod fleetlock;
 pub mod join;
 pub mod paths;
+pub mod probe;
 pub mod types;
 
 pub use error::{ApiError, ErrorKind};

@@ -9,6 +9,9 @@ pub const RAFT_SNAPSHOT: &str = "/raft/snapshot";
 pub const RAFT_PREVOTE: &str = "/raft/prevote";
 /// A follower forwarding an operation to the leader (mutual TLS).
 pub const FORWARD: &str = "/raft/client";
+/// A member asks a peer for its report of itself (version, certificate, data dir), for
+/// `muster plan`.
+pub const RAFT_PROBE: &str = "/raft/probe";
 /// A member asks a peer whether it is still a member (answered `410 removed` if not).
 pub const MEMBER_CHECK: &str = "/raft/member";
 
@@ -32,6 +35,10 @@ pub const OPERATOR_TOKENS: &str = "/v1/operator-tokens";
 pub const MEMBERS: &str = "/v1/members";
 pub const BACKUP: &str = "/v1/backup";
 pub const FLEETLOCK: &str = "/v1/fleetlock";
+/// The membership repairs' settings (`muster apply`, `muster config export`).
+pub const SETTINGS: &str = "/v1/settings";
+/// Every member's report of itself, gathered by the member asked (`muster plan`).
+pub const PROBE: &str = "/v1/probe";
 pub const FLEETLOCK_GROUPS: &str = "/v1/fleetlock/groups";
 pub const FLEETLOCK_RELEASE: &str = "/v1/fleetlock/release";
 pub const FLEETLOCK_SETTINGS: &str = "/v1/fleetlock/settings";

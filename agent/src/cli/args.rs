@@ -97,6 +97,55 @@ pub enum Command {
         #[command(subcommand)]
         command: LeaseCommand,
     },
+    /// The cluster's desired state as a file: `muster config export > cluster.toml`.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Compare cluster.toml with the running cluster: probe every member, print what differs
+    /// and the quorum-safe order `apply` would change it in. Changes nothing.
+    Plan {
+        #[command(flatten)]
+        apply: ApplyFlags,
+        /// Exit with code 2 when anything differs (for drift checks from cron or CI).
+        #[arg(long)]
+        exit_code: bool,
+    },
+    /// Make the running cluster what cluster.toml describes: shows the plan, asks, then
+    /// removes members the file does not list (dead first, the leader last, never below
+    /// quorum), writes changed settings and issues a join token and command for each machine
+    /// the file adds. Refuses to change anything when the quorum is lost, and prints the
+    /// recovery steps instead.
+    Apply {
+        #[command(flatten)]
+        apply: ApplyFlags,
+        /// Do not ask before changing the cluster.
+        #[arg(long)]
+        yes: bool,
+        /// Write each new machine's join token and settings to DIR/NAME.env (mode 0600, a
+        /// systemd EnvironmentFile) instead of printing the token.
+        #[arg(long, value_name = "DIR")]
+        tokens_out: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+pub struct ApplyFlags {
+    /// The desired cluster (see docs/apply.md; `muster config export` writes one).
+    #[arg(short = 'f', long = "file", value_name = "cluster.toml")]
+    pub file: PathBuf,
+    /// A directory of `muster backup` files: when the quorum is lost, the recovery steps name
+    /// the newest backup of this cluster found there.
+    #[arg(long, value_name = "DIR")]
+    pub backups: Option<PathBuf>,
+    #[command(flatten)]
+    pub op: OperatorArgs,
+}
+
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Print today's cluster as a cluster.toml: members, membership settings, FleetLock.
+    Export(OperatorArgs),
 }
 
 #[derive(clap::Args, Clone)]

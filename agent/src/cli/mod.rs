@@ -1,6 +1,7 @@
 //! The operator commands: where they send their request (the local unix socket, or a member's
 //! TLS port with an operator token) and what they print (`output.rs`).
 
+mod apply;
 mod args;
 mod fleetlock;
 mod kv;

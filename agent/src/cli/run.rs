@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 
+use super::apply::ApplyArgs;
 use super::args::{
-    Command, FleetlockCommand, FleetlockGroupCommand, KvCommand, LeaseCommand, NodeCommand,
-    OperatorTokenCommand, SecretCommand, TokenCommand,
+    Command, ConfigCommand, FleetlockCommand, FleetlockGroupCommand, KvCommand, LeaseCommand,
+    NodeCommand, OperatorTokenCommand, SecretCommand, TokenCommand,
 };
 use super::{CliError, output};
 use crate::api::ErrorKind;
@@ -165,6 +166,32 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         } => Ok(super::node_remove(&op.target()?, &name, force, op.json).await?),
         Command::Backup { file, op } => Ok(super::backup(&op.target()?, &file, op.json).await?),
         Command::Kv { command } => run_kv(command).await,
+        Command::Config {
+            command: ConfigCommand::Export(op),
+        } => Ok(super::apply::export(&op.target()?).await?),
+        Command::Plan { apply, exit_code } => {
+            let args = ApplyArgs {
+                file: &apply.file,
+                backups: apply.backups.as_deref(),
+                json: apply.op.json,
+            };
+            Ok(super::apply::plan_command(&apply.op.target()?, &args, exit_code).await?)
+        }
+        Command::Apply {
+            apply,
+            yes,
+            tokens_out,
+        } => {
+            let args = ApplyArgs {
+                file: &apply.file,
+                backups: apply.backups.as_deref(),
+                json: apply.op.json,
+            };
+            Ok(
+                super::apply::apply_command(&apply.op.target()?, &args, yes, tokens_out.as_deref())
+                    .await?,
+            )
+        }
         Command::Lease { command } => run_lease(command).await,
         Command::Fleetlock { command } => match command {
             FleetlockCommand::Status(op) => {

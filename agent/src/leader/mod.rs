@@ -12,7 +12,9 @@ pub mod fleetlock;
 mod forward;
 mod kv;
 pub mod lease;
+pub mod probe;
 mod remove;
+mod settings;
 mod status;
 mod tokens;
 mod view;
@@ -95,6 +97,12 @@ pub enum LeaderOp {
         command: crate::state::fleetlock::Command,
     },
     FleetLockStatus,
+    /// The membership repairs' settings in force.
+    Settings,
+    /// Writes the membership repairs' settings for every leader (`muster apply`).
+    SetSettings {
+        settings: crate::api::probe::SettingsUpdate,
+    },
 }
 
 impl LeaderOp {
@@ -118,6 +126,7 @@ impl LeaderOp {
                 | LeaderOp::ListOperatorTokens
                 | LeaderOp::Backup
                 | LeaderOp::FleetLockStatus
+                | LeaderOp::Settings
         )
     }
 
@@ -293,6 +302,8 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         LeaderOp::Backup => json(backup::snapshot(agent).await?),
         LeaderOp::FleetLock { command } => json(fleetlock::command(agent, command).await?),
         LeaderOp::FleetLockStatus => json(fleetlock::status(agent).await?),
+        LeaderOp::Settings => json(settings::get(agent).await?),
+        LeaderOp::SetSettings { settings } => json(settings::set(agent, settings).await?),
     }
 }
 

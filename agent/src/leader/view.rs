@@ -68,11 +68,12 @@ pub fn cluster_view(
     raft: &RaftView,
     sightings: &Sightings,
 ) -> Result<ClusterView, ApiError> {
-    let (records, removed, forced) = agent.raft().read_local(|s| {
+    let (records, removed, forced, settings) = agent.raft().read_local(|s| {
         (
             s.nodes.clone(),
             s.removed.clone(),
             s.forced_removals.clone(),
+            s.settings,
         )
     })?;
     let liveness = agent.raft().liveness();
@@ -157,7 +158,7 @@ pub fn cluster_view(
             .then(|| raft.voter_sets.last().cloned().unwrap_or_default()),
         promote_after: agent.promote_after(),
         formation: None,
-        automation: agent.automation(),
+        automation: super::settings::effective(agent.automation(), settings),
         has_quorum: !agent.raft().quorum_lost(),
     })
 }

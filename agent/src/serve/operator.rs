@@ -125,6 +125,27 @@ async fn member_remove(
     answer(leader::run(&agent, &by, op).await)
 }
 
+async fn settings_get(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::Settings).await)
+}
+
+async fn settings_put(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes) -> Response {
+    let settings = match parse_json(
+        &body,
+        "{replace_after_ms, cleanup_dead_after_ms, min_voters, standbys}",
+    ) {
+        Ok(s) => s,
+        Err(e) => return error_response(&e),
+    };
+    answer(leader::run(&agent, &by, LeaderOp::SetSettings { settings }).await)
+}
+
+/// Gathered by this member (not the leader): it must answer while there is no leader, so that
+/// `muster plan` can tell a lost quorum from an election.
+async fn probe(State(agent): State<Arc<Agent>>) -> Response {
+    answer(leader::probe::report(&agent).await)
+}
+
 async fn backup(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
     answer(leader::run(&agent, &by, LeaderOp::Backup).await)
 }
@@ -149,6 +170,8 @@ pub fn routes() -> Router<Arc<Agent>> {
             delete(member_remove),
         )
         .route(paths::BACKUP, get(backup))
+        .route(paths::SETTINGS, get(settings_get).put(settings_put))
+        .route(paths::PROBE, get(probe))
         .merge(super::operator_kv::routes())
         .merge(super::operator_lease::routes())
         .merge(super::operator_fleetlock::routes())

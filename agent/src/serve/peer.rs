@@ -66,6 +66,7 @@ fn router(agent: Arc<Agent>) -> Router {
         .route(paths::RAFT_PREVOTE, post(raft_rpc))
         .route(paths::FORWARD, post(forwarded))
         .route(paths::MEMBER_CHECK, get(member_check))
+        .route(paths::RAFT_PROBE, get(probe))
         .layer(DefaultBodyLimit::max(RAFT_BODY_LIMIT));
     // The operator API, for callers with an operator token (the unix socket needs none).
     let operator_routes = super::operator::routes()
@@ -280,6 +281,14 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
 
 /// A member checks in: it learns that it is still a member, who leads and where everyone is.
 /// On the leader the check-in counts as hearing from it (a spare is heard from no other way).
+/// A member's report of itself, for the member gathering `muster plan`'s probes.
+async fn probe(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    if let Err(refused) = require_member_or_spare(&agent, &req) {
+        return error_response(&refused);
+    }
+    json_response(&crate::leader::probe::local(&agent).await)
+}
+
 async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     let caller = match require_member_or_spare(&agent, &req) {
         Ok(caller) => caller,

@@ -10,6 +10,7 @@ pub mod lease;
 mod records;
 mod request;
 pub mod scope;
+pub mod settings;
 #[cfg(test)]
 mod tests;
 
@@ -75,6 +76,9 @@ pub struct ClusterState {
     /// cannot bring an expired token back once a later reading has been committed.
     #[serde(default)]
     pub wall_clock_ms: u64,
+    /// The membership repairs' settings written by `muster apply` (none: each leader's flags).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<settings::MembershipSettings>,
 }
 
 /// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
@@ -303,6 +307,13 @@ impl ClusterState {
                     ..Response::default()
                 },
                 Err(refused) => Response::refusal(refused),
+            },
+            Request::SetSettings { settings } => match settings.check() {
+                Ok(()) => {
+                    self.settings = Some(*settings);
+                    Response::default()
+                }
+                Err(message) => Response::refused(ErrorKind::InvalidArgument, message),
             },
             Request::KvUpgrade => {
                 self.kv.upgrade();

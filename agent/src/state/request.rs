@@ -93,6 +93,10 @@ pub enum Request {
     KvUpgrade,
     /// A lease claim or release, with the leader's reading of the lease clock.
     Lease(super::lease::Command),
+    /// The membership repairs' settings, from `muster apply` (see `state/settings.rs`).
+    SetSettings {
+        settings: super::settings::MembershipSettings,
+    },
     /// A FleetLock decision (lock, unlock) or setting.
     FleetLock(super::fleetlock::Command),
 }

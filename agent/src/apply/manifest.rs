@@ -1,0 +1,375 @@
+//! `cluster.toml`, the desired cluster: its members and the settings it should have. Parsed and
+//! checked here, before anything is probed; every refusal names the line and what to write
+//! instead. `muster config export` writes the same format ([`Manifest::to_toml`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+
+use muster_shared::duration::{format_duration, parse_duration};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::config::{validate_host_port, validate_name};
+use crate::state::fleetlock::{MAX_GROUPS, valid_group};
+use crate::state::settings::{
+    MAX_DELAY_MS, MAX_MIN_VOTERS, MAX_STANDBYS, MIN_DELAY_MS, MIN_MIN_VOTERS,
+};
+
+/// Where a member keeps its data when the file does not say (`muster agent`'s default).
+pub const DEFAULT_DATA_DIR: &str = crate::config::DEFAULT_DATA_DIR;
+/// Most slots a FleetLock group may have (as `muster fleetlock group set`).
+pub const MAX_SLOTS: u32 = 1_000;
+
+/// A refusal of the file: the line it is about, what is wrong and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {message}")]
+pub struct ManifestError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// One machine the cluster should have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredMember {
+    pub name: String,
+    /// `host:port` it advertises.
+    pub address: String,
+    /// Its `--data-dir` (for the commands apply prints for it).
+    pub data_dir: String,
+}
+
+/// The membership repairs' settings the file sets (`None`: left as the cluster has it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DesiredSettings {
+    pub replace_after_ms: Option<u64>,
+    pub cleanup_dead_after_ms: Option<u64>,
+    pub min_voters: Option<u32>,
+    pub standbys: Option<u32>,
+}
+
+/// FleetLock as the file wants it: when given, exactly these groups are configured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DesiredFleetLock {
+    /// `create` or `reject` (`None`: left as it is).
+    pub unknown_groups: Option<String>,
+    pub groups: BTreeMap<String, u32>,
+}
+
+/// The whole desired cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    pub members: Vec<DesiredMember>,
+    pub settings: DesiredSettings,
+    /// `None` when the file has no `[fleetlock]` table: FleetLock is then left alone.
+    pub fleetlock: Option<DesiredFleetLock>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    cluster: Option<RawCluster>,
+    fleetlock: Option<RawFleetLock>,
+    #[serde(default)]
+    member: Vec<RawMember>,
+    defaults: Option<RawDefaults>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    replace_after: Option<Spanned<String>>,
+    cleanup_dead_after: Option<Spanned<String>>,
+    min_voters: Option<Spanned<i64>>,
+    standbys: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleetLock {
+    unknown_groups: Option<Spanned<String>>,
+    #[serde(default)]
+    group: Vec<RawGroup>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: Spanned<String>,
+    slots: Spanned<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMember {
+    name: Spanned<String>,
+    address: Spanned<String>,
+    data_dir: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    data_dir: Option<Spanned<String>>,
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .map_or(0, |before| before.bytes().filter(|b| *b == b'\n').count())
+        + 1
+}
+
+impl Manifest {
+    /// Parses and checks `text`: unknown keys, wrong types, duplicate names or addresses, bad
+    /// addresses and out-of-range settings are refused with their line.
+    pub fn parse(text: &str) -> Result<Self, ManifestError> {
+        let refuse = |span: Range<usize>, message: String| ManifestError {
+            line: line_of(text, span.start),
+            message,
+        };
+        let raw: RawManifest = toml::from_str(text).map_err(|e| ManifestError {
+            line: e.span().map_or(1, |s| line_of(text, s.start)),
+            message: format!(
+                "{}; the keys are [cluster] replace_after, cleanup_dead_after, min_voters, \
+                 standbys; [fleetlock] unknown_groups and [[fleetlock.group]] name, slots; \
+                 [defaults] data_dir; [[member]] name, address, data_dir (docs/apply.md)",
+                e.message()
+            ),
+        })?;
+        let default_dir = match &raw.defaults {
+            Some(RawDefaults {
+                data_dir: Some(dir),
+            }) => checked_dir(dir).map_err(|m| refuse(dir.span(), m))?,
+            _ => DEFAULT_DATA_DIR.to_string(),
+        };
+        let mut members = Vec::new();
+        let mut names = BTreeSet::new();
+        let mut addresses = BTreeMap::new();
+        for m in &raw.member {
+            let name = m.name.get_ref();
+            validate_name(name).map_err(|e| refuse(m.name.span(), format!("member name: {e}")))?;
+            if !names.insert(name.clone()) {
+                return Err(refuse(
+                    m.name.span(),
+                    format!("member {name:?} is listed twice; every member needs its own name"),
+                ));
+            }
+            let address = m.address.get_ref();
+            validate_host_port("address", address)
+                .map_err(|e| refuse(m.address.span(), format!("member {name}: {e}")))?;
+            if let Some(other) = addresses.insert(address.clone(), name.clone()) {
+                return Err(refuse(
+                    m.address.span(),
+                    format!("members {other} and {name} both have address {address}"),
+                ));
+            }
+            let data_dir = match &m.data_dir {
+                Some(dir) => checked_dir(dir).map_err(|e| refuse(dir.span(), e))?,
+                None => default_dir.clone(),
+            };
+            members.push(DesiredMember {
+                name: name.clone(),
+                address: address.clone(),
+                data_dir,
+            });
+        }
+        if members.is_empty() {
+            return Err(ManifestError {
+                line: line_of(text, text.len()),
+                message: "the file lists no member; add a [[member]] table with name and \
+                          address for each machine (`muster config export` writes one)"
+                    .into(),
+            });
+        }
+        let settings = match &raw.cluster {
+            Some(c) => DesiredSettings {
+                replace_after_ms: c
+                    .replace_after
+                    .as_ref()
+                    .map(|d| delay(d).map_err(|m| refuse(d.span(), m)))
+                    .transpose()?,
+                cleanup_dead_after_ms: c
+                    .cleanup_dead_after
+                    .as_ref()
+                    .map(|d| delay(d).map_err(|m| refuse(d.span(), m)))
+                    .transpose()?,
+                min_voters: c
+                    .min_voters
+                    .as_ref()
+                    .map(|n| {
+                        count(n, MIN_MIN_VOTERS, MAX_MIN_VOTERS, "min_voters")
+                            .map_err(|m| refuse(n.span(), m))
+                    })
+                    .transpose()?,
+                standbys: c
+                    .standbys
+                    .as_ref()
+                    .map(|n| count(n, 0, MAX_STANDBYS, "standbys").map_err(|m| refuse(n.span(), m)))
+                    .transpose()?,
+            },
+            None => DesiredSettings::default(),
+        };
+        let fleetlock = match &raw.fleetlock {
+            None => None,
+            Some(f) => {
+                let unknown_groups = match &f.unknown_groups {
+                    Some(mode) if ["create", "reject"].contains(&mode.get_ref().as_str()) => {
+                        Some(mode.get_ref().clone())
+                    }
+                    Some(mode) => {
+                        return Err(refuse(
+                            mode.span(),
+                            format!(
+                                "unknown_groups = {:?}: write \"create\" (a group nobody \
+                                 configured is created on first use) or \"reject\"",
+                                mode.get_ref()
+                            ),
+                        ));
+                    }
+                    None => None,
+                };
+                let mut groups = BTreeMap::new();
+                for g in &f.group {
+                    let name = g.name.get_ref();
+                    if !valid_group(name) {
+                        return Err(refuse(
+                            g.name.span(),
+                            format!(
+                                "group name {name:?}: use 1..=253 chars of [a-zA-Z0-9.-] \
+                                 (Zincati's group names)"
+                            ),
+                        ));
+                    }
+                    let slots = count(&g.slots, 1, MAX_SLOTS, "slots")
+                        .map_err(|m| refuse(g.slots.span(), m))?;
+                    if groups.insert(name.clone(), slots).is_some() {
+                        return Err(refuse(
+                            g.name.span(),
+                            format!("group {name:?} is listed twice"),
+                        ));
+                    }
+                }
+                if groups.len() > MAX_GROUPS {
+                    return Err(ManifestError {
+                        line: 1,
+                        message: format!("at most {MAX_GROUPS} FleetLock groups"),
+                    });
+                }
+                Some(DesiredFleetLock {
+                    unknown_groups,
+                    groups,
+                })
+            }
+        };
+        Ok(Manifest {
+            members,
+            settings,
+            fleetlock,
+        })
+    }
+
+    /// The file `muster config export` writes: what `parse` reads back to the same manifest.
+    pub fn to_toml(&self) -> String {
+        let mut out = String::from(
+            "# The desired cluster, for `muster plan -f` and `muster apply -f` (docs/apply.md).\n\n",
+        );
+        let s = &self.settings;
+        out.push_str("[cluster]\n");
+        if let Some(ms) = s.replace_after_ms {
+            out.push_str(&format!(
+                "replace_after = {:?}        # a silent voter is replaced after this; \"0\" turns it off\n",
+                delay_text(ms)
+            ));
+        }
+        if let Some(ms) = s.cleanup_dead_after_ms {
+            out.push_str(&format!(
+                "cleanup_dead_after = {:?}   # a silent member is removed after this; \"0\" turns it off\n",
+                delay_text(ms)
+            ));
+        }
+        if let Some(n) = s.min_voters {
+            out.push_str(&format!(
+                "min_voters = {n}               # cleanup never leaves fewer members\n"
+            ));
+        }
+        if let Some(n) = s.standbys {
+            out.push_str(&format!(
+                "standbys = {n}                 # nonvoters kept replicating, ready to be promoted\n"
+            ));
+        }
+        if let Some(f) = &self.fleetlock {
+            out.push_str("\n[fleetlock]\n");
+            if let Some(mode) = &f.unknown_groups {
+                out.push_str(&format!("unknown_groups = {mode:?}\n"));
+            }
+            for (name, slots) in &f.groups {
+                out.push_str(&format!(
+                    "\n[[fleetlock.group]]\nname = {name:?}\nslots = {slots}\n"
+                ));
+            }
+        }
+        let dirs: BTreeSet<&str> = self.members.iter().map(|m| m.data_dir.as_str()).collect();
+        let common_dir = match dirs.iter().collect::<Vec<_>>().as_slice() {
+            [one] => Some(**one),
+            _ => None,
+        };
+        if let Some(dir) = common_dir.filter(|d| *d != DEFAULT_DATA_DIR) {
+            out.push_str(&format!("\n[defaults]\ndata_dir = {dir:?}\n"));
+        }
+        for m in &self.members {
+            out.push_str(&format!(
+                "\n[[member]]\nname = {:?}\naddress = {:?}\n",
+                m.name, m.address
+            ));
+            if common_dir.is_none() && m.data_dir != DEFAULT_DATA_DIR {
+                out.push_str(&format!("data_dir = {:?}\n", m.data_dir));
+            }
+        }
+        out
+    }
+}
+
+fn checked_dir(dir: &Spanned<String>) -> Result<String, String> {
+    let d = dir.get_ref();
+    if d.starts_with('/') && !d.contains(['\n', '\'', '"']) {
+        Ok(d.clone())
+    } else {
+        Err(format!(
+            "data_dir {d:?}: give an absolute path such as {DEFAULT_DATA_DIR}"
+        ))
+    }
+}
+
+/// A delay such as "30s" or "10m"; "0" or "off" turns the repair off (stored as 0 ms).
+fn delay(text: &Spanned<String>) -> Result<u64, String> {
+    let t = text.get_ref().trim();
+    if t == "0" || t == "off" {
+        return Ok(0);
+    }
+    let ms = parse_duration(t)
+        .map_err(|e| format!("{e}; write a duration such as \"30s\" or \"10m\", or \"0\" for off"))
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))?;
+    if !(MIN_DELAY_MS..=MAX_DELAY_MS).contains(&ms) {
+        return Err(format!(
+            "{t:?}: write a delay between 1s and 30d, or \"0\" to turn the repair off"
+        ));
+    }
+    Ok(ms)
+}
+
+fn delay_text(ms: u64) -> String {
+    if ms == 0 {
+        "0".into()
+    } else if !ms.is_multiple_of(1000) {
+        format!("{ms}ms")
+    } else {
+        format_duration(std::time::Duration::from_millis(ms))
+    }
+}
+
+fn count(n: &Spanned<i64>, min: u32, max: u32, what: &str) -> Result<u32, String> {
+    u32::try_from(*n.get_ref())
+        .ok()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| format!("{what} = {}: write a number in {min}..={max}", n.get_ref()))
+}

@@ -1,0 +1,434 @@
+//! Table tests of `cluster.toml` parsing and of the plan.
+
+use super::manifest::{DEFAULT_DATA_DIR, Manifest};
+use super::plan::{Action, Observed, ObservedMember, plan, recovery_steps};
+use crate::api::fleetlock::{FleetLockStatus, GroupStatus};
+use crate::api::probe::{DataDirHealth, NodeProbe, SettingsUpdate};
+
+const FILE: &str = r#"
+[cluster]
+replace_after = "30s"
+cleanup_dead_after = "0"
+min_voters = 3
+standbys = 1
+
+[fleetlock]
+unknown_groups = "reject"
+
+[[fleetlock.group]]
+name = "workers"
+slots = 2
+
+[defaults]
+data_dir = "/srv/muster"
+
+[[member]]
+name = "n1"
+address = "10.0.0.1:7000"
+
+[[member]]
+name = "n2"
+address = "10.0.0.2:7000"
+data_dir = "/data/muster"
+"#;
+
+#[test]
+fn parses_a_full_file() {
+    let m = Manifest::parse(FILE).expect("valid file");
+    assert_eq!(m.members.len(), 2);
+    assert_eq!(m.members[0].data_dir, "/srv/muster");
+    assert_eq!(m.members[1].data_dir, "/data/muster");
+    assert_eq!(m.settings.replace_after_ms, Some(30_000));
+    assert_eq!(m.settings.cleanup_dead_after_ms, Some(0));
+    assert_eq!(m.settings.standbys, Some(1));
+    let f = m.fleetlock.expect("fleetlock table");
+    assert_eq!(f.unknown_groups.as_deref(), Some("reject"));
+    assert_eq!(f.groups.get("workers"), Some(&2));
+}
+
+#[test]
+fn export_reads_back_to_the_same_manifest() {
+    let m = Manifest::parse(FILE).expect("valid file");
+    let again = Manifest::parse(&m.to_toml()).expect("exported file parses");
+    assert_eq!(again, m);
+    let mut odd = m.clone();
+    odd.settings.replace_after_ms = Some(1_500);
+    let again = Manifest::parse(&odd.to_toml()).expect("exported file parses");
+    assert_eq!(again.settings.replace_after_ms, Some(1_500));
+}
+
+#[test]
+fn refusals_name_the_line() {
+    let member =
+        |name: &str, addr: &str| format!("[[member]]\nname = \"{name}\"\naddress = \"{addr}\"\n");
+    let cases: Vec<(String, usize, &str)> = vec![
+        // (file, line, a word the message must contain)
+        (
+            format!("{}bogus = 1\n", member("n1", "10.0.0.1:7000")),
+            4,
+            "unknown field",
+        ),
+        (
+            format!(
+                "{}{}",
+                member("n1", "10.0.0.1:7000"),
+                member("n1", "10.0.0.2:7000")
+            ),
+            5,
+            "twice",
+        ),
+        (member("n1", "10.0.0.1"), 3, "host:port"),
+        (member("n1", "0.0.0.0:7000"), 3, "0.0.0.0"),
+        (
+            format!(
+                "{}{}",
+                member("n1", "10.0.0.1:7000"),
+                member("n2", "10.0.0.1:7000")
+            ),
+            6,
+            "both",
+        ),
+        (member("bad name", "10.0.0.1:7000"), 2, "name"),
+        (
+            format!(
+                "[cluster]\nmin_voters = 9\n{}",
+                member("n1", "10.0.0.1:7000")
+            ),
+            2,
+            "1..=7",
+        ),
+        (
+            format!(
+                "[cluster]\nreplace_after = \"soon\"\n{}",
+                member("n1", "10.0.0.1:7000")
+            ),
+            2,
+            "duration",
+        ),
+        (
+            format!(
+                "[cluster]\nstandbys = \"2\"\n{}",
+                member("n1", "10.0.0.1:7000")
+            ),
+            2,
+            "expected i64",
+        ),
+        (
+            format!(
+                "[fleetlock]\nunknown_groups = \"maybe\"\n{}",
+                member("n1", "10.0.0.1:7000")
+            ),
+            2,
+            "reject",
+        ),
+        (
+            format!(
+                "[[fleetlock.group]]\nname = \"g\"\nslots = 0\n{}",
+                member("n1", "10.0.0.1:7000")
+            ),
+            3,
+            "1..=1000",
+        ),
+        ("[cluster]\nstandbys = 1\n".to_string(), 3, "no member"),
+        ("[[member]]\nname = \"n1\"\n".to_string(), 1, "address"),
+        ("[[member]\nname = \"n1\"\n".to_string(), 1, "invalid"),
+    ];
+    for (text, line, word) in cases {
+        let err = Manifest::parse(&text).expect_err(&text);
+        assert_eq!(err.line, line, "{text}\n→ {err}");
+        assert!(
+            err.message.to_lowercase().contains(&word.to_lowercase()),
+            "{text}\n→ {err} (wanted {word:?})"
+        );
+    }
+}
+
+fn settings() -> SettingsUpdate {
+    SettingsUpdate {
+        replace_after_ms: 30_000,
+        cleanup_dead_after_ms: 600_000,
+        min_voters: 3,
+        standbys: 2,
+    }
+}
+
+fn member(name: &str, role: &str, reachable: bool) -> ObservedMember {
+    ObservedMember {
+        name: name.into(),
+        address: format!("{name}:7000"),
+        role: role.into(),
+        reachable,
+        match_index: reachable.then_some(10),
+        report: reachable.then(|| NodeProbe {
+            name: name.into(),
+            version: "0.1.0".into(),
+            cert_expires_ms: None,
+            applied_index: 10,
+            leader: Some("n1".into()),
+            data_dir: DataDirHealth {
+                ok: true,
+                bytes: 1,
+                problem: None,
+            },
+        }),
+        error: (!reachable).then(|| "connection refused".into()),
+    }
+}
+
+fn observed(members: Vec<ObservedMember>) -> Observed {
+    Observed {
+        cluster_id: "c1".into(),
+        leader: Some("n1".into()),
+        commit_index: 10,
+        members,
+        settings: Some(settings()),
+        fleetlock: Some(FleetLockStatus {
+            unknown_groups: "create".into(),
+            groups: vec![GroupStatus {
+                name: "default".into(),
+                slots: 1,
+                configured: false,
+                holders: Vec::new(),
+            }],
+        }),
+    }
+}
+
+fn desired(names: &[&str]) -> Manifest {
+    let mut text = String::new();
+    for n in names {
+        text.push_str(&format!(
+            "[[member]]\nname = \"{n}\"\naddress = \"{n}:7000\"\n"
+        ));
+    }
+    Manifest::parse(&text).expect("test file")
+}
+
+/// The actions of a plan, as short strings.
+fn actions(p: &super::Plan) -> Vec<String> {
+    p.steps
+        .iter()
+        .map(|s| match &s.action {
+            Action::RemoveMember { name, .. } => {
+                format!("remove {name} {}→{}", s.tolerance_before, s.tolerance_after)
+            }
+            Action::IssueToken { name, .. } => format!("token {name}"),
+            Action::SetSettings { .. } => "settings".into(),
+            Action::SetFleetlockGroup { group, slots, .. } => format!("group {group}={slots}"),
+            Action::DeleteFleetlockGroup { group } => format!("delete {group}"),
+            Action::SetUnknownGroups { to, .. } => format!("unknown {to}"),
+            Action::Upgrade { name, .. } => format!("upgrade {name}"),
+        })
+        .collect()
+}
+
+#[test]
+fn plans_in_a_quorum_safe_order() {
+    let five = |dead: &[&str]| {
+        observed(
+            ["n1", "n2", "n3", "n4", "n5"]
+                .iter()
+                .map(|n| member(n, "voter", !dead.contains(n)))
+                .collect(),
+        )
+    };
+    let cases: Vec<(&str, Manifest, Observed, Vec<&str>, usize)> = vec![
+        (
+            "in sync",
+            desired(&["n1", "n2", "n3", "n4", "n5"]),
+            five(&[]),
+            vec![],
+            0,
+        ),
+        (
+            "two dead replaced: the dead removed first, then tokens",
+            desired(&["n1", "n2", "n3", "n6", "n7"]),
+            five(&["n4", "n5"]),
+            vec!["remove n4 0→0", "remove n5 0→1", "token n6", "token n7"],
+            0,
+        ),
+        (
+            "the leader and a follower removed: the follower first, the leader last",
+            desired(&["n2", "n3", "n5"]),
+            five(&[]),
+            vec!["remove n4 2→1", "remove n1 1→1"],
+            0,
+        ),
+        (
+            "a dead stand-by before a dead voter, a healthy spare before healthy voters",
+            desired(&["n1", "n2", "n3"]),
+            observed(vec![
+                member("n1", "voter", true),
+                member("n2", "voter", true),
+                member("n3", "voter", true),
+                member("n4", "voter", false),
+                member("n5", "voter", true),
+                member("s1", "standby", false),
+                member("s2", "spare", true),
+            ]),
+            vec![
+                "remove s1 1→1",
+                "remove n4 1→1",
+                "remove s2 1→1",
+                "remove n5 1→1",
+            ],
+            0,
+        ),
+        (
+            "removing healthy voters stops at quorum",
+            desired(&["n1"]),
+            observed(vec![
+                member("n1", "voter", true),
+                member("n2", "voter", true),
+                member("n3", "voter", false),
+            ]),
+            vec!["remove n3 0→0", "remove n2 0→0"],
+            0,
+        ),
+        (
+            "a removal that would lose the quorum is refused",
+            desired(&["n1", "n2"]),
+            observed(vec![
+                member("n1", "voter", true),
+                member("n2", "voter", false),
+                member("n3", "voter", true),
+                member("n4", "voter", true),
+                member("n5", "voter", false),
+            ]),
+            vec!["remove n5 0→0", "remove n3 0→0"],
+            1,
+        ),
+        (
+            "a file that keeps no current member is refused whole",
+            desired(&["x1", "x2", "x3"]),
+            five(&[]),
+            vec!["token x1", "token x2", "token x3"],
+            1,
+        ),
+    ];
+    for (what, want, have, expected, blocked) in cases {
+        let p = plan(&want, &have);
+        assert_eq!(actions(&p), expected, "{what}");
+        assert_eq!(p.blocked.len(), blocked, "{what}: {:?}", p.blocked);
+        assert!(p.quorum_lost.is_none(), "{what}");
+        assert_eq!(
+            p.has_changes(),
+            !expected.is_empty() || blocked > 0,
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn a_lost_quorum_changes_nothing_and_names_the_restore_machine() {
+    let have = observed(vec![
+        member("n1", "voter", false),
+        member("n2", "voter", true),
+        member("n3", "voter", false),
+    ]);
+    let p = plan(&desired(&["n1", "n2", "n3", "n4"]), &have);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    let r = p.quorum_lost.expect("quorum lost");
+    assert_eq!(r.reachable_voters, vec!["n2"]);
+    assert_eq!(r.quorum, 2);
+    assert_eq!(r.restore_on.name, "n2");
+    let rejoin: Vec<&str> = r.rejoin.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(rejoin, vec!["n1", "n3", "n4"]);
+    let steps = recovery_steps(&r, "c1", Some("/b/last.backup"), "cluster.toml").join("\n");
+    assert!(
+        steps.contains(&format!(
+            "muster restore /b/last.backup --name n2 --advertise n2:7000 --data-dir {DEFAULT_DATA_DIR}"
+        )),
+        "{steps}"
+    );
+    assert!(steps.contains("muster apply -f cluster.toml"), "{steps}");
+}
+
+#[test]
+fn an_election_is_waited_for_not_mistaken_for_a_lost_quorum() {
+    let mut have = observed(vec![
+        member("n1", "voter", false),
+        member("n2", "voter", true),
+        member("n3", "voter", true),
+    ]);
+    have.leader = None;
+    let p = plan(&desired(&["n2", "n3"]), &have);
+    assert!(p.quorum_lost.is_none());
+    assert!(p.steps.is_empty());
+    assert!(p.blocked[0].contains("election"), "{:?}", p.blocked);
+}
+
+#[test]
+fn settings_and_fleetlock_drift() {
+    let mut want = desired(&["n1"]);
+    want.settings.standbys = Some(0);
+    let file = "[fleetlock]\nunknown_groups = \"reject\"\n[[fleetlock.group]]\nname = \"default\"\nslots = 1\n[[fleetlock.group]]\nname = \"workers\"\nslots = 3\n";
+    want.fleetlock = Manifest::parse(&format!(
+        "{file}[[member]]\nname = \"n1\"\naddress = \"n1:7000\"\n"
+    ))
+    .expect("file")
+    .fleetlock;
+    let mut have = observed(vec![member("n1", "voter", true)]);
+    if let Some(f) = have.fleetlock.as_mut() {
+        f.groups.push(GroupStatus {
+            name: "workers".into(),
+            slots: 1,
+            configured: true,
+            holders: Vec::new(),
+        });
+        f.groups.push(GroupStatus {
+            name: "old".into(),
+            slots: 1,
+            configured: true,
+            holders: Vec::new(),
+        });
+    }
+    let p = plan(&want, &have);
+    assert_eq!(
+        actions(&p),
+        vec![
+            "settings",
+            "unknown reject",
+            "group default=1",
+            "group workers=3",
+            "delete old"
+        ]
+    );
+    // Settings the file leaves out keep the cluster's values.
+    let Action::SetSettings { to, .. } = &p.steps[0].action else {
+        panic!("settings first");
+    };
+    assert_eq!(to.standbys, 0);
+    assert_eq!(to.replace_after_ms, settings().replace_after_ms);
+}
+
+#[test]
+fn address_changes_are_refused_not_applied() {
+    let want =
+        Manifest::parse("[[member]]\nname = \"n1\"\naddress = \"10.9.9.9:7000\"\n").expect("file");
+    let p = plan(&want, &observed(vec![member("n1", "voter", true)]));
+    assert!(p.steps.is_empty());
+    assert!(
+        p.blocked[0].contains("apply does not move members"),
+        "{:?}",
+        p.blocked
+    );
+}
+
+#[test]
+fn upgrades_go_nonvoters_first_then_followers_then_the_leader() {
+    let mut members = vec![
+        member("n1", "voter", true),
+        member("n2", "voter", true),
+        member("n3", "voter", true),
+        member("s1", "standby", true),
+    ];
+    for m in &mut members {
+        if let Some(r) = m.report.as_mut() {
+            r.version = if m.name == "n3" { "0.10.0" } else { "0.9.2" }.into();
+        }
+    }
+    let p = plan(&desired(&["n1", "n2", "n3", "s1"]), &observed(members));
+    assert_eq!(actions(&p), vec!["upgrade s1", "upgrade n2", "upgrade n1"]);
+    assert!(p.steps.iter().all(|s| !s.action.automatic()));
+}
