@@ -13,6 +13,8 @@
 //! | `start/`      | how this node comes up: `decide` a typed plan, then one file per path (restart, token join, discovery formation, initiation, restore) |
 //! | `node`        | a started node: raft and its tasks, run until stopped, shutdown order |
 //! | `serve/`      | the servers: the mutual-TLS peer listener and the operator socket |
+//! | `observe/`    | what monitoring sees: Prometheus metrics, health and readiness, the status page |
+//! | `notify`      | systemd's notify protocol: READY=1, STATUS=, WATCHDOG=1 |
 //! | `reconcile`   | the leader's reconciler: gather a view, ask `policy::plan`, apply one change |
 //! | `watch`       | a node learning of its own removal |
 //! | `leader/`     | operations that run on the leader (admission, tokens and their scopes, removal, backup, kv, leases and their clock, FleetLock, status), the dispatcher and the forwarder |
@@ -51,6 +53,8 @@ pub mod fuzzing;
 pub(crate) mod leader;
 pub(crate) mod logging;
 pub(crate) mod node;
+pub(crate) mod notify;
+pub(crate) mod observe;
 pub(crate) mod policy;
 pub(crate) mod raft;
 pub(crate) mod reconcile;

@@ -58,7 +58,7 @@ enum Stop {
 pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let config = spec.config;
     let dir = &config.data_dir;
-    let (listener, fleetlock) = spec.listener.into_listeners().await?;
+    let (listener, fleetlock, metrics) = spec.listener.into_listeners().await?;
     let files = datadir::read_tls(dir)?;
     let key_pem = spec.identity.key.to_pem();
     let server_tls = tls::server_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
@@ -114,6 +114,15 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             }
         }),
         tokio::spawn(crate::watch::removal_watch(agent.clone())),
+        tokio::spawn({
+            let (agent, stop) = (agent.clone(), stop_rx.clone());
+            async move {
+                if let Some(listener) = metrics {
+                    crate::serve::serve_observe(agent, listener, stop).await;
+                }
+            }
+        }),
+        tokio::spawn(crate::notify::readiness_loop(agent.clone())),
     ];
     tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
     let (refuse, refusals) = mpsc::unbounded_channel();
@@ -137,6 +146,7 @@ impl RunningNode {
 
     /// Stops the tasks, then raft.
     pub async fn stop(self) {
+        crate::notify::stopping();
         let _ = self.stop.send(true);
         self.agent.raft().shutdown().await;
         for t in self.tasks {
@@ -233,7 +243,22 @@ pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
             }
         },
     };
-    Ok(BoundPort::new(listener, fleetlock))
+    let metrics = match config.metrics_listen {
+        None => None,
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) if !config.metrics_explicit => {
+                tracing::warn!(%addr, error = %e, "metrics and the status page are not served here: the default port is taken (set --metrics-listen, or off)");
+                None
+            }
+            Err(e) => {
+                return Err(AgentError::failed(format!(
+                    "cannot listen on {addr} for metrics ({e}); choose --metrics-listen ADDR, or off"
+                )));
+            }
+        },
+    };
+    Ok(BoundPort::new(listener, fleetlock, metrics))
 }
 
 /// The operator's certificate and key for FleetLock over TLS, read and checked before anything
@@ -269,10 +294,16 @@ pub struct BoundPort {
     task: tokio::task::JoinHandle<TcpListener>,
     /// The FleetLock listener, bound as early (served once the node runs).
     fleetlock: Option<FleetLockListener>,
+    /// The metrics listener, likewise.
+    metrics: Option<TcpListener>,
 }
 
 impl BoundPort {
-    fn new(listener: TcpListener, fleetlock: Option<FleetLockListener>) -> Self {
+    fn new(
+        listener: TcpListener,
+        fleetlock: Option<FleetLockListener>,
+        metrics: Option<TcpListener>,
+    ) -> Self {
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             loop {
@@ -286,19 +317,20 @@ impl BoundPort {
             stop,
             task,
             fleetlock,
+            metrics,
         }
     }
 
-    /// The listeners, for the node's servers: its TLS port and FleetLock's, if any.
+    /// The listeners, for the node's servers: its TLS port, FleetLock's and the metrics one.
     pub async fn into_listeners(
         self,
-    ) -> Result<(TcpListener, Option<FleetLockListener>), AgentError> {
+    ) -> Result<(TcpListener, Option<FleetLockListener>, Option<TcpListener>), AgentError> {
         let _ = self.stop.send(());
         let listener = self
             .task
             .await
             .map_err(|e| AgentError::failed(format!("the node's port was lost: {e}")))?;
-        Ok((listener, self.fleetlock))
+        Ok((listener, self.fleetlock, self.metrics))
     }
 }
 

@@ -560,10 +560,6 @@ async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_repli
     )
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&agents[0].log(), 30)));
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "cleaned up by the replicated 2 s setting, not the flags' 10 minutes"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -49,5 +49,8 @@ pub const STEADY_STATE: &str = "/v1/steady-state";
 /// On every answer to an operator call over TCP: the members' advertise addresses,
 /// comma-separated, so that clients keep a current list (`--server A,B,C`).
 pub const MEMBERS_HEADER: &str = "muster-members";
-/// Prometheus text.
+/// Prometheus text (the metrics listener; the operator API with a token).
 pub const METRICS: &str = "/metrics";
+/// Liveness and readiness, on the metrics listener.
+pub const HEALTHZ: &str = "/healthz";
+pub const READYZ: &str = "/readyz";

@@ -57,6 +57,9 @@ pub struct MemberProbe {
     pub address: String,
     /// Its report, when it answered.
     pub report: Option<NodeProbe>,
+    /// It answered (with a report, or an older agent without the probe endpoint).
+    #[serde(default)]
+    pub answered: bool,
     /// Why it did not answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

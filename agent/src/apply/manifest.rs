@@ -330,12 +330,16 @@ impl Manifest {
 }
 
 fn checked_dir(dir: &Spanned<String>) -> Result<String, String> {
+    // Printed into shell commands and an EnvironmentFile: plain path characters only.
     let d = dir.get_ref();
-    if d.starts_with('/') && !d.contains(['\n', '\'', '"']) {
+    let plain = d
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
+    if d.starts_with('/') && plain && !d.split('/').any(|part| part == "..") {
         Ok(d.clone())
     } else {
         Err(format!(
-            "data_dir {d:?}: give an absolute path such as {DEFAULT_DATA_DIR}"
+            "data_dir {d:?}: give an absolute path of [A-Za-z0-9._/-], such as {DEFAULT_DATA_DIR}"
         ))
     }
 }

@@ -24,6 +24,8 @@ pub struct Observed {
     pub members: Vec<ObservedMember>,
     /// The settings in force (none without a leader).
     pub settings: Option<SettingsUpdate>,
+    /// The settings are the cluster's own (written by apply), not the leader's flags.
+    pub settings_pinned: bool,
     pub fleetlock: Option<FleetLockStatus>,
 }
 
@@ -33,8 +35,10 @@ pub struct ObservedMember {
     pub address: String,
     /// `voter`, `standby` or `spare`.
     pub role: String,
-    /// It answered the probe (and the leader, when there is one, hears from it).
+    /// The leader hears from it (without a leader: it answered the probe).
     pub reachable: bool,
+    /// It answered the probe of the member asked (with a report, or as an older agent).
+    pub answered: bool,
     /// The leader's replication progress to it.
     pub match_index: Option<u64>,
     pub report: Option<NodeProbe>,
@@ -45,6 +49,16 @@ pub struct ObservedMember {
 impl ObservedMember {
     fn voter(&self) -> bool {
         self.role == "voter"
+    }
+
+    /// Reachable, and its data dir is not failing: a voter that counts toward the tolerance.
+    fn healthy(&self) -> bool {
+        self.reachable && self.report.as_ref().is_none_or(|r| r.data_dir.ok)
+    }
+
+    /// An agent too old to answer the probe (it has no report, but answered).
+    fn older(&self) -> bool {
+        self.answered && self.report.is_none()
     }
 }
 
@@ -205,7 +219,7 @@ impl Quorum {
         }
         Quorum {
             voters: self.voters.saturating_sub(1),
-            healthy: self.healthy.saturating_sub(usize::from(member.reachable)),
+            healthy: self.healthy.saturating_sub(usize::from(member.healthy())),
         }
     }
 }
@@ -217,7 +231,7 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
         healthy: observed
             .members
             .iter()
-            .filter(|m| m.voter() && m.reachable)
+            .filter(|m| m.voter() && m.healthy())
             .count(),
     };
     let mut plan = Plan {
@@ -232,8 +246,22 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
         steps: Vec::new(),
         blocked: Vec::new(),
     };
-    if quorum.tolerance() < 0 {
+    // Lost only when raft agrees: no leader with a quorum answers either. A leader that says
+    // it has one while the probes say otherwise means the views differ (a partition around the
+    // member asked, a slow disk): change nothing, but do not advise a restore.
+    if quorum.tolerance() < 0 && observed.leader.is_none() {
         plan.quorum_lost = Some(recovery(desired, observed));
+        return plan;
+    }
+    if quorum.tolerance() < 0 {
+        plan.blocked.push(format!(
+            "{} leads with a quorum, but only {} of {} voters look healthy from here (reachable, \
+             data dir writable): nothing is changed while the views differ; run plan against \
+             another member, or look at the members' disks",
+            observed.leader.as_deref().unwrap_or("a leader"),
+            quorum.healthy,
+            quorum.voters
+        ));
         return plan;
     }
     if observed.leader.is_none() {
@@ -257,6 +285,22 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
                 d.name, m.address, d.address, d.name
             ));
         }
+    }
+
+    for m in observed
+        .members
+        .iter()
+        .filter(|m| in_file(&m.name) && !m.reachable)
+    {
+        plan.blocked.push(format!(
+            "{} is in the file but unreachable{}: start it again, or take it out of the file \
+             (apply then removes it) and add its replacement under a new name",
+            m.name,
+            m.error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
     }
 
     // Removals: the dead first (nonvoters, then voters), then the healthy, the leader last.
@@ -336,11 +380,32 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
             min_voters: s.min_voters.unwrap_or(from.min_voters),
             standbys: s.standbys.unwrap_or(from.standbys),
         };
-        if to != from {
-            plan.steps.push(steady(
-                Action::SetSettings { from, to },
-                "[cluster] differs from the settings in force".into(),
-            ));
+        let asked = s != super::manifest::DesiredSettings::default();
+        let older: Vec<&str> = observed
+            .members
+            .iter()
+            .filter(|m| m.older())
+            .map(|m| m.name.as_str())
+            .collect();
+        if to != from || (asked && !observed.settings_pinned) {
+            if older.is_empty() {
+                plan.steps.push(steady(
+                    Action::SetSettings { from, to },
+                    if to != from {
+                        "[cluster] differs from the settings in force".into()
+                    } else {
+                        "[cluster] matches the leader's flags; written so that every leader \
+                         keeps them"
+                            .into()
+                    },
+                ));
+            } else {
+                plan.blocked.push(format!(
+                    "the [cluster] settings are not written while older agents run ({}): they \
+                     could not read the entry; upgrade them first",
+                    older.join(", ")
+                ));
+            }
         }
     }
     if let (Some(want), Some(have)) = (&desired.fleetlock, &observed.fleetlock) {
@@ -404,10 +469,15 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
 /// Agents older than the newest one, in the order to upgrade them: stand-bys and spares, then
 /// the follower voters one at a time, the leader last.
 fn upgrades(observed: &Observed) -> Vec<Step> {
+    // An agent too old to answer the probe is older than every agent that does.
     let versioned: Vec<(&ObservedMember, &str)> = observed
         .members
         .iter()
-        .filter_map(|m| m.report.as_ref().map(|r| (m, r.version.as_str())))
+        .filter_map(|m| match &m.report {
+            Some(r) => Some((m, r.version.as_str())),
+            None if m.older() => Some((m, "0-older")),
+            None => None,
+        })
         .collect();
     let Some(newest) = versioned
         .iter()
@@ -443,11 +513,20 @@ fn upgrades(observed: &Observed) -> Vec<Step> {
         .collect()
 }
 
-/// `1.10.0` sorts after `1.9.3`: numeric parts compared as numbers.
-fn version_key(v: &str) -> Vec<u64> {
-    v.split(['.', '-', '+'])
-        .map(|p| p.parse().unwrap_or(0))
-        .collect()
+/// `1.10.0` sorts after `1.9.3` (numeric parts compared as numbers), and a release after its
+/// pre-releases (`0.2.0` after `0.2.0-rc.1`), as semver orders them (build metadata ignored).
+fn version_key(v: &str) -> (Vec<u64>, bool, Vec<u64>) {
+    let v = v.split('+').next().unwrap_or(v);
+    let (core, pre) = match v.split_once('-') {
+        Some((core, pre)) => (core, Some(pre)),
+        None => (v, None),
+    };
+    let numbers = |s: &str| -> Vec<u64> { s.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
+    (
+        numbers(core),
+        pre.is_none(),
+        pre.map(numbers).unwrap_or_default(),
+    )
 }
 
 fn probe_rows(desired: &Manifest, observed: &Observed) -> Vec<ProbeRow> {
@@ -472,9 +551,10 @@ fn probe_rows(desired: &Manifest, observed: &Observed) -> Vec<ProbeRow> {
                 data_dir_bytes: report.map(|r| r.data_dir.bytes),
                 joined: if applied > 0 || m.match_index.is_some_and(|i| i > 0) {
                     Some(true)
-                } else if observed.leader.is_some() || report.is_some() {
+                } else if report.is_some() || (observed.leader.is_some() && m.role != "spare") {
                     Some(false)
                 } else {
+                    // A spare has no replication progress; unreachable, nothing is known.
                     None
                 },
                 problem: m

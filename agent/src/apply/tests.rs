@@ -158,6 +158,7 @@ fn member(name: &str, role: &str, reachable: bool) -> ObservedMember {
         address: format!("{name}:7000"),
         role: role.into(),
         reachable,
+        answered: reachable,
         match_index: reachable.then_some(10),
         report: reachable.then(|| NodeProbe {
             name: name.into(),
@@ -182,6 +183,7 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
         commit_index: 10,
         members,
         settings: Some(settings()),
+        settings_pinned: true,
         fleetlock: Some(FleetLockStatus {
             unknown_groups: "create".into(),
             groups: vec![GroupStatus {
@@ -296,7 +298,7 @@ fn plans_in_a_quorum_safe_order() {
                 member("n5", "voter", false),
             ]),
             vec!["remove n5 0→0", "remove n3 0→0"],
-            1,
+            2,
         ),
         (
             "a file that keeps no current member is refused whole",
@@ -321,11 +323,12 @@ fn plans_in_a_quorum_safe_order() {
 
 #[test]
 fn a_lost_quorum_changes_nothing_and_names_the_restore_machine() {
-    let have = observed(vec![
+    let mut have = observed(vec![
         member("n1", "voter", false),
         member("n2", "voter", true),
         member("n3", "voter", false),
     ]);
+    have.leader = None;
     let p = plan(&desired(&["n1", "n2", "n3", "n4"]), &have);
     assert!(p.steps.is_empty(), "{:?}", p.steps);
     let r = p.quorum_lost.expect("quorum lost");
@@ -431,4 +434,107 @@ fn upgrades_go_nonvoters_first_then_followers_then_the_leader() {
     let p = plan(&desired(&["n1", "n2", "n3", "s1"]), &observed(members));
     assert_eq!(actions(&p), vec!["upgrade s1", "upgrade n2", "upgrade n1"]);
     assert!(p.steps.iter().all(|s| !s.action.automatic()));
+}
+
+#[test]
+fn probes_that_disagree_with_a_leader_block_instead_of_advising_a_restore() {
+    // The leader says it has a quorum; from the member asked, two voters look dead.
+    let mut have = observed(vec![
+        member("n1", "voter", true),
+        member("n2", "voter", false),
+        member("n3", "voter", false),
+    ]);
+    have.leader = Some("n1".into());
+    let p = plan(&desired(&["n1"]), &have);
+    assert!(p.quorum_lost.is_none());
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    assert!(p.blocked[0].contains("views differ"), "{:?}", p.blocked);
+}
+
+#[test]
+fn a_failing_data_dir_does_not_count_as_healthy() {
+    let mut sick = member("n3", "voter", true);
+    if let Some(r) = sick.report.as_mut() {
+        r.data_dir.ok = false;
+    }
+    let have = observed(vec![
+        member("n1", "voter", true),
+        member("n2", "voter", true),
+        sick,
+    ]);
+    assert_eq!(plan(&desired(&["n1", "n2", "n3"]), &have).healthy_voters, 2);
+    // Removing a healthy voter now would leave 1 healthy of 2: refused.
+    let p = plan(&desired(&["n1", "n3"]), &have);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    assert_eq!(p.blocked.len(), 1, "{:?}", p.blocked);
+}
+
+#[test]
+fn a_dead_member_the_file_still_lists_is_drift() {
+    let have = observed(vec![
+        member("n1", "voter", true),
+        member("n2", "voter", true),
+        member("n3", "voter", false),
+    ]);
+    let p = plan(&desired(&["n1", "n2", "n3"]), &have);
+    assert!(p.steps.is_empty());
+    assert!(p.has_changes());
+    assert!(
+        p.blocked[0].contains("n3 is in the file but unreachable"),
+        "{:?}",
+        p.blocked
+    );
+}
+
+#[test]
+fn settings_the_file_asks_for_are_pinned_even_when_they_match_the_flags() {
+    let mut want = desired(&["n1"]);
+    want.settings.standbys = Some(2);
+    let mut have = observed(vec![member("n1", "voter", true)]);
+    have.settings_pinned = false;
+    assert_eq!(actions(&plan(&want, &have)), vec!["settings"]);
+    have.settings_pinned = true;
+    assert!(actions(&plan(&want, &have)).is_empty());
+    // A file without [cluster] leaves the flags alone.
+    have.settings_pinned = false;
+    assert!(actions(&plan(&desired(&["n1"]), &have)).is_empty());
+}
+
+#[test]
+fn older_agents_block_settings_and_are_upgraded_first() {
+    let mut old = member("n2", "voter", true);
+    old.report = None;
+    let mut want = desired(&["n1", "n2"]);
+    want.settings.standbys = Some(0);
+    let p = plan(&want, &observed(vec![member("n1", "voter", true), old]));
+    assert_eq!(actions(&p), vec!["upgrade n2"]);
+    assert!(p.blocked[0].contains("older agents"), "{:?}", p.blocked);
+}
+
+#[test]
+fn a_release_sorts_after_its_release_candidates() {
+    let mut members = vec![member("n1", "voter", true), member("n2", "voter", true)];
+    for (m, v) in members.iter_mut().zip(["0.2.0", "0.2.0-rc.1"]) {
+        if let Some(r) = m.report.as_mut() {
+            r.version = v.into();
+        }
+    }
+    let p = plan(&desired(&["n1", "n2"]), &observed(members));
+    assert_eq!(actions(&p), vec!["upgrade n2"]);
+}
+
+#[test]
+fn data_dirs_that_are_not_plain_paths_are_refused() {
+    for dir in [
+        "/ ; rm -rf / #",
+        "/srv/$(id)",
+        "/srv/../etc",
+        "relative/dir",
+        "/a b",
+    ] {
+        let text =
+            format!("[[member]]\nname = \"n1\"\naddress = \"n1:7000\"\ndata_dir = \"{dir}\"\n");
+        let err = Manifest::parse(&text).expect_err(dir);
+        assert_eq!(err.line, 4, "{dir}: {err}");
+    }
 }

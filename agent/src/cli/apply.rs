@@ -15,7 +15,7 @@ use crate::api::fleetlock::FleetLockStatus;
 use crate::api::paths;
 use crate::api::probe::{ProbeReport, SettingsInfo, SettingsUpdate};
 use crate::api::types::{NodeRemoved, TokenCreated};
-use crate::apply::plan::{ProbeRow, Quorum};
+use crate::apply::plan::ProbeRow;
 use crate::apply::{
     Action, DesiredFleetLock, DesiredMember, DesiredSettings, Manifest, Observed, ObservedMember,
     Plan, Step, plan, recovery_steps,
@@ -26,6 +26,8 @@ use crate::{datadir, outln};
 
 /// How long a join token `apply` issues stays valid: long enough to boot a machine.
 const APPLY_TOKEN_TTL: Duration = Duration::from_secs(3600);
+/// Most bytes read from a file in `--backups DIR` to find its header line.
+const HEADER_LIMIT: u64 = 64 * 1024;
 /// How long plan waits for an election to end before it reports "no leader".
 const LEADER_WAIT: Duration = Duration::from_secs(10);
 
@@ -169,7 +171,44 @@ pub async fn apply_command(
                 confirmed.len()
             )));
         }
-        let Some(current) = now.steps.iter().find(|s| s.action == step.action) else {
+        if now.leader.is_none() {
+            return Err(CliError::Failed(format!(
+                "no leader after {n} of {} steps; nothing more was changed: run `muster plan` \
+                 again in a few seconds",
+                confirmed.len()
+            )));
+        }
+        let current = now.steps.iter().find(|s| s.action == step.action);
+        // A removal is carried out only if it is no riskier now than what was shown.
+        if let Some(current) = current
+            && current.tolerance_after < step.tolerance_after
+        {
+            return Err(CliError::Failed(format!(
+                "the cluster changed while applying: {} would now leave a failure tolerance of \
+                 {}, not the {} shown; stopped after {n} of {} steps: run `muster plan` again",
+                describe(&step.action),
+                current.tolerance_after,
+                step.tolerance_after,
+                confirmed.len()
+            )));
+        }
+        let Some(current) = current else {
+            let new_blocks: Vec<&String> = now
+                .blocked
+                .iter()
+                .filter(|b| !shown.blocked.contains(b))
+                .collect();
+            if !new_blocks.is_empty() {
+                return Err(CliError::Failed(format!(
+                    "the cluster changed while applying (after {n} of {} steps); stopped: {}",
+                    confirmed.len(),
+                    new_blocks
+                        .iter()
+                        .map(|b| b.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )));
+            }
             if !args.json {
                 outln!(
                     "[{}/{}] skipped: {} (no longer needed)",
@@ -181,7 +220,7 @@ pub async fn apply_command(
             report.skipped.push(step.clone());
             continue;
         };
-        let done = carry_out(target, current, &observed, tokens_out).await?;
+        let done = carry_out(target, current, &observed, &manifest, tokens_out).await?;
         if !args.json {
             outln!("[{}/{}] {}", n + 1, confirmed.len(), done.summary);
         }
@@ -246,63 +285,62 @@ async fn gather(target: &Target) -> Result<Observed, CliError> {
     loop {
         let report: ProbeReport = target.call("GET", paths::PROBE, None).await?;
         let mut observed = observe(report);
-        let quorum = Quorum {
-            voters: observed
-                .members
-                .iter()
-                .filter(|m| m.role == "voter")
-                .count(),
-            healthy: observed
-                .members
-                .iter()
-                .filter(|m| m.role == "voter" && m.reachable)
-                .count(),
-        };
         if observed.leader.is_some() {
             let settings: SettingsInfo = target.call("GET", paths::SETTINGS, None).await?;
             let fleetlock: FleetLockStatus = target.call("GET", paths::FLEETLOCK, None).await?;
             observed.settings = Some(settings.settings);
+            observed.settings_pinned = settings.source == "cluster";
             observed.fleetlock = Some(fleetlock);
             return Ok(observed);
         }
-        if quorum.tolerance() < 0 || started.elapsed() >= LEADER_WAIT {
+        // A lost quorum and an election look alike for a moment: wait for a leader either way.
+        if started.elapsed() >= LEADER_WAIT {
             return Ok(observed);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-/// The probe report as the plan reads it: a member is reachable when it answered the probe
-/// and the leader (if any) hears from it; the leader counts only while it answers too.
+/// The probe report as the plan reads it. When the status came from a leader (it carries the
+/// leader's reachability), a member is reachable when the leader hears from it; otherwise when
+/// it answered the probe. The leader counts only while it has a quorum and, judged by the
+/// probes alone, answers.
 fn observe(report: ProbeReport) -> Observed {
     let status = report.status;
+    let from_leader = status.members.iter().any(|m| m.reachable.is_some());
     let members: Vec<ObservedMember> = status
         .members
         .iter()
         .map(|m| {
             let probe = report.probes.iter().find(|p| p.name == m.name);
-            let answer = probe.and_then(|p| p.report.clone());
+            let answered = probe.is_some_and(|p| p.answered);
             ObservedMember {
                 name: m.name.clone(),
                 address: m.address.clone(),
                 role: m.role.clone(),
-                reachable: answer.is_some() && m.reachable != Some(false),
+                reachable: if from_leader {
+                    m.reachable == Some(true)
+                } else {
+                    answered
+                },
+                answered,
                 match_index: m.match_index,
                 error: probe.and_then(|p| p.error.clone()),
-                report: answer,
+                report: probe.and_then(|p| p.report.clone()),
             }
         })
         .collect();
     let leader = status
         .leader
         .filter(|_| !status.quorum_lost)
-        .filter(|l| members.iter().any(|m| m.name == *l && m.reachable));
+        .filter(|l| from_leader || members.iter().any(|m| m.name == *l && m.answered));
     Observed {
         cluster_id: status.cluster_id,
         leader,
         commit_index: status.commit_index,
         members,
         settings: None,
+        settings_pinned: false,
         fleetlock: None,
     }
 }
@@ -316,6 +354,7 @@ async fn carry_out(
     target: &Target,
     step: &Step,
     observed: &Observed,
+    manifest: &Manifest,
     tokens_out: Option<&Path>,
 ) -> Result<Done, CliError> {
     let done = |summary: String| Done {
@@ -344,10 +383,11 @@ async fn carry_out(
             let created: TokenCreated = target
                 .call("POST", paths::TOKENS, Some(body.to_string()))
                 .await?;
+            // Members that answer and stay (apply may remove the others a step later).
             let join: Vec<&str> = observed
                 .members
                 .iter()
-                .filter(|m| m.reachable)
+                .filter(|m| m.reachable && manifest.members.iter().any(|d| d.name == m.name))
                 .map(|m| m.address.as_str())
                 .collect();
             let join = join.join(",");
@@ -388,9 +428,10 @@ async fn carry_out(
                     created.id,
                     file.display()
                 ),
+                // The token is in the file only, never on stdout (not even with --json).
                 join: Some(JoinCommand {
                     name: name.clone(),
-                    command,
+                    command: command.replace(&created.token, "$MUSTER_JOIN_TOKEN"),
                     file: Some(file),
                 }),
             })
@@ -601,15 +642,23 @@ fn size(bytes: u64) -> String {
     }
 }
 
-/// The newest readable backup of `cluster_id` in `dir` (by the time it was taken).
+/// The newest backup of `cluster_id` in `dir` (by the time it was taken), judged by each
+/// file's header line alone (`muster restore` verifies the whole file before it writes).
 fn newest_backup(dir: &Path, cluster_id: &str) -> Option<String> {
+    use std::io::Read;
     let entries = std::fs::read_dir(dir).ok()?;
     entries
         .flatten()
         .filter_map(|e| {
             let path = e.path();
-            let bytes = std::fs::read(&path).ok()?;
-            let (header, _) = backup_file::decode(&bytes).ok()?;
+            let mut first = Vec::new();
+            std::fs::File::open(&path)
+                .ok()?
+                .take(HEADER_LIMIT)
+                .read_to_end(&mut first)
+                .ok()?;
+            let line = first.split(|b| *b == b'\n').next()?;
+            let header: backup_file::BackupHeader = serde_json::from_slice(line).ok()?;
             (header.cluster_id == cluster_id).then_some((header.created_ms, path))
         })
         .max_by_key(|(created, _)| *created)

@@ -37,6 +37,9 @@ pub const LEGACY_TOKEN_ENV: &str = "MUSTER_TOKEN";
 pub const DEFAULT_PROMOTE_AFTER: Duration = Duration::from_secs(3);
 /// The FleetLock port on loopback, where each machine's Zincati finds its own agent.
 pub const DEFAULT_FLEETLOCK_PORT: u16 = 7002;
+/// Where `/metrics`, `/healthz`, `/readyz` and the status page are served by default
+/// (loopback: no authentication there).
+pub const DEFAULT_METRICS_PORT: u16 = 7003;
 const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Flags of `muster agent`. Every one is optional here: defaults are applied after merging.
@@ -138,6 +141,11 @@ pub struct AgentFlags {
     /// reaches it] [env: MUSTER_FLEETLOCK_LISTEN]
     #[arg(long)]
     pub fleetlock_listen: Option<String>,
+    /// Where this agent serves Prometheus /metrics, /healthz, /readyz and its status page at /,
+    /// plain HTTP without authentication; `off` to disable (the operator port serves /metrics
+    /// too, with an operator token) [default: 127.0.0.1:7003] [env: MUSTER_METRICS_LISTEN]
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// Serve FleetLock over TLS with this certificate chain (PEM), for Zincati on other machines;
     /// needs --fleetlock-tls-key [env: MUSTER_FLEETLOCK_TLS_CERT]
     #[arg(long)]
@@ -172,6 +180,7 @@ pub(super) struct FileConfig {
     join_secret_ttl: Option<String>,
     ca_pin: Option<String>,
     fleetlock_listen: Option<String>,
+    metrics_listen: Option<String>,
     fleetlock_tls_cert: Option<String>,
     fleetlock_tls_key: Option<String>,
 }
@@ -204,6 +213,11 @@ pub struct AgentConfig {
     /// taken default port is skipped with a warning; a taken explicit one stops the agent).
     pub fleetlock_listen: Option<SocketAddr>,
     pub fleetlock_explicit: bool,
+    /// `--metrics-listen` (`None`: off).
+    pub metrics_listen: Option<SocketAddr>,
+    /// True when `--metrics-listen` was given: failing to bind it is then an error, not a
+    /// warning (another agent on the host holds the default port).
+    pub metrics_explicit: bool,
     /// FleetLock over TLS with an operator's certificate: (certificate chain, key) PEM files.
     pub fleetlock_tls: Option<(PathBuf, PathBuf)>,
     /// Settings that work but are probably not what was meant; logged at start.
@@ -593,6 +607,27 @@ pub fn resolve(
         ),
         None => Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_FLEETLOCK_PORT))),
     };
+    let metrics_setting = expand_opt(
+        "metrics-listen",
+        pick(
+            "metrics-listen",
+            &flags.metrics_listen,
+            "MUSTER_METRICS_LISTEN",
+            &file.metrics_listen,
+        )?,
+    )?;
+    let metrics_explicit = metrics_setting.is_some();
+    let metrics_listen = match metrics_setting.as_deref().map(str::trim) {
+        Some("off") => None,
+        Some(addr) => Some(
+            addr.parse::<SocketAddr>()
+                .map_err(|_| ConfigError::Invalid {
+                    setting: "metrics-listen",
+                    message: format!("{addr:?} is not an IP:port such as 127.0.0.1:7003, or `off`"),
+                })?,
+        ),
+        None => Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT))),
+    };
     let fleetlock_tls = match (
         pick(
             "fleetlock-tls-cert",
@@ -665,6 +700,8 @@ pub fn resolve(
         ca_pin,
         fleetlock_listen,
         fleetlock_explicit,
+        metrics_listen,
+        metrics_explicit,
         fleetlock_tls,
         warnings,
     })

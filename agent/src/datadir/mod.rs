@@ -117,6 +117,27 @@ pub fn read_tls(dir: &Path) -> Result<TlsFiles, DataDirError> {
     })
 }
 
+/// When this node's certificate expires (ms since the Unix epoch), if it can be read.
+pub fn cert_expires_ms(dir: &Path) -> Option<u64> {
+    let files = read_tls(dir).ok()?;
+    muster_shared::tls::cert_expires_ms(&files.cert_pem).ok()
+}
+
+/// Bytes in the files under `dir` (links and special files not followed).
+pub fn size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(t) if t.is_dir() => size(&entry.path()),
+            Ok(t) if t.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}
+
 pub fn write_tls(dir: &Path, ca_pem: &str, cert_pem: &str) -> Result<(), DataDirError> {
     let tls_dir = dir.join("tls");
     std::fs::create_dir_all(&tls_dir).map_err(DataDirError::io(&tls_dir))?;

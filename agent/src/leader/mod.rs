@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub use admit::{CERT_VALIDITY, TokenJoin, precheck_token, prove_secret};
 pub use forward::{run, run_once};
-pub use status::status;
+pub use status::{local as local_status, status};
 pub use tokens::{
     NewToken, authorize_operator, issue_join_token, issue_operator_token, new_operator_token,
     operator_authority,

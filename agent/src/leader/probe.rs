@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use muster_shared::tls;
 use tokio::task::JoinSet;
 
 use crate::agent::Agent;
@@ -20,8 +19,10 @@ use crate::state::parse_member_id;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest probe answer accepted from a member.
 const PROBE_ANSWER_LIMIT: usize = 64 * 1024;
-/// The file the data-dir check writes, fsyncs and removes.
+/// The file the data-dir check writes, fsyncs and removes (with a number of its own, so that
+/// two probes at once do not trip over each other's file).
 const PROBE_FILE: &str = ".probe";
+static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// This node's report of itself.
 pub async fn local(agent: &Agent) -> NodeProbe {
@@ -31,10 +32,7 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         .and_then(|id| view.nodes.get(&id).map(|n| n.name.clone()));
     let dir = agent.data_dir().to_path_buf();
     let (cert_expires_ms, data_dir) = tokio::task::spawn_blocking(move || {
-        let expires = datadir::read_tls(&dir)
-            .ok()
-            .and_then(|files| tls::cert_expires_ms(&files.cert_pem).ok());
-        (expires, data_dir_health(&dir))
+        (datadir::cert_expires_ms(&dir), data_dir_health(&dir))
     })
     .await
     .unwrap_or_else(|e| {
@@ -59,30 +57,17 @@ pub async fn local(agent: &Agent) -> NodeProbe {
 
 /// Writable (a file written durably and removed) and how many bytes it holds.
 fn data_dir_health(dir: &Path) -> DataDirHealth {
-    let probe = dir.join(PROBE_FILE);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = dir.join(format!("{PROBE_FILE}-{n}"));
     let written =
         datadir::write_private(&probe, b"probe").and_then(|()| std::fs::remove_file(&probe));
     DataDirHealth {
         ok: written.is_ok(),
-        bytes: size_of_dir(dir),
+        bytes: datadir::size(dir),
         problem: written
             .err()
             .map(|e| format!("cannot write to {}: {e}", dir.display())),
     }
-}
-
-fn size_of_dir(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(t) if t.is_dir() => size_of_dir(&entry.path()),
-            Ok(t) if t.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// The cluster's status and every member's report, asked of all members at once.
@@ -97,8 +82,19 @@ pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
         let member = member.clone();
         asks.spawn(async move {
             let answer = match parse_member_id(&member.id) {
-                Some(id) => ask(&peers, id, &member.address).await,
-                None => Err(format!("member id {:?} is not valid", member.id)),
+                // The whole ask, name lookup and connection included, is bounded.
+                Some(id) => tokio::time::timeout(PROBE_TIMEOUT, ask(&peers, id, &member.address))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Unanswered::Silent(format!(
+                            "timed out after {}s",
+                            PROBE_TIMEOUT.as_secs()
+                        )))
+                    }),
+                None => Err(Unanswered::Silent(format!(
+                    "member id {:?} is not valid",
+                    member.id
+                ))),
             };
             (index, answer)
         });
@@ -110,11 +106,13 @@ pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
             name: m.name.clone(),
             address: m.address.clone(),
             report: None,
+            answered: false,
             error: Some("not asked".into()),
         })
         .collect();
     if let Some(me) = probes.iter_mut().find(|p| p.name == agent.name()) {
         me.report = Some(local(agent).await);
+        me.answered = true;
         me.error = None;
     }
     while let Some(done) = asks.join_next().await {
@@ -123,9 +121,14 @@ pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
             match answer {
                 Ok(report) => {
                     probe.report = Some(report);
+                    probe.answered = true;
                     probe.error = None;
                 }
-                Err(e) => probe.error = Some(e),
+                Err(Unanswered::Older(e)) => {
+                    probe.answered = true;
+                    probe.error = Some(e);
+                }
+                Err(Unanswered::Silent(e)) => probe.error = Some(e),
             }
         }
     }
@@ -145,22 +148,38 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
+/// Why a member gave no report.
+enum Unanswered {
+    /// It answered, but has no probe route: an agent older than this one.
+    Older(String),
+    /// No answer.
+    Silent(String),
+}
+
 async fn ask(
     peers: &client::PeerClients,
     id: crate::state::NodeId,
     addr: &str,
-) -> Result<NodeProbe, String> {
-    let peer = peers.get(id, addr).await.map_err(|e| e.to_string())?;
+) -> Result<NodeProbe, Unanswered> {
+    let peer = peers
+        .get(id, addr)
+        .await
+        .map_err(|e| Unanswered::Silent(e.to_string()))?;
     let answer = peer
         .http
         .get(format!("{}{}", peer.base, paths::RAFT_PROBE))
         .timeout(PROBE_TIMEOUT)
         .send()
         .await
-        .map_err(|e| format!("no answer: {}", root_cause(&e)))?;
+        .map_err(|e| Unanswered::Silent(format!("no answer: {}", root_cause(&e))))?;
     let status = answer.status().as_u16();
+    if status == 404 {
+        return Err(Unanswered::Older(
+            "answers, but has no probe endpoint: an older agent".into(),
+        ));
+    }
     let body = client::read_limited(answer, PROBE_ANSWER_LIMIT)
         .await
-        .map_err(|e| e.to_string())?;
-    client::decode_answer(status, &body).map_err(|e: CallError| e.to_string())
+        .map_err(|e| Unanswered::Silent(e.to_string()))?;
+    client::decode_answer(status, &body).map_err(|e: CallError| Unanswered::Silent(e.to_string()))
 }

@@ -8,6 +8,7 @@ mod network;
 mod node;
 mod pacemaker;
 mod state_machine;
+mod stats;
 pub(crate) mod store;
 
 use std::io::Cursor;
@@ -15,6 +16,7 @@ use std::io::Cursor;
 use crate::state::{Node, NodeId, Request, Response};
 
 pub use node::{RaftNode, RaftNodeError, RaftView, Timing};
+pub use stats::StatsSnapshot;
 
 openraft::declare_raft_types!(
     /// Muster's raft type configuration.

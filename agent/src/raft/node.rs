@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use super::TypeConfig;
 use super::network::{Network, PeerLiveness};
 use super::pacemaker::{LeaderContact, Pacemaker, PreVote, TimerPlan, answer_prevote};
+use super::stats::{RaftStats, StatsSnapshot};
 use super::store::{self, StateMachineStore, StoreError};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::client::PeerClients;
@@ -112,6 +113,10 @@ pub struct RaftNode {
     /// When this node last heard from a leader; the pacemaker's election clock.
     contact: LeaderContact,
     pacemaker: tokio::task::JoinHandle<()>,
+    /// Proposal latencies and leader changes, for `/metrics`.
+    stats: Arc<RaftStats>,
+    /// Counts leader changes into `stats`.
+    leader_watch: tokio::task::JoinHandle<()>,
     /// Concurrent membership changes can leave a joint config behind; one at a time.
     membership_lock: tokio::sync::Mutex<()>,
 }
@@ -171,6 +176,8 @@ impl RaftNode {
         let pacemaker = tokio::spawn(
             Pacemaker::new(raft.clone(), plan, contact.clone(), peers_for_pacemaker).run(),
         );
+        let stats = Arc::new(RaftStats::default());
+        let leader_watch = tokio::spawn(count_leader_changes(raft.clone(), stats.clone()));
         Ok(Self {
             id,
             raft,
@@ -179,6 +186,8 @@ impl RaftNode {
             plan,
             contact,
             pacemaker,
+            stats,
+            leader_watch,
             membership_lock: tokio::sync::Mutex::new(()),
         })
     }
@@ -251,6 +260,21 @@ impl RaftNode {
 
     /// Replicates `request` and returns the state machine's answer. Only the leader can write.
     pub async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
+        let started = std::time::Instant::now();
+        let result = self.propose(request).await;
+        match &result {
+            Ok(_) => self.stats.proposal_done(started.elapsed()),
+            Err(_) => self.stats.proposal_failed(),
+        }
+        result
+    }
+
+    /// Proposal latencies and leader changes so far.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    async fn propose(&self, request: Request) -> Result<Response, RaftNodeError> {
         self.check_quorum_contact()?;
         let result = tokio::select! {
             result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request)) => {
@@ -493,6 +517,7 @@ impl RaftNode {
 
     pub async fn shutdown(&self) {
         self.pacemaker.abort();
+        self.leader_watch.abort();
         let _ = self.raft.shutdown().await;
     }
 }
@@ -524,5 +549,19 @@ fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> R
             RaftNodeError::MembershipRefused(e.to_string())
         }
         RaftError::Fatal(f) => RaftNodeError::Fatal(f.to_string()),
+    }
+}
+
+/// Counts every change of the leader this node sees (to another node, or to none during an
+/// election) until raft stops.
+async fn count_leader_changes(raft: Raft<TypeConfig>, stats: Arc<RaftStats>) {
+    let mut metrics = raft.metrics();
+    let mut leader = metrics.borrow_and_update().current_leader;
+    while metrics.changed().await.is_ok() {
+        let now = metrics.borrow_and_update().current_leader;
+        if now != leader {
+            leader = now;
+            stats.leader_changed();
+        }
     }
 }

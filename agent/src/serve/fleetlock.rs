@@ -334,31 +334,7 @@ fn metrics(state: &FleetLockState) -> Response {
         .raft()
         .read_local(|s| s.fleetlock.clone())
         .unwrap_or_default();
-    let now = now_ms();
-    for (name, help) in [
-        ("slots", "Reboot slots per group."),
-        ("holders", "Machines holding a reboot slot, per group."),
-        (
-            "oldest_holder_seconds",
-            "Age of the oldest slot held, per group.",
-        ),
-    ] {
-        let _ = writeln!(out, "# HELP muster_fleetlock_{name} {help}");
-        let _ = writeln!(out, "# TYPE muster_fleetlock_{name} gauge");
-        for (group, g) in &fleetlock.groups {
-            let value = match name {
-                "slots" => u64::from(g.slots),
-                "holders" => g.holders.len() as u64,
-                _ => g
-                    .holders
-                    .values()
-                    .map(|h| now.saturating_sub(h.since_ms) / 1000)
-                    .max()
-                    .unwrap_or(0),
-            };
-            let _ = writeln!(out, "muster_fleetlock_{name}{{group=\"{group}\"}} {value}");
-        }
-    }
+    crate::observe::metrics::fleetlock_gauges(&mut out, &fleetlock, now_ms());
     let mut response = Response::new(Body::from(out));
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -4,6 +4,7 @@
 
 mod fleetlock;
 mod http;
+mod observe;
 mod operator;
 mod operator_fleetlock;
 mod operator_kv;
@@ -11,5 +12,6 @@ mod operator_lease;
 mod peer;
 
 pub use fleetlock::{FleetLockListener, serve_fleetlock};
+pub use observe::serve_observe;
 pub use operator::serve_socket;
 pub use peer::serve_peers;

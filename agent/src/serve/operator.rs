@@ -141,8 +141,27 @@ async fn settings_put(State(agent): State<Arc<Agent>>, Extension(by): By, body: 
 }
 
 /// Gathered by this member (not the leader): it must answer while there is no leader, so that
-/// `muster plan` can tell a lost quorum from an election.
-async fn probe(State(agent): State<Arc<Agent>>) -> Response {
+/// `muster plan` can tell a lost quorum from an election. It makes every member write to its
+/// data dir, so a token needs admin scope (judged on this member's applied state, which is
+/// all there is without a leader).
+async fn probe(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    if let Authority::OperatorToken { id, .. } = &by {
+        let scopes = agent
+            .raft()
+            .read_local(|s| s.operator_tokens.get(id).map(|t| t.scopes.clone()))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        if !crate::state::scope::allows(&scopes, crate::state::scope::Access::Admin) {
+            return error_response(&crate::api::ApiError::new(
+                crate::api::ErrorKind::Unauthorized,
+                format!(
+                    "operator token {id} may not probe the members (needs admin); use an admin \
+                     token or the member's socket"
+                ),
+            ));
+        }
+    }
     answer(leader::probe::report(&agent).await)
 }
 
@@ -172,6 +191,7 @@ pub fn routes() -> Router<Arc<Agent>> {
         .route(paths::BACKUP, get(backup))
         .route(paths::SETTINGS, get(settings_get).put(settings_put))
         .route(paths::PROBE, get(probe))
+        .route(paths::METRICS, get(super::observe::metrics_text))
         .merge(super::operator_kv::routes())
         .merge(super::operator_lease::routes())
         .merge(super::operator_fleetlock::routes())

@@ -85,6 +85,11 @@ pub async fn start(
         if cohort.len() != last_progress {
             last_progress = cohort.len();
             println!("waiting for peers {}/{} …", cohort.len(), listing.size);
+            crate::notify::status(&format!(
+                "forming through the discovery URL: waiting for peers {}/{}",
+                cohort.len(),
+                listing.size
+            ));
         }
         if let Some((record, _)) =
             retrying("reading the bootstrap record", || discovery.record()).await?

@@ -153,6 +153,7 @@ pub async fn join_with_token(
         token.id(),
         peers.join(", ")
     );
+    crate::notify::status(&format!("joining through {}", peers.join(", ")));
     let (response, via) = Joiner::new(token.ca_pin(), peers, paths::TOKEN_JOIN, &request)?
         .join()
         .await?;

@@ -29,6 +29,8 @@ fn config() -> AgentConfig {
         ca_pin: None,
         fleetlock_listen: None,
         fleetlock_explicit: false,
+        metrics_listen: None,
+        metrics_explicit: false,
         fleetlock_tls: None,
         warnings: Vec::new(),
     }

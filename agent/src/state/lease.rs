@@ -132,6 +132,14 @@ pub fn owns(lease: &Lease, holder: &str, key: Option<&str>) -> bool {
 }
 
 impl Leases {
+    /// Leases held at the lease clock's latest reading.
+    pub fn held_count(&self) -> usize {
+        self.held
+            .values()
+            .filter(|l| l.expires_ms > self.clock_ms)
+            .count()
+    }
+
     /// The lease `name` if it is held at `clock_ms`.
     pub fn live(&self, name: &str, clock_ms: u64) -> Option<&Lease> {
         self.held.get(name).filter(|l| l.expires_ms > clock_ms)

@@ -1,0 +1,139 @@
+//! `/healthz` (the process runs and its raft is not stopped) and `/readyz` (the node has
+//! joined and serves: it has the cluster's log and sees a leader that hears a quorum). The
+//! same readiness is what `Type=notify` tells systemd (`notify.rs`).
+
+use crate::agent::Agent;
+use crate::api::{ApiError, ErrorKind};
+
+/// What readiness is decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyInput {
+    /// The node has applied the cluster's first entry (it has the log).
+    pub has_log: bool,
+    /// The leader this node knows, if any.
+    pub leader: Option<String>,
+    /// This node leads.
+    pub leads: bool,
+    /// This node leads but has not heard from a majority lately.
+    pub quorum_lost: bool,
+    /// A follower or spare that has not heard from any leader lately.
+    pub leader_silent: bool,
+}
+
+impl ReadyInput {
+    pub fn of(agent: &Agent) -> Self {
+        let view = agent.raft().view();
+        let has_log = agent
+            .raft()
+            .read_local(|s| s.cluster_id.is_some())
+            .unwrap_or(false);
+        let leader = view
+            .leader
+            .and_then(|id| view.nodes.get(&id).map(|n| n.name.clone()))
+            .or_else(|| {
+                agent
+                    .check_in()
+                    .confirmed_leader()
+                    .map(|(_, n)| n.name.clone())
+            });
+        Self {
+            has_log,
+            leader,
+            leads: view.is_leader,
+            quorum_lost: agent.raft().quorum_lost(),
+            leader_silent: agent.hears_no_leader() && agent.check_in().confirmed_leader().is_none(),
+        }
+    }
+}
+
+/// Ready, with a line for people (systemd's STATUS=), or why not (with a stable kind).
+pub fn readiness(input: &ReadyInput) -> Result<String, ApiError> {
+    if !input.has_log {
+        return Err(ApiError::new(
+            ErrorKind::ClusterUninitialized,
+            "joined; waiting for the cluster's log from the leader",
+        ));
+    }
+    if input.leads {
+        return if input.quorum_lost {
+            Err(ApiError::new(
+                ErrorKind::QuorumLost,
+                "leads, but a majority of the voters does not answer",
+            ))
+        } else {
+            Ok("serving: this node leads".into())
+        };
+    }
+    match &input.leader {
+        Some(leader) if !input.leader_silent => Ok(format!("serving: {leader} leads")),
+        Some(leader) => Err(ApiError::new(
+            ErrorKind::NoLeader,
+            format!(
+                "no word from the leader ({leader}) lately: an election, or this node is cut off"
+            ),
+        )),
+        None => Err(ApiError::new(
+            ErrorKind::NoLeader,
+            "no leader: an election is under way, or a majority is unreachable",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_table() {
+        let base = ReadyInput {
+            has_log: true,
+            leader: Some("n1".into()),
+            leads: false,
+            quorum_lost: false,
+            leader_silent: false,
+        };
+        let cases = [
+            (base.clone(), true),
+            (
+                ReadyInput {
+                    has_log: false,
+                    ..base.clone()
+                },
+                false,
+            ),
+            (
+                ReadyInput {
+                    leader: None,
+                    ..base.clone()
+                },
+                false,
+            ),
+            (
+                ReadyInput {
+                    leader_silent: true,
+                    ..base.clone()
+                },
+                false,
+            ),
+            (
+                ReadyInput {
+                    leads: true,
+                    leader: None,
+                    ..base.clone()
+                },
+                true,
+            ),
+            (
+                ReadyInput {
+                    leads: true,
+                    quorum_lost: true,
+                    ..base.clone()
+                },
+                false,
+            ),
+        ];
+        for (input, ready) in cases {
+            assert_eq!(readiness(&input).is_ok(), ready, "{input:?}");
+        }
+    }
+}
