@@ -55,9 +55,13 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
         .map_err(|e| CliError::Failed(format!("locating the muster binary: {e}")))?;
     let started = Instant::now();
     let mut children = Vec::new();
+    let mut pages: Vec<String> = Vec::new();
     for i in 1..=nodes {
         let name = format!("node{i}");
         let addr = format!("127.0.0.1:{}", free_port()?);
+        // Each agent's metrics and status page on a port of its own (the default port is one
+        // per machine).
+        let page = format!("127.0.0.1:{}", free_port()?);
         let log = std::fs::File::create(root.join(format!("{name}.log")))?;
         let mut command = Command::new(&exe);
         // The demo's agents get only the settings given here, whatever the caller exported.
@@ -77,6 +81,8 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
                 &addr,
                 "--discovery",
                 &url,
+                "--metrics-listen",
+                &page,
             ])
             .arg("--data-dir")
             .arg(root.join(&name))
@@ -88,7 +94,10 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| CliError::Failed(format!("starting an agent: {e}")))?;
-        crate::outln!("  {name} listening on {addr}");
+        crate::outln!("  {name} listening on {addr}, status page http://{page}/");
+        if pages.is_empty() {
+            pages.push(page.clone());
+        }
         children.push(Child2 {
             name,
             child,
@@ -169,6 +178,9 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
         "      {muster} kv put greeting hello --data-dir {}",
         first.display()
     );
+    if let Some(page) = pages.first() {
+        crate::outln!("      open http://{page}/ (the status page; /metrics for Prometheus)");
+    }
     crate::outln!("press Ctrl-C to stop the demo");
     let outcome = watch_until_stopped(&mut children, &root, &mut term).await;
     stop(children).await;

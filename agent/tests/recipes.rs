@@ -390,6 +390,15 @@ fn standalone_unit_starts_the_agent_with_the_documented_agent_toml() {
     for unit in &units {
         let at = format!("systemd unit at docs/recipes.md:{}", unit.line);
         check_agent_start(&at, &unit.body, &tomls[0].body);
+        // The agent speaks systemd's notify protocol (READY=1 once it serves, WATCHDOG=1).
+        assert_eq!(unit_line(&at, &unit.body, "Type="), "Type=notify", "{at}");
+        assert!(unit_line(&at, &unit.body, "WatchdogSec=").len() > "WatchdogSec=".len());
+        // Waiting for the cohort may take longer than systemd's default start timeout.
+        assert_eq!(
+            unit_line(&at, &unit.body, "TimeoutStartSec="),
+            "TimeoutStartSec=infinity",
+            "{at}"
+        );
     }
 }
 

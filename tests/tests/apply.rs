@@ -294,7 +294,7 @@ async fn a_lost_quorum_changes_nothing_and_the_printed_steps_rebuild_the_cluster
     assert_eq!(code, 1, "a lost quorum is refused\n{out}{err}");
     assert!(
         out.contains("The quorum is lost: 1 of 3 voters answer"),
-        "{out}"
+        "{out}{err}"
     );
     assert!(err.contains("nothing was changed"), "{err}");
     assert!(
@@ -481,11 +481,26 @@ async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_repli
         );
     }
     let file = write_file(root, "cluster.toml", &exported);
+    // The exported [cluster] values are the leader's flags: apply pins them in the cluster.
     let (code, out, err) = agents[1]
         .cli(&["plan", "-f", &file, "--exit-code"])
         .await
         .expect("plan");
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        out.contains("written so that every leader keeps them"),
+        "{out}"
+    );
+    let (code, out, err) = agents[1]
+        .cli(&["apply", "-f", &file, "--yes"])
+        .await
+        .expect("apply");
     assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = agents[2]
+        .cli(&["plan", "-f", &file, "--exit-code"])
+        .await
+        .expect("plan");
+    assert_eq!(code, 0, "in sync once pinned\n{out}{err}");
 
     // Drift by hand: plan shows it, apply repairs it.
     let (code, _, err) = agents[2]
@@ -549,7 +564,6 @@ async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_repli
     assert!(settings.contains("min_voters = 1"), "{settings}");
     let mut dead = agents.pop().expect("s3");
     dead.kill9().await.expect("kill");
-    let started = Instant::now();
     wait_for(
         "the dead member to be cleaned up",
         Duration::from_secs(30),

@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use super::{CliError, Target, output};
 use crate::api::fleetlock::FleetLockStatus;
-use crate::api::paths;
 use crate::api::probe::{ProbeReport, SettingsInfo, SettingsUpdate};
 use crate::api::types::{NodeRemoved, TokenCreated};
+use crate::api::{ErrorKind, paths};
 use crate::apply::plan::ProbeRow;
 use crate::apply::{
     Action, DesiredFleetLock, DesiredMember, DesiredSettings, Manifest, Observed, ObservedMember,
@@ -286,12 +286,27 @@ async fn gather(target: &Target) -> Result<Observed, CliError> {
         let report: ProbeReport = target.call("GET", paths::PROBE, None).await?;
         let mut observed = observe(report);
         if observed.leader.is_some() {
-            let settings: SettingsInfo = target.call("GET", paths::SETTINGS, None).await?;
-            let fleetlock: FleetLockStatus = target.call("GET", paths::FLEETLOCK, None).await?;
-            observed.settings = Some(settings.settings);
-            observed.settings_pinned = settings.source == "cluster";
-            observed.fleetlock = Some(fleetlock);
-            return Ok(observed);
+            // Reads through the leader: one that has just lost its quorum answers
+            // `quorum_lost`/`no_leader`, which is the same as no leader.
+            let read = async {
+                let settings: SettingsInfo = target.call("GET", paths::SETTINGS, None).await?;
+                let fleetlock: FleetLockStatus = target.call("GET", paths::FLEETLOCK, None).await?;
+                Ok::<_, CliError>((settings, fleetlock))
+            };
+            match read.await {
+                Ok((settings, fleetlock)) => {
+                    observed.settings = Some(settings.settings);
+                    observed.settings_pinned = settings.source == "cluster";
+                    observed.fleetlock = Some(fleetlock);
+                    return Ok(observed);
+                }
+                Err(CliError::Api(e))
+                    if matches!(e.kind, ErrorKind::QuorumLost | ErrorKind::NoLeader) =>
+                {
+                    observed.leader = None;
+                }
+                Err(e) => return Err(e),
+            }
         }
         // A lost quorum and an election look alike for a moment: wait for a leader either way.
         if started.elapsed() >= LEADER_WAIT {
@@ -301,9 +316,9 @@ async fn gather(target: &Target) -> Result<Observed, CliError> {
     }
 }
 
-/// The probe report as the plan reads it. When the status came from a leader (it carries the
-/// leader's reachability), a member is reachable when the leader hears from it; otherwise when
-/// it answered the probe. The leader counts only while it has a quorum and, judged by the
+/// The probe report as the plan reads it. A member is reachable when it answered the probe
+/// and, when the status came from a leader (it carries the leader's reachability), the leader
+/// hears from it. The leader counts only while it has a quorum and, judged by the
 /// probes alone, answers.
 fn observe(report: ProbeReport) -> Observed {
     let status = report.status;
@@ -318,11 +333,9 @@ fn observe(report: ProbeReport) -> Observed {
                 name: m.name.clone(),
                 address: m.address.clone(),
                 role: m.role.clone(),
-                reachable: if from_leader {
-                    m.reachable == Some(true)
-                } else {
-                    answered
-                },
+                // Both must hold: the leader's word lags a kill -9 by seconds, and a probe alone
+                // cannot see a one-way cut.
+                reachable: answered && (!from_leader || m.reachable == Some(true)),
                 answered,
                 match_index: m.match_index,
                 error: probe.and_then(|p| p.error.clone()),

@@ -10,6 +10,8 @@ use crate::api::{ApiError, ErrorKind};
 pub struct ReadyInput {
     /// The node has applied the cluster's first entry (it has the log).
     pub has_log: bool,
+    /// The formation in progress: (members so far, the cohort's size).
+    pub forming: Option<(usize, usize)>,
     /// The leader this node knows, if any.
     pub leader: Option<String>,
     /// This node leads.
@@ -23,10 +25,15 @@ pub struct ReadyInput {
 impl ReadyInput {
     pub fn of(agent: &Agent) -> Self {
         let view = agent.raft().view();
-        let has_log = agent
+        let (has_log, forming) = agent
             .raft()
-            .read_local(|s| s.cluster_id.is_some())
-            .unwrap_or(false);
+            .read_local(|s| {
+                (
+                    s.cluster_id.is_some(),
+                    s.formation.as_ref().map(|f| (s.nodes.len(), f.size())),
+                )
+            })
+            .unwrap_or((false, None));
         let leader = view
             .leader
             .and_then(|id| view.nodes.get(&id).map(|n| n.name.clone()))
@@ -38,6 +45,7 @@ impl ReadyInput {
             });
         Self {
             has_log,
+            forming,
             leader,
             leads: view.is_leader,
             quorum_lost: agent.raft().quorum_lost(),
@@ -52,6 +60,13 @@ pub fn readiness(input: &ReadyInput) -> Result<String, ApiError> {
         return Err(ApiError::new(
             ErrorKind::ClusterUninitialized,
             "joined; waiting for the cluster's log from the leader",
+        ));
+    }
+    // Ready means the cluster it was started for exists: not while the cohort still joins.
+    if let Some((joined, size)) = input.forming {
+        return Err(ApiError::new(
+            ErrorKind::ClusterUninitialized,
+            format!("forming: {joined} of {size} members have joined"),
         ));
     }
     if input.leads {
@@ -87,6 +102,7 @@ mod tests {
     fn readiness_table() {
         let base = ReadyInput {
             has_log: true,
+            forming: None,
             leader: Some("n1".into()),
             leads: false,
             quorum_lost: false,
