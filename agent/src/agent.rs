@@ -48,6 +48,10 @@ pub struct Agent {
     check_in: Mutex<CheckIn>,
     removal: RemovalSignal,
     refused_rpcs: AtomicU64,
+    /// Connections closed at once for being over a connection limit.
+    over_limit: AtomicU64,
+    /// When an over-limit refusal was last logged (ms since the epoch): at most one a 10 s.
+    over_limit_logged_ms: AtomicU64,
     /// Callers already logged as refused, and why: a refused node retries for ever, and one
     /// line says it.
     refusals_logged: Mutex<std::collections::HashSet<(NodeId, &'static str)>>,
@@ -71,6 +75,8 @@ impl Agent {
             check_in: Mutex::default(),
             removal: RemovalSignal::default(),
             refused_rpcs: AtomicU64::new(0),
+            over_limit: AtomicU64::new(0),
+            over_limit_logged_ms: AtomicU64::new(0),
             refusals_logged: Mutex::default(),
             membership_ops: tokio::sync::Mutex::new(()),
             lease_clock: LeaseClock::default(),
@@ -176,6 +182,23 @@ impl Agent {
 
     pub fn refused_rpcs(&self) -> u64 {
         self.refused_rpcs.load(Ordering::Relaxed)
+    }
+
+    /// Counts a connection closed for being over a limit; true when it should be logged (the
+    /// first in 10 s: a flood must not flood the log too).
+    pub fn count_over_limit(&self) -> bool {
+        self.over_limit.fetch_add(1, Ordering::Relaxed);
+        let now = crate::clock::now_ms();
+        let last = self.over_limit_logged_ms.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= 10_000
+            && self
+                .over_limit_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    pub fn over_limit(&self) -> u64 {
+        self.over_limit.load(Ordering::Relaxed)
     }
 
     /// Held by a leader-side membership operation (`node remove`), so each quorum check sees

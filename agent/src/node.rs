@@ -94,6 +94,10 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             agent.clone(),
             listener,
             server_tls,
+            crate::serve::limits::ConnectionLimits::new(
+                config.max_connections,
+                config.max_connections_per_source,
+            ),
             stop_rx.clone(),
         )),
         tokio::spawn({

@@ -157,6 +157,30 @@ async fn metrics_parse_as_prometheus_and_follow_a_leader_change_and_readyz_follo
         assert_eq!(ready.status, 200, "{}", ready.body);
     }
 
+    // `muster cert status`: every member's certificate and the CA, as each reports them.
+    let (code, out, err) = agents[0]
+        .cli(&["cert", "status", "--json"])
+        .await
+        .expect("cert status");
+    assert_eq!(code, 0, "{err}");
+    let rows: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rows = rows.as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{out}");
+    let year_ms = 365 * 86_400_000u64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    for r in rows {
+        let cert = r["cert_expires_ms"].as_u64().expect("cert expiry");
+        let ca = r["ca_expires_ms"].as_u64().expect("CA expiry");
+        assert!(cert > now + year_ms / 2, "{r}");
+        assert!(
+            ca >= cert,
+            "the CA outlives the certificates it signed: {r}"
+        );
+    }
+
     // Kill the leader: a survivor's term and leader-change counter grow, another leads.
     let term_before = value(&scrapes[(leader + 1) % 3], "muster_raft_term", &[]).expect("term");
     let changes_before = value(

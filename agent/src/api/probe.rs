@@ -33,6 +33,9 @@ pub struct NodeProbe {
     pub version: String,
     /// When its node certificate expires, in ms since the Unix epoch.
     pub cert_expires_ms: Option<u64>,
+    /// When the cluster CA it trusts expires.
+    #[serde(default)]
+    pub ca_expires_ms: Option<u64>,
     /// The last log index it applied.
     pub applied_index: u64,
     /// The leader it hears from, if any.

@@ -164,6 +164,7 @@ fn member(name: &str, role: &str, reachable: bool) -> ObservedMember {
             name: name.into(),
             version: "0.1.0".into(),
             cert_expires_ms: None,
+            ca_expires_ms: None,
             applied_index: 10,
             leader: Some("n1".into()),
             data_dir: DataDirHealth {

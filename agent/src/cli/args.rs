@@ -97,6 +97,11 @@ pub enum Command {
         #[command(subcommand)]
         command: LeaseCommand,
     },
+    /// Certificates: every member's node certificate and CA expiry.
+    Cert {
+        #[command(subcommand)]
+        command: CertCommand,
+    },
     /// The cluster's desired state as a file: `muster config export > cluster.toml`.
     Config {
         #[command(subcommand)]
@@ -140,6 +145,13 @@ pub struct ApplyFlags {
     pub backups: Option<PathBuf>,
     #[command(flatten)]
     pub op: OperatorArgs,
+}
+
+#[derive(Subcommand)]
+pub enum CertCommand {
+    /// Every member's certificate and CA expiry, as each member reports it (needs an admin
+    /// token over TCP).
+    Status(OperatorArgs),
 }
 
 #[derive(Subcommand)]

@@ -3,6 +3,7 @@
 
 mod apply;
 mod args;
+mod cert;
 mod fleetlock;
 mod kv;
 mod lease;

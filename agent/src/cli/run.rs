@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use super::apply::ApplyArgs;
 use super::args::{
-    Command, ConfigCommand, FleetlockCommand, FleetlockGroupCommand, KvCommand, LeaseCommand,
-    NodeCommand, OperatorTokenCommand, SecretCommand, TokenCommand,
+    CertCommand, Command, ConfigCommand, FleetlockCommand, FleetlockGroupCommand, KvCommand,
+    LeaseCommand, NodeCommand, OperatorTokenCommand, SecretCommand, TokenCommand,
 };
 use super::{CliError, output};
 use crate::api::ErrorKind;
@@ -166,6 +166,9 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         } => Ok(super::node_remove(&op.target()?, &name, force, op.json).await?),
         Command::Backup { file, op } => Ok(super::backup(&op.target()?, &file, op.json).await?),
         Command::Kv { command } => run_kv(command).await,
+        Command::Cert {
+            command: CertCommand::Status(op),
+        } => Ok(super::cert::status(&op.target()?, op.json).await?),
         Command::Config {
             command: ConfigCommand::Export(op),
         } => Ok(super::apply::export(&op.target()?).await?),

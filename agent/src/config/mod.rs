@@ -40,6 +40,10 @@ pub const DEFAULT_FLEETLOCK_PORT: u16 = 7002;
 /// Where `/metrics`, `/healthz`, `/readyz` and the status page are served by default
 /// (loopback: no authentication there).
 pub const DEFAULT_METRICS_PORT: u16 = 7003;
+/// Connection limits on the node port: far above what a cluster's members and operators use
+/// (each member keeps a couple of connections to each peer), far below a descriptor limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Flags of `muster agent`. Every one is optional here: defaults are applied after merging.
@@ -112,6 +116,15 @@ pub struct AgentFlags {
     /// [default: 2] [env: MUSTER_STANDBYS]
     #[arg(long)]
     pub standbys: Option<String>,
+    /// Most connections the node port holds open at once; one more is closed before its TLS
+    /// handshake [default: 4096] [env: MUSTER_MAX_CONNECTIONS]
+    #[arg(long)]
+    pub max_connections: Option<String>,
+    /// Most connections from one IP address at once (members keep a few to each peer; a
+    /// runaway client cannot take the rest) [default: 256]
+    /// [env: MUSTER_MAX_CONNECTIONS_PER_SOURCE]
+    #[arg(long)]
+    pub max_connections_per_source: Option<String>,
     /// Form a new one-node cluster on this machine (its CA, cluster id and an operator token,
     /// printed once); other machines then join it with a join token or the join secret. Refused
     /// on a data dir that already holds a cluster [env: MUSTER_INIT=true]
@@ -174,6 +187,8 @@ pub(super) struct FileConfig {
     cleanup_dead_after: Option<String>,
     min_voters: Option<u32>,
     standbys: Option<u32>,
+    max_connections: Option<u32>,
+    max_connections_per_source: Option<u32>,
     init: Option<bool>,
     initial_cluster: Option<String>,
     join_secret_file: Option<PathBuf>,
@@ -213,6 +228,9 @@ pub struct AgentConfig {
     /// taken default port is skipped with a warning; a taken explicit one stops the agent).
     pub fleetlock_listen: Option<SocketAddr>,
     pub fleetlock_explicit: bool,
+    /// `--max-connections` and `--max-connections-per-source` on the node port.
+    pub max_connections: usize,
+    pub max_connections_per_source: usize,
     /// `--metrics-listen` (`None`: off).
     pub metrics_listen: Option<SocketAddr>,
     /// True when `--metrics-listen` was given: failing to bind it is then an error, not a
@@ -544,6 +562,22 @@ pub fn resolve(
         Automation::DEFAULT_STANDBYS,
         0..=100,
     )?;
+    let max_connections = count(
+        "max-connections",
+        &flags.max_connections,
+        "MUSTER_MAX_CONNECTIONS",
+        file.max_connections,
+        DEFAULT_MAX_CONNECTIONS,
+        16..=1_000_000,
+    )?;
+    let max_connections_per_source = count(
+        "max-connections-per-source",
+        &flags.max_connections_per_source,
+        "MUSTER_MAX_CONNECTIONS_PER_SOURCE",
+        file.max_connections_per_source,
+        DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+        4..=1_000_000,
+    )?;
     let automation = Automation {
         replace_after,
         cleanup_dead_after,
@@ -702,6 +736,8 @@ pub fn resolve(
         fleetlock_explicit,
         metrics_listen,
         metrics_explicit,
+        max_connections,
+        max_connections_per_source,
         fleetlock_tls,
         warnings,
     })

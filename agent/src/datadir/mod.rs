@@ -123,6 +123,12 @@ pub fn cert_expires_ms(dir: &Path) -> Option<u64> {
     muster_shared::tls::cert_expires_ms(&files.cert_pem).ok()
 }
 
+/// When the cluster CA this node trusts expires, if it can be read.
+pub fn ca_expires_ms(dir: &Path) -> Option<u64> {
+    let files = read_tls(dir).ok()?;
+    muster_shared::tls::cert_expires_ms(&files.ca_pem).ok()
+}
+
 /// Bytes in the files under `dir` (links and special files not followed).
 pub fn size(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {

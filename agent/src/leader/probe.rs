@@ -31,12 +31,17 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         .leader
         .and_then(|id| view.nodes.get(&id).map(|n| n.name.clone()));
     let dir = agent.data_dir().to_path_buf();
-    let (cert_expires_ms, data_dir) = tokio::task::spawn_blocking(move || {
-        (datadir::cert_expires_ms(&dir), data_dir_health(&dir))
+    let (cert_expires_ms, ca_expires_ms, data_dir) = tokio::task::spawn_blocking(move || {
+        (
+            datadir::cert_expires_ms(&dir),
+            datadir::ca_expires_ms(&dir),
+            data_dir_health(&dir),
+        )
     })
     .await
     .unwrap_or_else(|e| {
         (
+            None,
             None,
             DataDirHealth {
                 ok: false,
@@ -49,6 +54,7 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         name: agent.name().to_string(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         cert_expires_ms,
+        ca_expires_ms,
         applied_index: view.last_applied.unwrap_or(0),
         leader,
         data_dir,

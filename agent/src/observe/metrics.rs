@@ -32,6 +32,7 @@ pub struct MetricsInput {
     pub peers: Vec<PeerInput>,
     pub stats: StatsSnapshot,
     pub refused_rpcs: u64,
+    pub over_limit: u64,
     pub cert_expires_ms: Option<u64>,
     pub now_ms: u64,
     pub data_dir_bytes: u64,
@@ -78,6 +79,7 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
         peers,
         stats: agent.raft().stats(),
         refused_rpcs: agent.refused_rpcs(),
+        over_limit: agent.over_limit(),
         cert_expires_ms,
         now_ms: now_ms(),
         data_dir_bytes,
@@ -259,10 +261,16 @@ pub fn render(m: &MetricsInput) -> String {
         "muster_refused_total",
         "counter",
         "Requests on the node port refused, by reason.",
-        &[(
-            "{reason=\"no_cluster_certificate\"}".into(),
-            m.refused_rpcs.to_string(),
-        )],
+        &[
+            (
+                "{reason=\"no_cluster_certificate\"}".into(),
+                m.refused_rpcs.to_string(),
+            ),
+            (
+                "{reason=\"connection_limit\"}".into(),
+                m.over_limit.to_string(),
+            ),
+        ],
     );
     if let Some(at) = m.cert_expires_ms {
         let seconds = i128::from(at) / 1000 - i128::from(m.now_ms) / 1000;

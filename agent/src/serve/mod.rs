@@ -4,6 +4,7 @@
 
 mod fleetlock;
 mod http;
+pub mod limits;
 mod observe;
 mod operator;
 mod operator_fleetlock;

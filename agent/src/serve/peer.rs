@@ -439,6 +439,7 @@ pub async fn serve_peers(
     agent: Arc<Agent>,
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
+    limits: Arc<super::limits::ConnectionLimits>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -455,11 +456,23 @@ pub async fn serve_peers(
             },
             _ = stop.changed() => return,
         };
+        // Over a limit: closed before the handshake costs anything.
+        let admitted = match limits.admit(remote.ip()) {
+            Ok(admitted) => admitted,
+            Err(over) => {
+                if agent.count_over_limit() {
+                    tracing::warn!(%remote, ?over, "connection refused: over the connection limit (--max-connections, --max-connections-per-source)");
+                }
+                drop(stream);
+                continue;
+            }
+        };
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
         let agent = agent.clone();
         tokio::spawn(async move {
+            let _admitted = admitted;
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {

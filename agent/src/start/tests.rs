@@ -31,6 +31,8 @@ fn config() -> AgentConfig {
         fleetlock_explicit: false,
         metrics_listen: None,
         metrics_explicit: false,
+        max_connections: 4096,
+        max_connections_per_source: 256,
         fleetlock_tls: None,
         warnings: Vec::new(),
     }
