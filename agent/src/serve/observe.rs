@@ -1,17 +1,23 @@
 //! The metrics listener (`--metrics-listen`, 127.0.0.1:7003 by default, plain HTTP, no
 //! authentication): `/metrics`, `/healthz`, `/readyz`, and the status page at `/` with the
-//! `status.json` it draws. The operator API serves `/metrics` too, behind its token.
+//! `status.json` it draws. The operator API serves `/metrics` too, behind its token. No
+//! authentication here, so connections are few (64, 16 per source) and must send their headers
+//! within 10 s.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tower::ServiceExt;
 
-use super::http::{answer, error_response, json_response};
+use super::http::{error_response, json_response};
+use super::limits::ConnectionLimits;
 use crate::agent::Agent;
 use crate::api::paths;
 use crate::observe::health::{ReadyInput, readiness};
@@ -51,9 +57,38 @@ async fn status_page() -> Response {
     response
 }
 
-async fn status_json(State(agent): State<Arc<Agent>>) -> Response {
-    answer(page::data(&agent).await)
+/// The page's data is gathered at most once per [`PAGE_FRESH_FOR`] however many browsers ask
+/// (it probes every member), one gathering at a time.
+const PAGE_FRESH_FOR: Duration = Duration::from_secs(2);
+
+#[derive(Default)]
+struct PageCache(tokio::sync::Mutex<Option<(std::time::Instant, page::PageData)>>);
+
+async fn status_json(
+    State(agent): State<Arc<Agent>>,
+    Extension(cache): Extension<Arc<PageCache>>,
+) -> Response {
+    let mut cached = cache.0.lock().await;
+    if let Some((at, data)) = cached.as_ref()
+        && at.elapsed() < PAGE_FRESH_FOR
+    {
+        return json_response(data);
+    }
+    match page::data(&agent).await {
+        Ok(data) => {
+            let response = json_response(&data);
+            *cached = Some((std::time::Instant::now(), data));
+            response
+        }
+        Err(e) => error_response(&e),
+    }
 }
+
+/// The metrics listener has no authentication: a few scrapers and browsers use it, so a small
+/// connection budget and a header deadline keep one client from holding it.
+const MAX_CONNECTIONS: usize = 64;
+const MAX_CONNECTIONS_PER_SOURCE: usize = 16;
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the metrics listener until `stop` flips.
 pub async fn serve_observe(
@@ -68,13 +103,39 @@ pub async fn serve_observe(
         .route(paths::HEALTHZ, get(healthz))
         .route(paths::READYZ, get(readyz))
         .fallback(super::http::no_route)
-        .with_state(agent);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.changed().await;
-        })
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "the metrics listener failed");
+        .layer(Extension(Arc::new(PageCache::default())))
+        .with_state(agent.clone());
+    let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE);
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics listener: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let Ok(admitted) = limits.admit(remote.ip()) else {
+            agent.count_over_limit();
+            continue;
+        };
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _admitted = admitted;
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT);
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
     }
 }
