@@ -253,6 +253,9 @@ fn millis(d: Duration) -> u64 {
 pub struct RemovalSignal {
     told: tokio::sync::watch::Sender<bool>,
     last_heard: Mutex<Instant>,
+    /// A leader's AppendEntries arrived since this process started (a restarted node's raft
+    /// remembers the old leader, which proves nothing about now).
+    heard_since_start: std::sync::atomic::AtomicBool,
 }
 
 impl Default for RemovalSignal {
@@ -260,6 +263,7 @@ impl Default for RemovalSignal {
         Self {
             told: tokio::sync::watch::channel(false).0,
             last_heard: Mutex::new(Instant::now()),
+            heard_since_start: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -269,6 +273,14 @@ impl RemovalSignal {
         if let Ok(mut t) = self.last_heard.lock() {
             *t = Instant::now();
         }
+        self.heard_since_start
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// True once a leader's AppendEntries has arrived in this process.
+    pub fn heard_since_start(&self) -> bool {
+        self.heard_since_start
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How long since a leader last sent AppendEntries.

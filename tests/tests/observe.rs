@@ -251,7 +251,7 @@ async fn systemd_hears_status_while_forming_ready_once_formed_and_watchdog_pings
     let path = tmp.path().join("notify.sock");
     let socket = UnixDatagram::bind(&path).expect("notify socket");
     socket.set_nonblocking(true).expect("nonblocking");
-    let url = d.new_token(2).await.expect("url");
+    let url = d.new_token(3).await.expect("url");
     let notify = path.display().to_string();
     let env: Vec<(&str, &str)> = vec![
         ("NOTIFY_SOCKET", notify.as_str()),
@@ -266,13 +266,13 @@ async fn systemd_hears_status_while_forming_ready_once_formed_and_watchdog_pings
         "off",
     ];
     let first = AgentProc::start_with_env(tmp.path(), "w1", &flags, &env).expect("start");
-    // Alone, it forms and waits for its peer: a STATUS line about it, and no READY=1.
+    // Alone, it forms and waits for its peers: a STATUS line about it, and no READY=1.
     let mut seen = Vec::new();
     wait_for("a STATUS line while the cohort is incomplete", FORM, || {
         seen.extend(received(&socket));
         let found = seen
             .iter()
-            .any(|l| l.starts_with("STATUS=") && l.contains("forming: 1 of 2 members"));
+            .any(|l| l.starts_with("STATUS=") && l.contains("forming: 1 of 3 members"));
         async move { found.then_some(()) }
     })
     .await
@@ -282,7 +282,8 @@ async fn systemd_hears_status_while_forming_ready_once_formed_and_watchdog_pings
         "READY=1 before the cluster formed: {seen:?}"
     );
     let second = AgentProc::start(tmp.path(), "w2", &flags).expect("start");
-    wait_formed(&[&first, &second], 2, FORM)
+    let third = AgentProc::start(tmp.path(), "w3", &flags).expect("start");
+    wait_formed(&[&first, &second, &third], 3, FORM)
         .await
         .expect("formed");
     wait_for("READY=1 and watchdog pings", FORM, || {
@@ -297,7 +298,40 @@ async fn systemd_hears_status_while_forming_ready_once_formed_and_watchdog_pings
         seen.iter().any(|l| l.starts_with("STATUS=serving")),
         "a serving status after READY: {seen:?}"
     );
-    drop(second);
+
+    // All stop (STOPPING=1); one restarts alone, without a majority. Its raft remembers the
+    // old leader, which proves nothing: it must not say READY until one is heard in this run.
+    let mut first = first;
+    let mut second = second;
+    let mut third = third;
+    first.terminate().await.expect("stop w1");
+    second.terminate().await.expect("stop w2");
+    third.terminate().await.expect("stop w3");
+    seen.extend(received(&socket));
+    assert!(seen.iter().any(|l| l == "STOPPING=1"), "{seen:?}");
+    seen.clear();
+    first.restart().expect("restart w1");
+    wait_for("a not-ready STATUS after the restart", FORM, || {
+        seen.extend(received(&socket));
+        let found = seen
+            .iter()
+            .any(|l| l.starts_with("STATUS=") && !l.starts_with("STATUS=serving"));
+        async move { found.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{seen:?}\n{}", tail(&first.log(), 20)));
+    assert!(
+        !seen.iter().any(|l| l == "READY=1"),
+        "READY=1 without a majority: {seen:?}"
+    );
+    second.restart().expect("restart w2");
+    wait_for("READY=1 once a majority is back", FORM, || {
+        seen.extend(received(&socket));
+        let ready = seen.iter().any(|l| l == "READY=1");
+        async move { ready.then_some(()) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{seen:?}\n{}", tail(&first.log(), 20)));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -18,6 +18,8 @@ use crate::api::probe::{NodeProbe, SettingsUpdate};
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     pub cluster_id: String,
+    /// The member that gathered the probes (apply talks to it).
+    pub asked: String,
     /// The leader, when one leads with a quorum behind it.
     pub leader: Option<String>,
     pub commit_index: u64,
@@ -322,6 +324,14 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
     let mut q = quorum;
     let mut later = Vec::new();
     for m in leaving {
+        if m.name == observed.asked {
+            plan.blocked.push(format!(
+                "{} is the member asked, and the file removes it: run plan and apply against a \
+                 member that stays (--data-dir on it, or --server HOST:PORT)",
+                m.name
+            ));
+            continue;
+        }
         let after = q.without(m);
         if m.voter() && m.reachable && after.tolerance() < 0 {
             plan.blocked.push(format!(

@@ -180,6 +180,7 @@ fn member(name: &str, role: &str, reachable: bool) -> ObservedMember {
 fn observed(members: Vec<ObservedMember>) -> Observed {
     Observed {
         cluster_id: "c1".into(),
+        asked: String::new(),
         leader: Some("n1".into()),
         commit_index: 10,
         members,
@@ -538,4 +539,21 @@ fn data_dirs_that_are_not_plain_paths_are_refused() {
         let err = Manifest::parse(&text).expect_err(dir);
         assert_eq!(err.line, 4, "{dir}: {err}");
     }
+}
+
+#[test]
+fn the_member_asked_is_never_removed_under_apply() {
+    let mut have = observed(vec![
+        member("n1", "voter", true),
+        member("n2", "voter", true),
+        member("n3", "voter", true),
+    ]);
+    have.asked = "n2".into();
+    let p = plan(&desired(&["n1", "n3"]), &have);
+    assert!(p.steps.is_empty(), "{:?}", p.steps);
+    assert!(
+        p.blocked[0].contains("n2 is the member asked"),
+        "{:?}",
+        p.blocked
+    );
 }

@@ -349,6 +349,7 @@ fn observe(report: ProbeReport) -> Observed {
         .filter(|l| from_leader || members.iter().any(|m| m.name == *l && m.answered));
     Observed {
         cluster_id: status.cluster_id,
+        asked: status.self_name,
         leader,
         commit_index: status.commit_index,
         members,

@@ -25,7 +25,9 @@ pub struct ReadyInput {
 impl ReadyInput {
     pub fn of(agent: &Agent) -> Self {
         let view = agent.raft().view();
-        let (has_log, forming) = agent
+        let confirmed = agent.check_in().confirmed_leader();
+        let in_config = view.nodes.contains_key(&agent.node_id());
+        let (has_state, forming) = agent
             .raft()
             .read_local(|s| {
                 (
@@ -34,22 +36,34 @@ impl ReadyInput {
                 )
             })
             .unwrap_or((false, None));
+        // A spare is outside the configuration: it may never receive the log, and serves by
+        // forwarding to the leader its check-ins confirm.
+        let has_log = has_state || (!in_config && confirmed.is_some());
         let leader = view
             .leader
             .and_then(|id| view.nodes.get(&id).map(|n| n.name.clone()))
-            .or_else(|| {
-                agent
-                    .check_in()
-                    .confirmed_leader()
-                    .map(|(_, n)| n.name.clone())
-            });
+            .or_else(|| confirmed.as_ref().map(|(_, n)| n.name.clone()));
+        // The leader a restarted node's raft remembers counts only once it has been heard
+        // from in this process (or confirmed by a check-in).
+        let heard = agent.removal().heard_since_start() && !agent.hears_no_leader();
         Self {
             has_log,
             forming,
             leader,
             leads: view.is_leader,
-            quorum_lost: agent.raft().quorum_lost(),
-            leader_silent: agent.hears_no_leader() && agent.check_in().confirmed_leader().is_none(),
+            // Acknowledged by a majority in this process: a restarted leader's raft state says
+            // "leader" before any voter has answered it.
+            quorum_lost: view.is_leader && !agent.raft().leads_with_quorum(),
+            leader_silent: !heard && confirmed.is_none(),
+        }
+    }
+
+    /// This node knows a leader it hears from (or is one with a quorum).
+    pub fn sees_leader(&self) -> bool {
+        if self.leads {
+            !self.quorum_lost
+        } else {
+            self.leader.is_some() && !self.leader_silent
         }
     }
 }

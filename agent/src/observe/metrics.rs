@@ -24,6 +24,8 @@ pub struct PeerInput {
 /// Everything `/metrics` shows, copied at one moment.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricsInput {
+    pub cluster_id: String,
+    pub node: String,
     pub term: u64,
     pub is_leader: bool,
     pub has_leader: bool,
@@ -34,6 +36,7 @@ pub struct MetricsInput {
     pub refused_rpcs: u64,
     pub over_limit: u64,
     pub cert_expires_ms: Option<u64>,
+    pub ca_expires_ms: Option<u64>,
     pub now_ms: u64,
     pub data_dir_bytes: u64,
     pub fleetlock: FleetLock,
@@ -66,14 +69,24 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
         .read_local(|s| (s.fleetlock.clone(), s.leases.held_count()))
         .unwrap_or_default();
     let dir = agent.data_dir().to_path_buf();
-    let (cert_expires_ms, data_dir_bytes) =
-        tokio::task::spawn_blocking(move || (datadir::cert_expires_ms(&dir), datadir::size(&dir)))
-            .await
-            .unwrap_or((None, 0));
+    let (cert_expires_ms, ca_expires_ms, data_dir_bytes) = tokio::task::spawn_blocking(move || {
+        (
+            datadir::cert_expires_ms(&dir),
+            datadir::ca_expires_ms(&dir),
+            datadir::size(&dir),
+        )
+    })
+    .await
+    .unwrap_or((None, None, 0));
+    let ready = ReadyInput::of(agent);
     MetricsInput {
+        cluster_id: agent.cluster_id().to_string(),
+        node: agent.name().to_string(),
         term: view.term,
         is_leader: view.is_leader,
-        has_leader: view.leader.is_some(),
+        // Raft remembers a leader that is gone (no election starts without a majority):
+        // count only one this node hears from.
+        has_leader: ready.sees_leader(),
         last_log_index,
         applied_index: view.last_applied.unwrap_or(0),
         peers,
@@ -81,11 +94,12 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
         refused_rpcs: agent.refused_rpcs(),
         over_limit: agent.over_limit(),
         cert_expires_ms,
+        ca_expires_ms,
         now_ms: now_ms(),
         data_dir_bytes,
         fleetlock,
         leases_held,
-        ready: readiness(&ReadyInput::of(agent)).is_ok(),
+        ready: readiness(&ready).is_ok(),
         quorum_lost: agent.raft().quorum_lost(),
     }
 }
@@ -202,10 +216,7 @@ pub fn render(m: &MetricsInput) -> String {
     let lag: Vec<(String, String)> = m
         .peers
         .iter()
-        .filter_map(|p| {
-            p.lag
-                .map(|l| (format!("{{peer=\"{}\"}}", label(&p.name)), l.to_string()))
-        })
+        .filter_map(|p| p.lag.map(|l| (peer_labels(p), l.to_string())))
         .collect();
     family(
         &mut out,
@@ -218,12 +229,8 @@ pub fn render(m: &MetricsInput) -> String {
         .peers
         .iter()
         .filter_map(|p| {
-            p.reachable.map(|r| {
-                (
-                    format!("{{peer=\"{}\"}}", label(&p.name)),
-                    u8::from(r).to_string(),
-                )
-            })
+            p.reachable
+                .map(|r| (peer_labels(p), u8::from(r).to_string()))
         })
         .collect();
     family(
@@ -260,10 +267,10 @@ pub fn render(m: &MetricsInput) -> String {
         &mut out,
         "muster_refused_total",
         "counter",
-        "Requests on the node port refused, by reason.",
+        "Refused on the node port: failed TLS handshakes and requests without this cluster's member certificate (handshake_or_identity); connections over a limit, here or on the metrics listener (connection_limit).",
         &[
             (
-                "{reason=\"no_cluster_certificate\"}".into(),
+                "{reason=\"handshake_or_identity\"}".into(),
                 m.refused_rpcs.to_string(),
             ),
             (
@@ -298,6 +305,14 @@ pub fn render(m: &MetricsInput) -> String {
         &one(m.leases_held),
     );
     out
+}
+
+fn peer_labels(p: &PeerInput) -> String {
+    format!(
+        "{{peer=\"{}\",role=\"{}\"}}",
+        label(&p.name),
+        label(&p.role)
+    )
 }
 
 /// FleetLock's per-group gauges (slots, holders, the oldest holder's age).
@@ -379,14 +394,15 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("muster_peer_replication_lag{peer=\"n\\\"1\"} 3\n"),
+            text.contains("muster_peer_replication_lag{peer=\"n\\\"1\",role=\"voter\"} 3\n"),
             "{text}"
         );
         assert!(
-            text.contains("muster_peer_reachable{peer=\"s1\"} 0\n"),
+            text.contains("muster_peer_reachable{peer=\"s1\",role=\"spare\"} 0\n"),
             "{text}"
         );
         assert!(text.contains("muster_cert_expiry_seconds 6\n"), "{text}");
+        assert_eq!(label("a\\b\nc\"d"), "a\\\\b\\nc\\\"d");
         assert!(
             text.contains("muster_proposal_duration_seconds_bucket{le=\"+Inf\"} 0\n"),
             "{text}"

@@ -224,6 +224,17 @@ impl RaftNode {
         }
     }
 
+    /// True when this node leads and a majority of the voters has acknowledged it within the
+    /// quorum window (a node that comes back from a restart as leader has no such ack yet).
+    pub fn leads_with_quorum(&self) -> bool {
+        let view = self.view();
+        view.is_leader
+            && (view.voters.len() <= 1
+                || view
+                    .quorum_silence
+                    .is_some_and(|silence| silence <= self.plan.quorum_window()))
+    }
+
     /// True when [`Self::check_quorum_contact`] would refuse.
     pub fn quorum_lost(&self) -> bool {
         self.check_quorum_contact().is_err()
@@ -262,9 +273,9 @@ impl RaftNode {
     pub async fn write(&self, request: Request) -> Result<Response, RaftNodeError> {
         let started = std::time::Instant::now();
         let result = self.propose(request).await;
-        match &result {
-            Ok(_) => self.stats.proposal_done(started.elapsed()),
-            Err(_) => self.stats.proposal_failed(),
+        self.stats.proposal_done(started.elapsed());
+        if result.is_err() {
+            self.stats.proposal_failed();
         }
         result
     }
@@ -552,16 +563,18 @@ fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> R
     }
 }
 
-/// Counts every change of the leader this node sees (to another node, or to none during an
-/// election) until raft stops.
+/// Counts every new leader this node sees (an election that ends with the same leader, or
+/// the moment without one in between, counts nothing) until raft stops.
 async fn count_leader_changes(raft: Raft<TypeConfig>, stats: Arc<RaftStats>) {
     let mut metrics = raft.metrics();
     let mut leader = metrics.borrow_and_update().current_leader;
     while metrics.changed().await.is_ok() {
         let now = metrics.borrow_and_update().current_leader;
-        if now != leader {
+        if now.is_some() && now != leader {
+            if leader.is_some() {
+                stats.leader_changed();
+            }
             leader = now;
-            stats.leader_changed();
         }
     }
 }

@@ -31,22 +31,25 @@ pub struct StatsSnapshot {
 }
 
 impl RaftStats {
-    /// A proposal that committed and was applied after `took`.
+    /// A proposal that ended after `took`, committed or not (a timeout is the slowest case
+    /// there is, and must show). The count goes first and a snapshot reads it last, so a
+    /// scrape never sees a bucket above the total.
     pub fn proposal_done(&self, took: Duration) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::SeqCst);
         let seconds = took.as_secs_f64();
         for (bound, bucket) in PROPOSAL_BUCKETS.iter().zip(&self.buckets) {
             if seconds <= *bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
+                bucket.fetch_add(1, Ordering::SeqCst);
             }
         }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
-    /// A proposal that did not commit (no quorum, timeout, not the leader) or was refused.
+    /// A proposal that did not commit (no quorum, timeout, not the leader) or was refused;
+    /// counted besides its duration.
     pub fn proposal_failed(&self) {
-        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.failed.fetch_add(1, Ordering::SeqCst);
     }
 
     pub fn leader_changed(&self) {
@@ -54,16 +57,17 @@ impl RaftStats {
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
+        let buckets = PROPOSAL_BUCKETS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(bound, n)| (*bound, n.load(Ordering::SeqCst)))
+            .collect();
         StatsSnapshot {
-            buckets: PROPOSAL_BUCKETS
-                .iter()
-                .zip(&self.buckets)
-                .map(|(bound, n)| (*bound, n.load(Ordering::Relaxed)))
-                .collect(),
-            count: self.count.load(Ordering::Relaxed),
-            sum_seconds: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
-            failed: self.failed.load(Ordering::Relaxed),
-            leader_changes: self.leader_changes.load(Ordering::Relaxed),
+            buckets,
+            sum_seconds: self.sum_micros.load(Ordering::SeqCst) as f64 / 1e6,
+            count: self.count.load(Ordering::SeqCst),
+            failed: self.failed.load(Ordering::SeqCst),
+            leader_changes: self.leader_changes.load(Ordering::SeqCst),
         }
     }
 }
@@ -81,6 +85,7 @@ mod tests {
         stats.proposal_failed();
         let s = stats.snapshot();
         assert_eq!(s.count, 3);
+        assert!(s.buckets.windows(2).all(|w| w[0].1 <= w[1].1), "cumulative");
         assert_eq!(s.failed, 1);
         let at = |bound: f64| s.buckets.iter().find(|(b, _)| *b == bound).map(|(_, n)| *n);
         assert_eq!(at(0.001), Some(1));
