@@ -32,6 +32,8 @@ pub struct AgentInit {
     pub promote_after: Duration,
     /// Failed-voter replacement and dead-member cleanup settings.
     pub automation: Automation,
+    /// Node ids the node port refuses at the handshake (shared with its TLS verifier).
+    pub revoked: muster_shared::tls::RevokedIds,
 }
 
 pub struct Agent {
@@ -44,6 +46,7 @@ pub struct Agent {
     peers: PeerClients,
     promote_after: Duration,
     automation: Automation,
+    revoked: muster_shared::tls::RevokedIds,
     membership_log: Mutex<MembershipLog>,
     check_in: Mutex<CheckIn>,
     removal: RemovalSignal,
@@ -71,6 +74,7 @@ impl Agent {
             peers: init.peers,
             promote_after: init.promote_after,
             automation: init.automation,
+            revoked: init.revoked,
             membership_log: Mutex::default(),
             check_in: Mutex::default(),
             removal: RemovalSignal::default(),
@@ -85,6 +89,26 @@ impl Agent {
 
     pub fn raft(&self) -> &RaftNode {
         &self.raft
+    }
+
+    /// Node ids whose certificates the node port refuses (removed, out of the configuration).
+    pub fn revoked(&self) -> &muster_shared::tls::RevokedIds {
+        &self.revoked
+    }
+
+    /// Brings the refused ids up to date with the applied state: every removed member that has
+    /// left the configuration (one still in it is served, so that a removed leader can hand
+    /// over and a removed voter keeps voting until it is demoted).
+    pub fn refresh_revoked(&self) {
+        let view = self.raft.view();
+        if let Ok(removed) = self.raft.read_local(|s| s.removed.clone()) {
+            self.revoked.replace(
+                removed
+                    .into_iter()
+                    .filter(|id| !view.nodes.contains_key(id))
+                    .collect(),
+            );
+        }
     }
 
     pub fn data_dir(&self) -> &Path {

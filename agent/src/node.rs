@@ -61,7 +61,9 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let (listener, fleetlock, metrics) = spec.listener.into_listeners().await?;
     let files = datadir::read_tls(dir)?;
     let key_pem = spec.identity.key.to_pem();
-    let server_tls = tls::server_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
+    let revoked = tls::RevokedIds::default();
+    let server_tls =
+        tls::server_config_revoking(&files.ca_pem, &files.cert_pem, &key_pem, revoked.clone())?;
     let client_tls = tls::client_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
     let peers = PeerClients::new(client_tls, spec.cluster_id);
     let timing = Timing {
@@ -86,8 +88,10 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             peers,
             promote_after: config.promote_after,
             automation: config.automation,
+            revoked,
         },
     ));
+    agent.refresh_revoked();
     let (stop, stop_rx) = watch::channel(false);
     let tasks = vec![
         tokio::spawn(crate::serve::serve_peers(
@@ -127,6 +131,17 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             }
         }),
         tokio::spawn(crate::notify::readiness_loop(agent.clone())),
+        tokio::spawn({
+            let agent = agent.clone();
+            async move {
+                // Removals are rare; a second's delay before the handshake refuses one is fine
+                // (the member routes refuse it by id meanwhile).
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                    agent.refresh_revoked();
+                }
+            }
+        }),
     ];
     tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
     let (refuse, refusals) = mpsc::unbounded_channel();

@@ -102,6 +102,8 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
             .await;
         let answer = match answer {
             Ok(a) => a,
+            // A former peer refuses this node's certificate as revoked: it was removed.
+            Err(e) if muster_shared::tls::is_certificate_revoked(&e) => return Outcome::Removed,
             Err(e) => {
                 tracing::debug!(peer = %node.name, error = %e, "check-in failed");
                 continue;

@@ -411,11 +411,139 @@ pub fn peer_identity(cert_der: &[u8]) -> Result<PeerIdentity> {
     found.ok_or(TlsError::NoIdentity)
 }
 
+/// Node ids whose certificates a node's listener refuses at the TLS handshake (members that
+/// were removed and have left the configuration): shared between the listener's verifier and
+/// the task that keeps it up to date from the replicated state.
+#[derive(Debug, Clone, Default)]
+pub struct RevokedIds(Arc<std::sync::RwLock<std::collections::BTreeSet<u64>>>);
+
+impl RevokedIds {
+    pub fn replace(&self, ids: std::collections::BTreeSet<u64>) {
+        if let Ok(mut set) = self.0.write() {
+            *set = ids;
+        }
+    }
+
+    pub fn contains(&self, id: u64) -> bool {
+        self.0.read().map(|set| set.contains(&id)).unwrap_or(false)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.read().map(|set| set.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The CA's verifier, then a refusal of revoked node ids: a removed member's certificate is
+/// still signed by the CA and unexpired, so the chain alone does not tell.
+#[derive(Debug)]
+struct RevokingVerifier {
+    inner: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    revoked: RevokedIds,
+}
+
+impl rustls::server::danger::ClientCertVerifier for RevokingVerifier {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> std::result::Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if let Ok(identity) = peer_identity(end_entity.as_ref())
+            && self.revoked.contains(identity.node_id)
+        {
+            return Err(rustls::Error::InvalidCertificate(CertificateError::Revoked));
+        }
+        Ok(verified)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// True if `err` (or what caused it) is a TLS alert saying this side's certificate was revoked:
+/// how a removed member learns it when its former peers refuse it at the handshake.
+pub fn is_certificate_revoked(err: &(dyn std::error::Error + 'static)) -> bool {
+    let revoked = |e: &(dyn std::error::Error + 'static)| {
+        matches!(
+            e.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::AlertReceived(
+                rustls::AlertDescription::CertificateRevoked
+            ))
+        )
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if revoked(e) {
+            return true;
+        }
+        // An io::Error's `source()` skips the error it wraps (tokio-rustls puts rustls's
+        // error there): look inside it.
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            && revoked(inner)
+        {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
+}
+
 /// The rustls config for a node's listener: presents `cert_pem` (plus the CA certificate, so
 /// that pinned clients can find the CA), requests a client certificate and verifies it against
 /// the CA in `ca_pem`, but also accepts clients without one (see the module docs). ALPN
 /// `http/1.1`.
 pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
+    server_config_revoking(ca_pem, cert_pem, key_pem, RevokedIds::default())
+}
+
+/// [`server_config`] that also refuses, at the handshake, certificates of the node ids in
+/// `revoked` (with the alert `certificate_revoked`).
+pub fn server_config_revoking(
+    ca_pem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+    revoked: RevokedIds,
+) -> Result<Arc<ServerConfig>> {
     let provider = ring_provider();
     let ca_der = first_cert(ca_pem)?;
     let mut chain = certs(cert_pem)?;
@@ -429,6 +557,10 @@ pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<
     )
     .allow_unauthenticated()
     .build()?;
+    let verifier = Arc::new(RevokingVerifier {
+        inner: verifier,
+        revoked,
+    });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)

@@ -28,6 +28,9 @@ pub struct Status {
     /// this cluster's CA (since the agent started).
     #[serde(default)]
     pub refused_rpcs: u64,
+    /// Removed members whose certificates this node refuses at the TLS handshake.
+    #[serde(default)]
+    pub revoked_certificates: usize,
     /// True when this node leads but no majority of the voters has answered it for an election
     /// window: it is cut off, and its writes fail with `quorum_lost` at once.
     #[serde(default)]

@@ -37,6 +37,12 @@ pub fn print_status(s: &Status) {
     }
     crate::outln!("term      {}", s.term);
     crate::outln!("commit    {}", s.commit_index);
+    if s.revoked_certificates > 0 {
+        crate::outln!(
+            "revoked   {} removed member(s)' certificates refused at the handshake",
+            s.revoked_certificates
+        );
+    }
     crate::outln!();
     print_members(s);
     if !s.membership_waiting.is_empty() {

@@ -234,6 +234,11 @@ impl PeerLink {
             Ok(r) => r,
             // Connection refused, TLS failure and the like: back off before trying again.
             Err(e) if e.is_connect() => {
+                if muster_shared::tls::is_certificate_revoked(&e) {
+                    // The peer refused this node's certificate as revoked: it was removed.
+                    tracing::info!(peer = %self.target, "a peer refused this node's certificate as revoked: this node was removed");
+                    self.liveness.removed.store(true, Ordering::Relaxed);
+                }
                 self.peers.forget(self.target);
                 return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(&e))));
             }

@@ -1,0 +1,118 @@
+//! A removed member's certificate is refused at the TLS handshake on every route of every
+//! member (raft, join, operator), the removed machine learns it was removed from that refusal
+//! and stops, and status counts the revoked certificates.
+
+use std::time::Duration;
+
+use muster_tests::peer_client::{Credential, PeerApi, Target};
+use muster_tests::{AgentProc, tail, wait_for, wait_formed};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_members_certificate_is_refused_at_the_handshake_on_every_route() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let n1 =
+        AgentProc::start(tmp.path(), "r1", &["--init", "--promote-after", "500ms"]).expect("start");
+    wait_formed(&[&n1], 1, WAIT).await.expect("formed");
+    let mut agents = vec![n1];
+    for name in ["r2", "r3", "r4"] {
+        let token = agents[0].create_token(&[]).await.expect("token");
+        let via = agents[0].addr.clone();
+        agents.push(
+            AgentProc::start(
+                tmp.path(),
+                name,
+                &[
+                    "--join",
+                    &via,
+                    "--token",
+                    &token,
+                    "--promote-after",
+                    "500ms",
+                ],
+            )
+            .expect("join"),
+        );
+    }
+    let refs: Vec<&AgentProc> = agents.iter().collect();
+    wait_formed(&refs, 4, WAIT).await.expect("four members");
+    let operator = agents[0]
+        .cli(&["operator-token", "create"])
+        .await
+        .expect("operator token")
+        .1
+        .trim()
+        .to_string();
+    let targets = [
+        Target::of(&agents[0]).await.expect("r1"),
+        Target::of(&agents[1]).await.expect("r2"),
+    ];
+
+    // Remove r4; it learns it from the refusals and stops.
+    let (code, out, err) = agents[0]
+        .cli(&["node", "remove", "r4"])
+        .await
+        .expect("remove");
+    assert_eq!(code, 0, "{out}{err}");
+    let mut removed = agents.pop().expect("r4");
+    let exit = removed
+        .wait_exit(WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&removed.log(), 20)));
+    assert_eq!(
+        exit,
+        Some(0),
+        "a removed agent stops: {}",
+        tail(&removed.log(), 20)
+    );
+    for a in &agents {
+        wait_for("the revocation to be counted", WAIT, || async {
+            let s = a.status().await?;
+            (s["revoked_certificates"] == 1).then_some(())
+        })
+        .await
+        .expect("counted");
+    }
+
+    // Its certificate and key, still on its disk, open nothing: raft, join and operator routes.
+    let revoked = Credential::member(&removed.data_dir).expect("r4's files");
+    let bearer = format!("Bearer {operator}");
+    for target in &targets {
+        let api = PeerApi::new(target, &revoked).expect("client");
+        for (method, path, headers) in [
+            ("GET", "/raft/member", vec![]),
+            ("POST", "/raft/append", vec![]),
+            ("POST", "/v1/join/token", vec![]),
+            (
+                "GET",
+                "/v1/status",
+                vec![("authorization", bearer.as_str())],
+            ),
+        ] {
+            let reply = api.raw(method, path, &headers, b"{}".to_vec()).await;
+            assert!(
+                reply.is_err(),
+                "{} answered {method} {path} with r4's certificate: {:?}",
+                target.name,
+                reply.map(|r| (r.status, r.text))
+            );
+        }
+        // A member's own certificate still works: the refusal is r4's alone.
+        let member = Credential::member(&agents[2].data_dir).expect("r3's files");
+        let reply = PeerApi::new(target, &member)
+            .expect("client")
+            .get("/raft/member")
+            .await
+            .expect("a member is answered");
+        assert_eq!(reply.status, 200, "{}", reply.text);
+    }
+
+    // Restarted on its old data dir, it is refused and stops again.
+    removed.restart().expect("restart r4");
+    let exit = removed
+        .wait_exit(WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&removed.log(), 20)));
+    assert_ne!(exit, None, "{}", tail(&removed.log(), 20));
+}
