@@ -101,6 +101,11 @@ impl Agent {
     /// over and a removed voter keeps voting until it is demoted).
     pub fn refresh_revoked(&self) {
         let view = self.raft.view();
+        // Right after start raft may not have loaded its configuration yet: with no nodes known,
+        // every tombstone would look gone, a removed voter still being demoted included.
+        if view.membership_index.is_none() || view.nodes.is_empty() {
+            return;
+        }
         if let Ok(removed) = self.raft.read_local(|s| s.removed.clone()) {
             self.revoked.replace(
                 removed

@@ -62,8 +62,13 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let files = datadir::read_tls(dir)?;
     let key_pem = spec.identity.key.to_pem();
     let revoked = tls::RevokedIds::default();
-    let server_tls =
-        tls::server_config_revoking(&files.ca_pem, &files.cert_pem, &key_pem, revoked.clone())?;
+    let server_tls = tls::server_config_revoking(
+        &files.ca_pem,
+        &files.cert_pem,
+        &key_pem,
+        revoked.clone(),
+        spec.cluster_id,
+    )?;
     let client_tls = tls::client_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
     let peers = PeerClients::new(client_tls, spec.cluster_id);
     let timing = Timing {

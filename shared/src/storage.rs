@@ -53,14 +53,20 @@ pub fn open_database(dir: &Path) -> Result<Database, StorageError> {
     }
 }
 
-/// True if `dir` holds a fjall database whose creation never finished: an empty version
-/// marker, and nothing else than what fjall creates before it (its lock file, an empty
-/// `keyspaces` folder and a first journal no longer than a header). Anything more, and the
-/// directory is left alone: opening it then fails with fjall's own error.
+/// True if `dir` holds a fjall database whose creation never finished: no version marker yet,
+/// or an empty one, and nothing else than what fjall creates before it (its lock file, an
+/// empty `keyspaces` folder and a first journal no longer than a header, or preallocated and
+/// all zeros). Anything more, and
+/// the directory is left alone: opening it then fails with fjall's own error. (fjall creates
+/// the journal before the marker, so a kill between the two leaves a journal and no marker,
+/// which fjall then refuses to create over.)
 fn interrupted_creation(dir: &Path) -> bool {
-    let marker_empty = std::fs::metadata(dir.join(FJALL_VERSION_MARKER))
-        .is_ok_and(|m| m.is_file() && m.len() == 0);
-    if !marker_empty {
+    let marker = std::fs::metadata(dir.join(FJALL_VERSION_MARKER));
+    let unfinished = match &marker {
+        Ok(m) => m.is_file() && m.len() == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound && dir.join("0.jnl").exists(),
+    };
+    if !unfinished {
         return false;
     }
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -75,10 +81,27 @@ fn interrupted_creation(dir: &Path) -> bool {
         match name {
             FJALL_VERSION_MARKER | "lock" => true,
             "keyspaces" => std::fs::read_dir(entry.path()).is_ok_and(|mut d| d.next().is_none()),
-            "0.jnl" => meta.is_ok_and(|m| m.len() <= 4096),
+            // fjall preallocates the journal (64 MiB of zeros) before it writes anything.
+            "0.jnl" => meta.is_ok_and(|m| m.len() <= 4096) || all_zero(&entry.path()),
             _ => false,
         }
     })
+}
+
+/// True if every byte of the file at `path` is zero (a preallocated, never-written journal).
+fn all_zero(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) if buf[..n].iter().all(|b| *b == 0) => continue,
+            _ => return false,
+        }
+    }
 }
 
 /// Opens a keyspace (a named tree) with default options.
@@ -95,6 +118,28 @@ pub fn sync(db: &Database) -> Result<(), StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_killed_before_its_marker_is_created_again() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        // What a kill after fjall's first journal and before its version marker leaves.
+        let dir = tmp.path().join("early");
+        std::fs::create_dir_all(dir.join("keyspaces")).expect("mkdir");
+        // fjall preallocates its first journal with zeros.
+        std::fs::write(dir.join("0.jnl"), vec![0u8; 1 << 20]).expect("journal");
+        std::fs::write(dir.join("lock"), b"").expect("lock");
+        let db = open_database(&dir).expect("created again");
+        drop(db);
+        // A journal with data and no marker is not what creation leaves: left alone.
+        let odd = tmp.path().join("odd");
+        std::fs::create_dir_all(&odd).expect("mkdir");
+        std::fs::write(odd.join("0.jnl"), vec![7u8; 8192]).expect("journal");
+        assert!(open_database(&odd).is_err());
+        assert_eq!(
+            std::fs::metadata(odd.join("0.jnl")).map(|m| m.len()).ok(),
+            Some(8192)
+        );
+    }
 
     #[test]
     fn a_database_killed_while_being_created_is_created_again_and_a_real_one_is_kept() {

@@ -443,6 +443,9 @@ impl RevokedIds {
 struct RevokingVerifier {
     inner: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     revoked: RevokedIds,
+    /// Only this cluster's ids are refused: a restored cluster keeps the CA but tombstones the
+    /// old cluster's members, who must not read that as their own removal.
+    cluster_id: String,
 }
 
 impl rustls::server::danger::ClientCertVerifier for RevokingVerifier {
@@ -468,6 +471,7 @@ impl rustls::server::danger::ClientCertVerifier for RevokingVerifier {
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
         if let Ok(identity) = peer_identity(end_entity.as_ref())
+            && identity.cluster_id == self.cluster_id
             && self.revoked.contains(identity.node_id)
         {
             return Err(rustls::Error::InvalidCertificate(CertificateError::Revoked));
@@ -533,16 +537,18 @@ pub fn is_certificate_revoked(err: &(dyn std::error::Error + 'static)) -> bool {
 /// the CA in `ca_pem`, but also accepts clients without one (see the module docs). ALPN
 /// `http/1.1`.
 pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
-    server_config_revoking(ca_pem, cert_pem, key_pem, RevokedIds::default())
+    server_config_revoking(ca_pem, cert_pem, key_pem, RevokedIds::default(), "")
 }
 
-/// [`server_config`] that also refuses, at the handshake, certificates of the node ids in
-/// `revoked` (with the alert `certificate_revoked`).
+/// [`server_config`] that also refuses, at the handshake, certificates of `cluster_id`'s node
+/// ids in `revoked` (with the alert `certificate_revoked`). Sessions are never resumed: a
+/// resumed handshake would skip the check.
 pub fn server_config_revoking(
     ca_pem: &str,
     cert_pem: &str,
     key_pem: &str,
     revoked: RevokedIds,
+    cluster_id: &str,
 ) -> Result<Arc<ServerConfig>> {
     let provider = ring_provider();
     let ca_der = first_cert(ca_pem)?;
@@ -560,11 +566,15 @@ pub fn server_config_revoking(
     let verifier = Arc::new(RevokingVerifier {
         inner: verifier,
         revoked,
+        cluster_id: cluster_id.to_string(),
     });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain, key)?;
+    // Every handshake checks the client certificate again (a revoked one included).
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
     Ok(Arc::new(config))
 }

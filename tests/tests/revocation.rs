@@ -49,6 +49,20 @@ async fn a_removed_members_certificate_is_refused_at_the_handshake_on_every_rout
         Target::of(&agents[1]).await.expect("r2"),
     ];
 
+    // Clients with r4's certificate that have connected before: a resumed TLS session must not
+    // skip the check later.
+    let revoked = Credential::member(&agents[3].data_dir).expect("r4's files");
+    let mut before = Vec::new();
+    for target in &targets {
+        let api = PeerApi::new(target, &revoked).expect("client");
+        let reply = api
+            .get("/raft/member")
+            .await
+            .expect("answered before the removal");
+        assert_eq!(reply.status, 200, "{}", reply.text);
+        before.push(api);
+    }
+
     // Remove r4; it learns it from the refusals and stops.
     let (code, out, err) = agents[0]
         .cli(&["node", "remove", "r4"])
@@ -75,11 +89,18 @@ async fn a_removed_members_certificate_is_refused_at_the_handshake_on_every_rout
         .expect("counted");
     }
 
-    // Its certificate and key, still on its disk, open nothing: raft, join and operator routes.
-    let revoked = Credential::member(&removed.data_dir).expect("r4's files");
+    // Its certificate and key, still on its disk, open nothing: raft, join and operator routes,
+    // from a fresh client or from one that had a session before.
     let bearer = format!("Bearer {operator}");
-    for target in &targets {
-        let api = PeerApi::new(target, &revoked).expect("client");
+    let fresh: Vec<PeerApi> = targets
+        .iter()
+        .map(|t| PeerApi::new(t, &revoked).expect("client"))
+        .collect();
+    for (target, api) in targets
+        .iter()
+        .zip(&fresh)
+        .chain(targets.iter().zip(&before))
+    {
         for (method, path, headers) in [
             ("GET", "/raft/member", vec![]),
             ("POST", "/raft/append", vec![]),

@@ -232,13 +232,17 @@ impl PeerLink {
             .await;
         let resp = match sent {
             Ok(r) => r,
+            // The peer refused this node's certificate as revoked: it was removed. (With TLS
+            // 1.3 the refusal comes after the client's side of the handshake, as an error on
+            // the request, so every error is looked at.)
+            Err(e) if muster_shared::tls::is_certificate_revoked(&e) => {
+                tracing::info!(peer = %self.target, "a peer refused this node's certificate as revoked: this node was removed");
+                self.liveness.removed.store(true, Ordering::Relaxed);
+                self.peers.forget(self.target);
+                return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(&e))));
+            }
             // Connection refused, TLS failure and the like: back off before trying again.
             Err(e) if e.is_connect() => {
-                if muster_shared::tls::is_certificate_revoked(&e) {
-                    // The peer refused this node's certificate as revoked: it was removed.
-                    tracing::info!(peer = %self.target, "a peer refused this node's certificate as revoked: this node was removed");
-                    self.liveness.removed.store(true, Ordering::Relaxed);
-                }
                 self.peers.forget(self.target);
                 return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(&e))));
             }

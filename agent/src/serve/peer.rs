@@ -495,6 +495,14 @@ pub async fn serve_peers(
             {
                 tracing::warn!(%remote, peer_cluster = %id.cluster_id, "peer from another cluster");
             }
+            // A second line behind the handshake's check: a certificate revoked since.
+            if let Some(id) = &identity
+                && id.cluster_id == agent.cluster_id()
+                && agent.revoked().contains(id.node_id)
+            {
+                agent.count_refused();
+                return;
+            }
             let peer = Peer(identity);
             let from = Remote(remote.ip());
             let service = hyper::service::service_fn(
