@@ -923,6 +923,9 @@ pub async fn register(url: &str, id: &str, value: &str) -> Result<Reply> {
 // muster agents
 
 /// One `muster agent` process on a loopback port with its own data dir.
+/// `RUST_LOG` of the agents tests start (openraft's own errors are noise in a fault test).
+const DEFAULT_LOG_FILTER: &str = "info,openraft=error";
+
 pub struct AgentProc {
     child: Option<Child>,
     pub name: String,
@@ -961,6 +964,27 @@ impl AgentProc {
             "/dev/null".into(),
         ];
         all.extend(args.iter().map(|s| s.to_string()));
+        Self::spawned(
+            root,
+            name,
+            addr,
+            data_dir,
+            all,
+            log_filter.map(String::from),
+            &[],
+        )
+    }
+
+    /// Starts `muster ARGS` as agent `name` (logs under `root`, data in `data_dir`).
+    fn spawned(
+        root: &Path,
+        name: &str,
+        addr: &str,
+        data_dir: PathBuf,
+        args: Vec<String>,
+        log_filter: Option<String>,
+        env: &[(&str, &str)],
+    ) -> Result<Self> {
         let mut a = Self {
             child: None,
             name: name.into(),
@@ -968,9 +992,12 @@ impl AgentProc {
             data_dir,
             log_path: PathBuf::new(),
             logs: Logs::new(root, name),
-            args: all,
-            log_filter: log_filter.map(String::from),
-            env: Vec::new(),
+            args,
+            log_filter,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         a.spawn()?;
         Ok(a)
@@ -1001,19 +1028,15 @@ impl AgentProc {
         let mut args: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
         args.extend(["--config".to_string(), "/dev/null".to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut a = Self {
-            child: None,
-            name: name.into(),
-            addr: addr.into(),
+        Self::spawned(
+            root,
+            name,
+            addr,
             data_dir,
-            log_path: PathBuf::new(),
-            logs: Logs::new(root, name),
             args,
-            log_filter: Some("info,openraft=error".into()),
-            env: Vec::new(),
-        };
-        a.spawn()?;
-        Ok(a)
+            Some(DEFAULT_LOG_FILTER.into()),
+            &[],
+        )
     }
 
     /// Starts `muster agent --name NAME` under `root` with `extra` flags (e.g. `--discovery URL`).
@@ -1065,22 +1088,15 @@ impl AgentProc {
             "/dev/null".into(),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut a = Self {
-            child: None,
-            name: name.into(),
-            addr,
+        Self::spawned(
+            root,
+            name,
+            &addr,
             data_dir,
-            log_path: PathBuf::new(),
-            logs: Logs::new(root, name),
             args,
-            log_filter: Some("info,openraft=error".into()),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        };
-        a.spawn()?;
-        Ok(a)
+            Some(DEFAULT_LOG_FILTER.into()),
+            env,
+        )
     }
 
     fn spawn(&mut self) -> Result<()> {
@@ -1300,6 +1316,66 @@ impl Drop for AgentProc {
 }
 
 pub use muster_shared::policy::voter_target;
+
+/// Forms an `n`-member cluster through a fresh discovery URL of `d`: agents `PREFIX1..n`, each
+/// with `--promote-after 500ms` and `flags(i)` (1-based).
+pub async fn form_through_discovery(
+    d: &Discovery,
+    root: &Path,
+    prefix: &str,
+    n: u32,
+    flags: impl Fn(u32) -> Vec<String>,
+) -> Result<Vec<AgentProc>> {
+    let url = d.new_token(n).await?;
+    let mut agents = Vec::new();
+    for i in 1..=n {
+        let mut args = vec![
+            "--discovery".to_string(),
+            url.clone(),
+            "--promote-after".into(),
+            "500ms".into(),
+        ];
+        args.extend(flags(i));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        agents.push(AgentProc::start(root, &format!("{prefix}{i}"), &args)?);
+    }
+    let refs: Vec<&AgentProc> = agents.iter().collect();
+    wait_formed(&refs, n as usize, Duration::from_secs(60)).await?;
+    Ok(agents)
+}
+
+/// `names[0]` forms a cluster with `--init`; the others join it one by one with join tokens
+/// (all with `--promote-after 500ms`). Returns once all are members with the table's voters.
+pub async fn init_and_join(root: &Path, names: &[&str]) -> Result<Vec<AgentProc>> {
+    let (first, rest) = names
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("init_and_join needs a name"))?;
+    let mut agents = vec![AgentProc::start(
+        root,
+        first,
+        &["--init", "--promote-after", "500ms"],
+    )?];
+    wait_formed(&[&agents[0]], 1, Duration::from_secs(60)).await?;
+    for name in rest {
+        let token = agents[0].create_token(&[]).await?;
+        let via = agents[0].addr.clone();
+        agents.push(AgentProc::start(
+            root,
+            name,
+            &[
+                "--join",
+                &via,
+                "--token",
+                &token,
+                "--promote-after",
+                "500ms",
+            ],
+        )?);
+    }
+    let refs: Vec<&AgentProc> = agents.iter().collect();
+    wait_formed(&refs, names.len(), Duration::from_secs(60)).await?;
+    Ok(agents)
+}
 
 /// Waits until every agent reports the same cluster with `n` members, the voter count of the
 /// policy table and a leader. Returns the cluster id.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use muster_tests::{AgentProc, Discovery, free_port, run_muster, tail, wait_for, wait_formed};
+use muster_tests::{
+    AgentProc, Discovery, form_through_discovery, free_port, init_and_join, run_muster, tail,
+    wait_for, wait_formed,
+};
 
 const FORM: Duration = Duration::from_secs(60);
 const PROMOTE_AFTER: &str = "500ms";
@@ -18,21 +21,9 @@ fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
 }
 
 async fn form(d: &Discovery, root: &Path, prefix: &str, n: u32) -> Vec<AgentProc> {
-    let url = d.new_token(n).await.expect("url");
-    let agents: Vec<AgentProc> = (1..=n)
-        .map(|i| {
-            AgentProc::start(
-                root,
-                &format!("{prefix}{i}"),
-                &["--discovery", &url, "--promote-after", PROMOTE_AFTER],
-            )
-            .expect("start")
-        })
-        .collect();
-    wait_formed(&refs(&agents), n as usize, FORM)
+    form_through_discovery(d, root, prefix, n, |_| Vec::new())
         .await
-        .expect("formed");
-    agents
+        .expect("formed")
 }
 
 /// A `[[member]]` table for a machine at `addr` whose data dir is `root/name`.
@@ -436,30 +427,9 @@ async fn removing_the_leader_and_a_follower_takes_the_follower_first_and_keeps_a
 async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_replicated_settings() {
     let tmp = tempfile::tempdir().expect("tmp");
     let root = tmp.path();
-    let n1 =
-        AgentProc::start(root, "s1", &["--init", "--promote-after", PROMOTE_AFTER]).expect("start");
-    wait_formed(&[&n1], 1, FORM).await.expect("formed");
-    let mut agents = vec![n1];
-    for name in ["s2", "s3"] {
-        let token = agents[0].create_token(&[]).await.expect("token");
-        let via = agents[0].addr.clone();
-        agents.push(
-            AgentProc::start(
-                root,
-                name,
-                &[
-                    "--join",
-                    &via,
-                    "--token",
-                    &token,
-                    "--promote-after",
-                    PROMOTE_AFTER,
-                ],
-            )
-            .expect("join"),
-        );
-    }
-    wait_formed(&refs(&agents), 3, FORM).await.expect("three");
+    let mut agents = init_and_join(root, &["s1", "s2", "s3"])
+        .await
+        .expect("three");
     let (code, _, err) = agents[0]
         .cli(&["fleetlock", "group", "set", "workers", "--slots", "2"])
         .await

@@ -5,7 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use muster_tests::{AgentProc, Discovery, run_muster, tail, voter_target, wait_for, wait_formed};
+use muster_tests::{
+    AgentProc, Discovery, form_through_discovery, run_muster, tail, voter_target, wait_for,
+    wait_formed,
+};
 
 const FORM: Duration = Duration::from_secs(60);
 /// Tests shorten the 3 s default so that growing a cluster step by step stays quick.
@@ -17,21 +20,9 @@ fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
 
 /// Forms an `n`-member cluster through a fresh discovery URL.
 async fn form(d: &Discovery, root: &Path, prefix: &str, n: u32) -> Vec<AgentProc> {
-    let url = d.new_token(n).await.expect("url");
-    let agents: Vec<AgentProc> = (1..=n)
-        .map(|i| {
-            AgentProc::start(
-                root,
-                &format!("{prefix}{i}"),
-                &["--discovery", &url, "--promote-after", PROMOTE_AFTER],
-            )
-            .expect("start")
-        })
-        .collect();
-    wait_formed(&refs(&agents), n as usize, FORM)
+    form_through_discovery(d, root, prefix, n, |_| Vec::new())
         .await
-        .expect("formed");
-    agents
+        .expect("formed")
 }
 
 /// Starts `name` joining through `via` with `token`.

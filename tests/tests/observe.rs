@@ -9,7 +9,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use muster_tests::{
-    AgentProc, Discovery, free_port, get, missing_prerequisite, tail, wait_for, wait_formed,
+    AgentProc, Discovery, form_through_discovery, free_port, get, missing_prerequisite, tail,
+    wait_for, wait_formed,
 };
 use prometheus_parse::{Scrape, Value};
 
@@ -18,30 +19,14 @@ const FORM: Duration = Duration::from_secs(60);
 /// Forms `n` agents, each serving metrics on a port of its own; returns them with those
 /// addresses.
 async fn form(d: &Discovery, root: &Path, prefix: &str, n: u32) -> (Vec<AgentProc>, Vec<String>) {
-    let url = d.new_token(n).await.expect("url");
-    let mut agents = Vec::new();
-    let mut metrics = Vec::new();
-    for i in 1..=n {
-        let addr = format!("127.0.0.1:{}", free_port());
-        agents.push(
-            AgentProc::start(
-                root,
-                &format!("{prefix}{i}"),
-                &[
-                    "--discovery",
-                    &url,
-                    "--promote-after",
-                    "500ms",
-                    "--metrics-listen",
-                    &addr,
-                ],
-            )
-            .expect("start"),
-        );
-        metrics.push(addr);
-    }
-    let refs: Vec<&AgentProc> = agents.iter().collect();
-    wait_formed(&refs, n as usize, FORM).await.expect("formed");
+    let metrics: Vec<String> = (0..n)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let agents = form_through_discovery(d, root, prefix, n, |i| {
+        vec!["--metrics-listen".into(), metrics[i as usize - 1].clone()]
+    })
+    .await
+    .expect("formed");
     (agents, metrics)
 }
 

@@ -5,38 +5,16 @@
 use std::time::Duration;
 
 use muster_tests::peer_client::{Credential, PeerApi, Target};
-use muster_tests::{AgentProc, tail, wait_for, wait_formed};
+use muster_tests::{init_and_join, tail, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_removed_members_certificate_is_refused_at_the_handshake_on_every_route() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let n1 =
-        AgentProc::start(tmp.path(), "r1", &["--init", "--promote-after", "500ms"]).expect("start");
-    wait_formed(&[&n1], 1, WAIT).await.expect("formed");
-    let mut agents = vec![n1];
-    for name in ["r2", "r3", "r4"] {
-        let token = agents[0].create_token(&[]).await.expect("token");
-        let via = agents[0].addr.clone();
-        agents.push(
-            AgentProc::start(
-                tmp.path(),
-                name,
-                &[
-                    "--join",
-                    &via,
-                    "--token",
-                    &token,
-                    "--promote-after",
-                    "500ms",
-                ],
-            )
-            .expect("join"),
-        );
-    }
-    let refs: Vec<&AgentProc> = agents.iter().collect();
-    wait_formed(&refs, 4, WAIT).await.expect("four members");
+    let mut agents = init_and_join(tmp.path(), &["r1", "r2", "r3", "r4"])
+        .await
+        .expect("four members");
     let operator = agents[0]
         .cli(&["operator-token", "create"])
         .await
