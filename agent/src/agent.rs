@@ -34,6 +34,10 @@ pub struct AgentInit {
     pub automation: Automation,
     /// Node ids the node port refuses at the handshake (shared with its TLS verifier).
     pub revoked: muster_shared::tls::RevokedIds,
+    /// This node's certificate and trusted CAs, as its listener and clients use them.
+    pub credentials: muster_shared::tls::NodeCredentials,
+    /// `--cert-validity`: lifetime of the certificates this node issues as leader.
+    pub cert_validity: Duration,
 }
 
 pub struct Agent {
@@ -47,6 +51,8 @@ pub struct Agent {
     promote_after: Duration,
     automation: Automation,
     revoked: muster_shared::tls::RevokedIds,
+    credentials: muster_shared::tls::NodeCredentials,
+    cert_validity: Duration,
     membership_log: Mutex<MembershipLog>,
     check_in: Mutex<CheckIn>,
     removal: RemovalSignal,
@@ -75,6 +81,8 @@ impl Agent {
             promote_after: init.promote_after,
             automation: init.automation,
             revoked: init.revoked,
+            credentials: init.credentials,
+            cert_validity: init.cert_validity,
             membership_log: Mutex::default(),
             check_in: Mutex::default(),
             removal: RemovalSignal::default(),
@@ -89,6 +97,17 @@ impl Agent {
 
     pub fn raft(&self) -> &RaftNode {
         &self.raft
+    }
+
+    /// This node's certificate and trusted CAs; replacing them takes effect at the next
+    /// handshake, on the listener and on every client.
+    pub fn credentials(&self) -> &muster_shared::tls::NodeCredentials {
+        &self.credentials
+    }
+
+    /// How long certificates this node issues (as leader) are valid.
+    pub fn cert_validity(&self) -> Duration {
+        self.cert_validity
     }
 
     /// Node ids whose certificates the node port refuses (removed, out of the configuration).

@@ -9,7 +9,8 @@ pub use crate::backup_file::{
     restored_state,
 };
 pub use crate::config::ConfigError;
-pub use crate::leader::{CERT_VALIDITY, LeaderOp, NewToken, TokenJoin};
+pub use crate::config::DEFAULT_CERT_VALIDITY as CERT_VALIDITY;
+pub use crate::leader::{LeaderOp, NewToken, TokenJoin};
 pub use crate::state::{
     Admission, CaMaterial, ClusterState, JoinTokenRecord, NodeId, NodeRecord, OperatorTokenRecord,
     Refusal, Request, Response, member_id, parse_member_id,

@@ -62,14 +62,11 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let files = datadir::read_tls(dir)?;
     let key_pem = spec.identity.key.to_pem();
     let revoked = tls::RevokedIds::default();
-    let server_tls = tls::server_config_revoking(
-        &files.ca_pem,
-        &files.cert_pem,
-        &key_pem,
-        revoked.clone(),
-        spec.cluster_id,
-    )?;
-    let client_tls = tls::client_config(&files.ca_pem, &files.cert_pem, &key_pem)?;
+    // Built once; a renewed certificate goes into `credentials` and is used from the next
+    // handshake on, by the listener and by every client.
+    let credentials = tls::NodeCredentials::new(&files.ca_pem, &files.cert_pem, &key_pem)?;
+    let server_tls = tls::server_config_for(&credentials, revoked.clone(), spec.cluster_id)?;
+    let client_tls = tls::client_config_for(&credentials)?;
     let peers = PeerClients::new(client_tls, spec.cluster_id);
     let timing = Timing {
         heartbeat: config.heartbeat,
@@ -94,6 +91,8 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             promote_after: config.promote_after,
             automation: config.automation,
             revoked,
+            credentials,
+            cert_validity: config.cert_validity,
         },
     ));
     agent.refresh_revoked();
@@ -136,6 +135,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             }
         }),
         tokio::spawn(crate::notify::readiness_loop(agent.clone())),
+        tokio::spawn(crate::renew::renewal_loop(agent.clone(), key_pem.clone())),
         tokio::spawn({
             let agent = agent.clone();
             async move {

@@ -31,7 +31,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{
     CertificateDer, CertificateSigningRequestDer, PrivateKeyDer, ServerName, UnixTime,
 };
-use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::server::ParsedCertificate;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, OtherError, RootCertStore, ServerConfig,
     SignatureScheme,
@@ -43,6 +43,10 @@ use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::FromDer;
 
 use crate::token::sha256_hex;
+
+mod credentials;
+
+pub use credentials::NodeCredentials;
 
 /// DNS suffix of the per-node identity names. Advertise hosts may not use it.
 pub const IDENTITY_SUFFIX: &str = "muster";
@@ -550,28 +554,28 @@ pub fn server_config_revoking(
     revoked: RevokedIds,
     cluster_id: &str,
 ) -> Result<Arc<ServerConfig>> {
-    let provider = ring_provider();
-    let ca_der = first_cert(ca_pem)?;
-    let mut chain = certs(cert_pem)?;
-    if !chain.contains(&ca_der) {
-        chain.push(ca_der.clone());
-    }
-    let key = private_key(key_pem)?;
-    let verifier = WebPkiClientVerifier::builder_with_provider(
-        Arc::new(single_root(ca_der)?),
-        provider.clone(),
-    )
-    .allow_unauthenticated()
-    .build()?;
+    let credentials = NodeCredentials::new(ca_pem, cert_pem, key_pem)?;
+    server_config_for(&credentials, revoked, cluster_id)
+}
+
+/// The listener's config over replaceable [`NodeCredentials`]: every handshake presents the
+/// current certificate and verifies clients against the current trust, then refuses
+/// `cluster_id`'s node ids in `revoked`. Sessions are never resumed (a resumed handshake would
+/// skip both checks).
+pub fn server_config_for(
+    credentials: &NodeCredentials,
+    revoked: RevokedIds,
+    cluster_id: &str,
+) -> Result<Arc<ServerConfig>> {
     let verifier = Arc::new(RevokingVerifier {
-        inner: verifier,
+        inner: credentials.client_verifier(),
         revoked,
         cluster_id: cluster_id.to_string(),
     });
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let mut config = ServerConfig::builder_with_provider(ring_provider())
         .with_safe_default_protocol_versions()?
         .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)?;
+        .with_cert_resolver(credentials.server_cert());
     // Every handshake checks the client certificate again (a revoked one included).
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
@@ -595,11 +599,17 @@ pub fn plain_server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<ServerCo
 /// `cert_pem` / `key_pem` as the client certificate. Use [`node_dns_name`] (or the peer's
 /// advertise IP/host) as the server name. ALPN `http/1.1`.
 pub fn client_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ClientConfig>> {
-    let roots = single_root(first_cert(ca_pem)?)?;
+    client_config_for(&NodeCredentials::new(ca_pem, cert_pem, key_pem)?)
+}
+
+/// The node-to-node client config over replaceable [`NodeCredentials`]: every new connection
+/// presents the current certificate and trusts the current CAs.
+pub fn client_config_for(credentials: &NodeCredentials) -> Result<Arc<ClientConfig>> {
     let mut config = ClientConfig::builder_with_provider(ring_provider())
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs(cert_pem)?, private_key(key_pem)?)?;
+        .dangerous()
+        .with_custom_certificate_verifier(credentials.server_verifier())
+        .with_client_cert_resolver(credentials.client_cert());
     config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
     Ok(Arc::new(config))
 }
@@ -885,6 +895,56 @@ pub fn cert_expires_ms(cert_pem: &str) -> Result<u64> {
     Ok(u64::try_from(seconds).unwrap_or(0).saturating_mul(1000))
 }
 
+/// When the first certificate in `cert_pem` was issued and when it expires, in ms since the
+/// Unix epoch. "Issued" is its `not_before` plus [`CLOCK_SKEW`] (never after expiry): the CA
+/// backdates every certificate by that much.
+pub fn cert_lifetime_ms(cert_pem: &str) -> Result<(u64, u64)> {
+    let der = first_cert(cert_pem)?;
+    let cert = parse_cert(&der)?;
+    let ms = |seconds: i64| u64::try_from(seconds).unwrap_or(0).saturating_mul(1000);
+    let not_after = ms(cert.validity().not_after.timestamp());
+    let skew = u64::try_from(CLOCK_SKEW.as_millis()).unwrap_or(u64::MAX);
+    let issued = ms(cert.validity().not_before.timestamp())
+        .saturating_add(skew)
+        .min(not_after);
+    Ok((issued, not_after))
+}
+
+/// The hosts a node certificate was issued for besides its identity name: its advertise host
+/// (IP addresses as text, DNS names lowercase).
+pub fn cert_hosts(cert_pem: &str) -> Result<Vec<String>> {
+    let der = first_cert(cert_pem)?;
+    let cert = parse_cert(&der)?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| parse_error("certificate subjectAltName", e))?;
+    let mut hosts = Vec::new();
+    for name in san.iter().flat_map(|ext| ext.value.general_names.iter()) {
+        match name {
+            GeneralName::DNSName(dns) if parse_identity_name(dns).is_none() => {
+                hosts.push(dns.to_ascii_lowercase());
+            }
+            GeneralName::IPAddress(bytes) => {
+                let ip = match bytes.len() {
+                    4 => <[u8; 4]>::try_from(*bytes).map(IpAddr::from).ok(),
+                    16 => <[u8; 16]>::try_from(*bytes).map(IpAddr::from).ok(),
+                    _ => None,
+                };
+                hosts.extend(ip.map(|ip| ip.to_string()));
+            }
+            _ => {}
+        }
+    }
+    Ok(hosts)
+}
+
+/// When a certificate issued at `issued_ms` and expiring at `expires_ms` is due for renewal:
+/// once two thirds of its lifetime have passed, leaving a third to reach a leader in.
+pub fn renewal_due_ms(issued_ms: u64, expires_ms: u64) -> u64 {
+    let life = expires_ms.saturating_sub(issued_ms);
+    issued_ms.saturating_add(life / 3 * 2)
+}
+
 /// All CERTIFICATE blocks in `pem`; at least one.
 fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
@@ -894,6 +954,11 @@ fn certs(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
         return Err(parse_error("certificate PEM", "no CERTIFICATE block"));
     }
     Ok(certs)
+}
+
+/// The first certificate in `pem`, as DER.
+pub fn first_cert_der(pem: &str) -> Result<CertificateDer<'static>> {
+    first_cert(pem)
 }
 
 fn first_cert(pem: &str) -> Result<CertificateDer<'static>> {

@@ -471,3 +471,151 @@ fn node_keys_round_trip_through_pem() {
     assert!(!format!("{key:?}").contains("PRIVATE"));
     assert!(pinned_client_config("not-a-pin").is_err());
 }
+
+/// Accepts one connection and returns the client's leaf certificate (or the handshake error).
+async fn accept_leaf(
+    config: Arc<rustls::ServerConfig>,
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<Result<Option<Vec<u8>>, String>>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let task = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.map_err(|e| e.to_string())?;
+        let mut tls = TlsAcceptor::from(config)
+            .accept(tcp)
+            .await
+            .map_err(|e| format!("server handshake: {e}"))?;
+        let leaf = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.as_ref().to_vec());
+        let mut buf = [0u8; 4];
+        tls.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+        tls.write_all(b"pong").await.map_err(|e| e.to_string())?;
+        tls.shutdown().await.map_err(|e| e.to_string())?;
+        Ok(leaf)
+    });
+    (addr, task)
+}
+
+/// Connects and returns the server's leaf certificate.
+async fn connect_leaf(
+    config: Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    server_name: &str,
+) -> Result<Vec<u8>, std::io::Error> {
+    let name = ServerName::try_from(server_name.to_owned()).expect("server name");
+    let tcp = TcpStream::connect(addr).await?;
+    let mut tls = TlsConnector::from(config).connect(name, tcp).await?;
+    let leaf = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec())
+        .unwrap_or_default();
+    tls.write_all(b"ping").await?;
+    let mut buf = [0u8; 4];
+    tls.read_exact(&mut buf).await?;
+    Ok(leaf)
+}
+
+#[tokio::test]
+async fn replaced_credentials_are_used_from_the_next_handshake_on_both_sides() {
+    use muster_shared::tls::{NodeCredentials, RevokedIds, client_config_for, server_config_for};
+    let ca = ClusterCa::generate(CLUSTER).expect("CA");
+    let a = issue(&ca, CLUSTER, 0xa1, "127.0.0.1");
+    let b = issue(&ca, CLUSTER, 0xb2, "127.0.0.1");
+    let renew = |node: &Node| {
+        let csr = node.key.csr_pem("again", "127.0.0.1").expect("csr");
+        ca.sign_node(
+            &csr,
+            node.id,
+            CLUSTER,
+            &node.key.fingerprint(),
+            "127.0.0.1",
+            DAY,
+        )
+        .expect("sign")
+    };
+    let (a2, b2) = (renew(&a), renew(&b));
+    assert_ne!(a2, a.cert_pem);
+    let server_creds =
+        NodeCredentials::new(ca.cert_pem(), &a.cert_pem, &a.key.to_pem()).expect("creds");
+    let client_creds =
+        NodeCredentials::new(ca.cert_pem(), &b.cert_pem, &b.key.to_pem()).expect("creds");
+    let server = server_config_for(&server_creds, RevokedIds::default(), CLUSTER).expect("server");
+    let client = client_config_for(&client_creds).expect("client");
+    let name = node_dns_name(a.id, CLUSTER);
+
+    let (addr, task) = accept_leaf(server.clone()).await;
+    let seen_by_client = connect_leaf(client.clone(), addr, &name)
+        .await
+        .expect("first");
+    let seen_by_server = task.await.expect("task").expect("server");
+    assert_eq!(seen_by_client, cert_der(&a.cert_pem).as_ref());
+    assert_eq!(
+        seen_by_server,
+        Some(cert_der(&b.cert_pem).as_ref().to_vec())
+    );
+
+    // Swapped under the same configs: the next handshake presents the new certificates.
+    server_creds
+        .replace(ca.cert_pem(), &a2, &a.key.to_pem())
+        .expect("replace server");
+    client_creds
+        .replace(ca.cert_pem(), &b2, &b.key.to_pem())
+        .expect("replace client");
+    let (addr, task) = accept_leaf(server.clone()).await;
+    let seen_by_client = connect_leaf(client.clone(), addr, &name)
+        .await
+        .expect("second");
+    let seen_by_server = task.await.expect("task").expect("server");
+    assert_eq!(seen_by_client, cert_der(&a2).as_ref());
+    assert_eq!(seen_by_server, Some(cert_der(&b2).as_ref().to_vec()));
+
+    // A certificate that does not match the key is refused and changes nothing.
+    assert!(
+        client_creds
+            .replace(ca.cert_pem(), &a2, &b.key.to_pem())
+            .is_err()
+    );
+    // A member of another CA is refused until that CA joins the trust bundle.
+    let other_ca = ClusterCa::generate(CLUSTER).expect("CA 2");
+    let c = issue(&other_ca, CLUSTER, 0xc3, "127.0.0.1");
+    let c_client = client_config_for(
+        &NodeCredentials::new(
+            &format!("{}{}", ca.cert_pem(), other_ca.cert_pem()),
+            &c.cert_pem,
+            &c.key.to_pem(),
+        )
+        .expect("creds"),
+    )
+    .expect("client");
+    let (addr, task) = accept_leaf(server.clone()).await;
+    let _ = connect_leaf(c_client.clone(), addr, &name).await;
+    assert!(
+        task.await.expect("task").is_err(),
+        "an unknown CA is refused"
+    );
+    server_creds
+        .replace(
+            &format!("{}{}", ca.cert_pem(), other_ca.cert_pem()),
+            &a2,
+            &a.key.to_pem(),
+        )
+        .expect("a bundle");
+    assert_eq!(server_creds.trusted_cas(), 2);
+    let (addr, task) = accept_leaf(server).await;
+    connect_leaf(c_client, addr, &name)
+        .await
+        .expect("both CAs are trusted");
+    assert_eq!(
+        task.await.expect("task").expect("server"),
+        Some(cert_der(&c.cert_pem).as_ref().to_vec())
+    );
+}

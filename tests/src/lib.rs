@@ -1169,6 +1169,24 @@ impl AgentProc {
         self.spawn()
     }
 
+    /// Sets `flag` to `value` for the next starts (`None` drops it), replacing what it was.
+    pub fn set_flag(&mut self, flag: &str, value: Option<&str>) {
+        while let Some(i) = self.args.iter().position(|a| a == flag) {
+            let end = (i + 2).min(self.args.len());
+            self.args.drain(i..end);
+        }
+        if let Some(value) = value {
+            self.args.extend([flag.to_string(), value.to_string()]);
+        }
+    }
+
+    /// Adds a flag without a value (`--allow-address-change`) for the next starts.
+    pub fn args_push(&mut self, flag: &str) {
+        if !self.args.iter().any(|a| a == flag) {
+            self.args.push(flag.to_string());
+        }
+    }
+
     /// Starts the same agent again without `--init` (a restart of the member it created).
     pub fn restart_without_init(&mut self) -> Result<()> {
         self.args.retain(|a| a != "--init");
@@ -1347,30 +1365,35 @@ pub async fn form_through_discovery(
 /// `names[0]` forms a cluster with `--init`; the others join it one by one with join tokens
 /// (all with `--promote-after 500ms`). Returns once all are members with the table's voters.
 pub async fn init_and_join(root: &Path, names: &[&str]) -> Result<Vec<AgentProc>> {
+    init_and_join_with(root, names, &[]).await
+}
+
+/// [`init_and_join`] with `extra` flags on every agent.
+pub async fn init_and_join_with(
+    root: &Path,
+    names: &[&str],
+    extra: &[&str],
+) -> Result<Vec<AgentProc>> {
     let (first, rest) = names
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("init_and_join needs a name"))?;
-    let mut agents = vec![AgentProc::start(
-        root,
-        first,
-        &["--init", "--promote-after", "500ms"],
-    )?];
+    let mut first_args = vec!["--init", "--promote-after", "500ms"];
+    first_args.extend(extra);
+    let mut agents = vec![AgentProc::start(root, first, &first_args)?];
     wait_formed(&[&agents[0]], 1, Duration::from_secs(60)).await?;
     for name in rest {
         let token = agents[0].create_token(&[]).await?;
         let via = agents[0].addr.clone();
-        agents.push(AgentProc::start(
-            root,
-            name,
-            &[
-                "--join",
-                &via,
-                "--token",
-                &token,
-                "--promote-after",
-                "500ms",
-            ],
-        )?);
+        let mut args = vec![
+            "--join",
+            &via,
+            "--token",
+            &token,
+            "--promote-after",
+            "500ms",
+        ];
+        args.extend(extra);
+        agents.push(AgentProc::start(root, name, &args)?);
     }
     let refs: Vec<&AgentProc> = agents.iter().collect();
     wait_formed(&refs, names.len(), Duration::from_secs(60)).await?;

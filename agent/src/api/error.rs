@@ -33,6 +33,8 @@ pub enum ErrorKind {
     TokenRevoked,
     /// Another member has this name.
     NameTaken,
+    /// Another member has this address (`node set-address`).
+    AddressTaken,
     /// A removal that would leave the voters without a reachable majority (`--force` overrides).
     WouldLoseQuorum,
     /// The caller is a node that was removed from the cluster.
@@ -75,6 +77,7 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::TokenConsumed, "token_consumed", 403),
     (ErrorKind::TokenRevoked, "token_revoked", 403),
     (ErrorKind::NameTaken, "name_taken", 409),
+    (ErrorKind::AddressTaken, "address_taken", 409),
     (ErrorKind::WouldLoseQuorum, "would_lose_quorum", 409),
     (ErrorKind::Removed, "removed", 410),
     (ErrorKind::MembershipBusy, "membership_busy", 503),

@@ -210,3 +210,14 @@ pub struct PeerAddress {
     pub name: String,
     pub addr: String,
 }
+
+/// What `set-address` did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddressChange {
+    pub name: String,
+    pub id: String,
+    pub from: String,
+    pub to: String,
+    /// False when the member was already recorded at that address.
+    pub changed: bool,
+}

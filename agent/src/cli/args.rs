@@ -303,6 +303,19 @@ pub enum NodeCommand {
         #[command(flatten)]
         op: OperatorArgs,
     },
+    /// Record a new address for a member (its machine got a new IP, say) while the cluster
+    /// serves: peers dial it there from their next message, and the member renews its
+    /// certificate for the new host by itself. The member must already listen there (its
+    /// --listen covers the new address); restart it later with --advertise HOST:PORT. The
+    /// member itself can ask instead: start it with the new --advertise and
+    /// --allow-address-change.
+    SetAddress {
+        name: String,
+        /// The new HOST:PORT, as the member's --advertise would say it.
+        address: String,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
 }
 
 #[derive(Subcommand)]

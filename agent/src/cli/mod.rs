@@ -24,8 +24,8 @@ use muster_shared::token::{SecretToken, TokenKind};
 use serde::de::DeserializeOwned;
 
 use crate::api::types::{
-    JOIN_TOKEN_MAX_TTL, JOIN_TOKEN_MAX_USES, JOIN_TOKEN_MIN_TTL, JoinTokenInfo, NodeRemoved,
-    OperatorTokenInfo, Status, TokenCreated,
+    AddressChange, JOIN_TOKEN_MAX_TTL, JOIN_TOKEN_MAX_USES, JOIN_TOKEN_MIN_TTL, JoinTokenInfo,
+    NodeRemoved, OperatorTokenInfo, Status, TokenCreated,
 };
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::backup_file::BackupSnapshot;
@@ -393,6 +393,38 @@ pub async fn node_remove(
         return print_json(&removed);
     }
     outln!("{}", removed.message);
+    Ok(())
+}
+
+pub async fn node_set_address(
+    target: &Target,
+    name: &str,
+    address: &str,
+    json: bool,
+) -> Result<(), CliError> {
+    let path = format!("{}/{}/address", paths::MEMBERS, urlencode(name));
+    let body = serde_json::json!({ "address": address });
+    let change: AddressChange = target.call("PUT", &path, Some(body.to_string())).await?;
+    if json {
+        return print_json(&change);
+    }
+    if change.changed {
+        outln!(
+            "{} ({}) moved from {} to {}: peers dial it there now, and it renews its certificate \
+             for the new host. Restart it later with --advertise {}",
+            change.name,
+            change.id,
+            change.from,
+            change.to,
+            change.to
+        );
+    } else {
+        outln!(
+            "{} is already at {}; nothing changed",
+            change.name,
+            change.to
+        );
+    }
     Ok(())
 }
 

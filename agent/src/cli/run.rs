@@ -164,6 +164,9 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         Command::Node {
             command: NodeCommand::Remove { name, force, op },
         } => Ok(super::node_remove(&op.target()?, &name, force, op.json).await?),
+        Command::Node {
+            command: NodeCommand::SetAddress { name, address, op },
+        } => Ok(super::node_set_address(&op.target()?, &name, &address, op.json).await?),
         Command::Backup { file, op } => Ok(super::backup(&op.target()?, &file, op.json).await?),
         Command::Kv { command } => run_kv(command).await,
         Command::Cert {

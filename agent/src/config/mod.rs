@@ -45,6 +45,10 @@ pub const DEFAULT_METRICS_PORT: u16 = 7003;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
 const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
+/// Node certificates last a year unless `--cert-validity` says otherwise.
+pub const DEFAULT_CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+const MIN_CERT_VALIDITY: Duration = Duration::from_secs(10);
+const MAX_CERT_VALIDITY: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 /// Flags of `muster agent`. Every one is optional here: defaults are applied after merging.
 #[derive(Debug, Clone, Default, Args)]
@@ -125,6 +129,17 @@ pub struct AgentFlags {
     /// [env: MUSTER_MAX_CONNECTIONS_PER_SOURCE]
     #[arg(long)]
     pub max_connections_per_source: Option<String>,
+    /// How long the node certificates this node's CA issues are valid (as the leader, for
+    /// joins and renewals; as the initiator, for its own). Every member renews its own when
+    /// two thirds have passed, without a restart [default: 365d] [env: MUSTER_CERT_VALIDITY]
+    #[arg(long)]
+    pub cert_validity: Option<String>,
+    /// Let this member start with an --advertise that differs from the address it joined with
+    /// (a re-created VM, a new IP): it asks the leader to record the new address, gets a
+    /// certificate for it, and its peers dial it there. Without it such a start is refused
+    /// [env: MUSTER_ALLOW_ADDRESS_CHANGE=true]
+    #[arg(long)]
+    pub allow_address_change: bool,
     /// Form a new one-node cluster on this machine (its CA, cluster id and an operator token,
     /// printed once); other machines then join it with a join token or the join secret. Refused
     /// on a data dir that already holds a cluster [env: MUSTER_INIT=true]
@@ -189,6 +204,8 @@ pub(super) struct FileConfig {
     standbys: Option<u32>,
     max_connections: Option<u32>,
     max_connections_per_source: Option<u32>,
+    cert_validity: Option<String>,
+    allow_address_change: Option<bool>,
     init: Option<bool>,
     initial_cluster: Option<String>,
     join_secret_file: Option<PathBuf>,
@@ -213,6 +230,10 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     pub election_timeout: Duration,
     pub promote_after: Duration,
+    /// `--cert-validity`: lifetime of the node certificates this node issues.
+    pub cert_validity: Duration,
+    /// `--allow-address-change`: a restart may move this member to a new --advertise.
+    pub allow_address_change: bool,
     /// `--replace-after`, `--cleanup-dead-after`, `--min-voters`.
     pub automation: Automation,
     /// `--init`: form a one-node cluster here.
@@ -587,6 +608,38 @@ pub fn resolve(
     let init = flags.init
         || env.get("MUSTER_INIT").is_some_and(|v| truthy(v))
         || file.init.unwrap_or(false);
+    let allow_address_change = flags.allow_address_change
+        || env
+            .get("MUSTER_ALLOW_ADDRESS_CHANGE")
+            .is_some_and(|v| truthy(v))
+        || file.allow_address_change.unwrap_or(false);
+    let cert_validity = match expand_opt(
+        "cert-validity",
+        pick(
+            "cert-validity",
+            &flags.cert_validity,
+            "MUSTER_CERT_VALIDITY",
+            &file.cert_validity,
+        )?,
+    )? {
+        None => DEFAULT_CERT_VALIDITY,
+        Some(raw) => {
+            let d = parse_duration(&raw).map_err(|e| ConfigError::Invalid {
+                setting: "cert-validity",
+                message: e.to_string(),
+            })?;
+            if !(MIN_CERT_VALIDITY..=MAX_CERT_VALIDITY).contains(&d) {
+                return Err(ConfigError::Invalid {
+                    setting: "cert-validity",
+                    message: format!(
+                        "{raw} is outside 10s..=3650d (a certificate renews itself at two \
+                         thirds of its lifetime; it cannot outlive the CA's ten years)"
+                    ),
+                });
+            }
+            d
+        }
+    };
     let initial_cluster = expand_opt(
         "initial-cluster",
         pick(
@@ -726,6 +779,8 @@ pub fn resolve(
         heartbeat,
         election_timeout,
         promote_after,
+        cert_validity,
+        allow_address_change,
         automation,
         init,
         initial_cluster,

@@ -124,6 +124,20 @@ impl ClusterFile {
         file.write(dir)
     }
 
+    /// Records the address this member is now at (after `node set-address`), so that a
+    /// restart with the new --advertise is expected and one with the old is refused. True if
+    /// it changed.
+    pub fn record_advertise(dir: &Path, advertise: &str) -> Result<bool, DataDirError> {
+        match Self::read(dir)? {
+            Some(mut file) if file.advertise.as_deref() != Some(advertise) => {
+                file.advertise = Some(advertise.to_string());
+                file.write(dir)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     pub fn clear_formation(dir: &Path) -> Result<(), DataDirError> {
         if let Some(mut file) = Self::read(dir)?
             && file.formation.is_some()

@@ -23,10 +23,6 @@ use crate::state::{
     FormationRecord, Node, NodeId, NodeRecord, Request, member_id, parse_member_id,
 };
 
-/// Node certificates are valid this long: as long as the CA, because certificate rotation does
-/// not exist yet and an expired certificate would silently cut a node off its cluster.
-pub const CERT_VALIDITY: std::time::Duration = std::time::Duration::from_secs(10 * 365 * 24 * 3600);
-
 /// A token join as the leader handles it: the secret replaced by its hash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenJoin {
@@ -75,7 +71,7 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
             agent.cluster_id(),
             &candidate.key_fingerprint,
             crate::config::host_of(&candidate.addr),
-            CERT_VALIDITY,
+            agent.cert_validity(),
         )
         .map_err(|e| {
             ApiError::new(

@@ -6,6 +6,7 @@
 //! A new leader-side feature adds a [`LeaderOp`] variant, a file with its function, and an
 //! arm in [`execute`].
 
+mod address;
 mod admit;
 mod backup;
 pub mod fleetlock;
@@ -14,6 +15,7 @@ mod kv;
 pub mod lease;
 pub mod probe;
 mod remove;
+mod renew;
 mod settings;
 mod status;
 mod tokens;
@@ -21,8 +23,9 @@ mod view;
 
 use serde::{Deserialize, Serialize};
 
-pub use admit::{CERT_VALIDITY, TokenJoin, precheck_token, prove_secret};
+pub use admit::{TokenJoin, precheck_token, prove_secret};
 pub use forward::{run, run_once};
+pub use renew::RenewedCertificate;
 pub use status::{local as local_status, status};
 pub use tokens::{
     NewToken, authorize_operator, issue_join_token, issue_operator_token, new_operator_token,
@@ -103,6 +106,18 @@ pub enum LeaderOp {
     SetSettings {
         settings: crate::api::probe::SettingsUpdate,
     },
+    /// A member's certificate renewal: a CSR for the key it joined with. Only the member
+    /// itself may forward it (the leader compares the id with the caller's certificate).
+    RenewCertificate {
+        node_id: String,
+        csr_pem: String,
+    },
+    /// Moves a member to a new address (`muster node set-address`, or the member itself
+    /// after a start with `--allow-address-change`).
+    SetAddress {
+        name: String,
+        addr: String,
+    },
 }
 
 impl LeaderOp {
@@ -127,6 +142,7 @@ impl LeaderOp {
                 | LeaderOp::Backup
                 | LeaderOp::FleetLockStatus
                 | LeaderOp::Settings
+                | LeaderOp::RenewCertificate { .. }
         )
     }
 
@@ -182,7 +198,11 @@ impl Authority {
         match self {
             Authority::Node => matches!(
                 op,
-                LeaderOp::Status | LeaderOp::TokenJoin { .. } | LeaderOp::RegistrantJoin { .. }
+                LeaderOp::Status
+                    | LeaderOp::TokenJoin { .. }
+                    | LeaderOp::RegistrantJoin { .. }
+                    | LeaderOp::RenewCertificate { .. }
+                    | LeaderOp::SetAddress { .. }
             ),
             Authority::FleetLock => matches!(
                 op,
@@ -226,6 +246,27 @@ pub async fn check_forwarded(
         ));
     }
     authorize(agent, &forwarded.authority, &forwarded.op).await?;
+    if let LeaderOp::RenewCertificate { node_id, .. } = &forwarded.op
+        && crate::state::parse_member_id(node_id) != Some(caller)
+    {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "a member renews only its own certificate",
+        ));
+    }
+    if let (Authority::Node, LeaderOp::SetAddress { name, .. }) =
+        (&forwarded.authority, &forwarded.op)
+    {
+        let own = agent
+            .raft()
+            .read_local(|s| s.nodes.get(&caller).map(|n| n.name.clone()))?;
+        if own.as_deref() != Some(name.as_str()) {
+            return Err(ApiError::new(
+                ErrorKind::Unauthorized,
+                "a member moves only itself; an operator moves others (muster node set-address)",
+            ));
+        }
+    }
     if forwarded.op.returns_key_material() && !agent.raft().view().voters.contains(&caller) {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
@@ -304,6 +345,14 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         LeaderOp::FleetLockStatus => json(fleetlock::status(agent).await?),
         LeaderOp::Settings => json(settings::get(agent).await?),
         LeaderOp::SetSettings { settings } => json(settings::set(agent, settings).await?),
+        LeaderOp::RenewCertificate { node_id, csr_pem } => {
+            let id = crate::state::parse_member_id(&node_id)
+                .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+            json(renew::renew(agent, id, &csr_pem).await?)
+        }
+        LeaderOp::SetAddress { name, addr } => {
+            json(address::set_address(agent, &name, &addr).await?)
+        }
     }
 }
 

@@ -368,6 +368,17 @@ impl RaftNode {
         result.map(|_| ()).map_err(client_write_error)
     }
 
+    /// Records a new address for a member of the configuration (the same node, moved): peers
+    /// dial it there from the next message on.
+    pub async fn set_node(&self, id: NodeId, node: Node) -> Result<(), RaftNodeError> {
+        self.change(
+            ChangeMembers::SetNodes(std::collections::BTreeMap::from([(id, node)])),
+            true,
+            "moving a member",
+        )
+        .await
+    }
+
     /// Makes existing nonvoters voters, in one membership change.
     pub async fn promote(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
         self.change(ChangeMembers::AddVoterIds(ids), true, "promoting")

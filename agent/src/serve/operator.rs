@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::response::Response;
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, put};
 use serde::Deserialize;
 
 use super::http::{answer, error_response, parse_json};
@@ -125,6 +125,28 @@ async fn member_remove(
     answer(leader::run(&agent, &by, op).await)
 }
 
+#[derive(Deserialize)]
+struct NewAddress {
+    address: String,
+}
+
+async fn member_set_address(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    UrlPath(name): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    let new: NewAddress = match parse_json(&body, "{\"address\": \"HOST:PORT\"}") {
+        Ok(n) => n,
+        Err(e) => return error_response(&e),
+    };
+    let op = LeaderOp::SetAddress {
+        name,
+        addr: new.address,
+    };
+    answer(leader::run(&agent, &by, op).await)
+}
+
 async fn settings_get(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
     answer(leader::run(&agent, &by, LeaderOp::Settings).await)
 }
@@ -187,6 +209,10 @@ pub fn routes() -> Router<Arc<Agent>> {
         .route(
             &format!("{}/{{name}}", paths::MEMBERS),
             delete(member_remove),
+        )
+        .route(
+            &format!("{}/{{name}}/address", paths::MEMBERS),
+            put(member_set_address),
         )
         .route(paths::BACKUP, get(backup))
         .route(paths::SETTINGS, get(settings_get).put(settings_put))

@@ -114,7 +114,7 @@ pub async fn initiate(
 ) -> Result<RunningNode, AgentError> {
     let cluster_id = random_hex(16);
     let ca = ClusterCa::generate(&cluster_id)?;
-    let cert = sign_own_certificate(&ca, identity, &cluster_id, &config.advertise)?;
+    let cert = sign_own_certificate(&ca, identity, &cluster_id, config)?;
     // Persist everything before raft exists, so a crash from here on resumes instead of forking.
     datadir::write_tls(&config.data_dir, ca.cert_pem(), &cert)?;
     let (discovery, size) = match &origin {

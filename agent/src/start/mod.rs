@@ -16,6 +16,7 @@
 //! 7. nothing of these → an error naming every way to start.
 
 mod bootstrap;
+mod expired;
 mod formation;
 mod initiate;
 mod join;
@@ -31,7 +32,6 @@ use muster_shared::token::{SecretToken, TokenKind};
 use crate::config::{AgentConfig, host_of};
 use crate::datadir::{self, ClusterFile, DataDirLock, Identity};
 use crate::error::AgentError;
-use crate::leader::CERT_VALIDITY;
 use crate::node;
 
 /// What the data dir holds, read before deciding.
@@ -238,8 +238,9 @@ fn sign_own_certificate(
     ca: &ClusterCa,
     identity: &Identity,
     cluster_id: &str,
-    advertise: &str,
+    config: &AgentConfig,
 ) -> Result<String, AgentError> {
+    let advertise = &config.advertise;
     let host = host_of(advertise);
     let csr = identity.key.csr_pem(&identity.name, host)?;
     Ok(ca.sign_node(
@@ -248,7 +249,7 @@ fn sign_own_certificate(
         cluster_id,
         &identity.key.fingerprint(),
         host,
-        CERT_VALIDITY,
+        config.cert_validity,
     )?)
 }
 

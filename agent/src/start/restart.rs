@@ -8,10 +8,11 @@ use muster_shared::tls;
 
 use super::initiate;
 use crate::api::paths;
-use crate::client::{self, CallError};
+use crate::client::{self, Backoff, CallError};
 use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::AgentError;
+use crate::leader::{self, Authority, LeaderOp};
 use crate::node::{self, NodeSpec, RunningNode};
 
 /// How long a restart waits for a `--join` target to show its CA.
@@ -34,19 +35,27 @@ pub async fn start(
             config.data_dir.display()
         )));
     }
-    if let Some(recorded) = cluster.advertise()
-        && recorded != config.advertise
-    {
-        return Err(AgentError::Usage(format!(
-            "--advertise {} differs from {recorded}, the address this node joined with; membership is \
-             static, so peers still dial {recorded}. Start with --advertise {recorded}, or give this \
-             machine an empty --data-dir to join as a new node",
-            config.advertise
-        )));
-    }
+    let moved_from = match cluster.advertise() {
+        Some(recorded) if recorded != config.advertise && !config.allow_address_change => {
+            return Err(AgentError::Usage(format!(
+                "--advertise {} differs from {recorded}, the address the cluster records for this \
+                 member, so peers still dial {recorded}. If this machine really moved, start it \
+                 with --allow-address-change (it asks the leader to record the new address), or \
+                 move it first with `muster node set-address {} {}` on a member; otherwise start \
+                 with --advertise {recorded}",
+                config.advertise, identity.name, config.advertise
+            )));
+        }
+        Some(recorded) if recorded != config.advertise => Some(recorded.to_string()),
+        _ => None,
+    };
     refuse_join_targets_of_another_cluster(config, &cluster).await?;
+    let renewed = super::expired::renew_if_expired(config, identity, &cluster).await?;
     tracing::info!(cluster_id = %cluster.cluster_id(), "restarting on static membership; discovery is not contacted");
-    let ignored = match (config.discovery.is_some(), config.token.is_some()) {
+    let ignored = match (
+        config.discovery.is_some(),
+        config.token.is_some() && !renewed,
+    ) {
         (true, true) => Some("--discovery and --token are"),
         (true, false) => Some("--discovery is"),
         (false, true) => Some("the join token is"),
@@ -66,6 +75,13 @@ pub async fn start(
         listener,
     })
     .await?;
+    if let Some(from) = moved_from {
+        tokio::spawn(move_here(
+            running.agent().clone(),
+            from,
+            config.advertise.clone(),
+        ));
+    }
     // An initiator restarted mid-formation finishes what it had not done yet: create the raft
     // group if it crashed before that, and make sure the record is published.
     if let Some(formation) = cluster.formation()
@@ -104,4 +120,45 @@ async fn refuse_join_targets_of_another_cluster(
         }
     }
     Ok(())
+}
+
+/// How long a moved member keeps asking the leader to record its new address.
+const MOVE_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Asks the leader, until it is done, to record that this member is now at `to`. Peers cannot
+/// reach it at the new address until then, but it can reach them: it learns the leader by
+/// checking in with the members and forwards the request over mutual TLS.
+async fn move_here(agent: std::sync::Arc<crate::agent::Agent>, from: String, to: String) {
+    println!(
+        "this member moved from {from} to {to}; asking the leader to record the new address …"
+    );
+    let mut backoff =
+        Backoff::new(Duration::from_millis(500), Duration::from_secs(5)).until(MOVE_DEADLINE);
+    loop {
+        let op = LeaderOp::SetAddress {
+            name: agent.name().to_string(),
+            addr: to.clone(),
+        };
+        match leader::run(&agent, &Authority::Node, op).await {
+            Ok(_) => {
+                println!("the cluster records this member at {to}; peers dial it there now");
+                return;
+            }
+            Err(e) if !e.kind.is_transient() => {
+                tracing::error!(error = %e, "the leader refused to record this member's new address; \
+                    peers still dial {from}. Fix it with `muster node set-address` on a member");
+                return;
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "cannot record the new address yet; retrying");
+                if !backoff.wait().await {
+                    tracing::error!(
+                        "gave up recording this member's new address after {MOVE_DEADLINE:?}; \
+                        peers still dial {from}. Use `muster node set-address` on a member"
+                    );
+                    return;
+                }
+            }
+        }
+    }
 }

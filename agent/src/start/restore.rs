@@ -88,7 +88,7 @@ pub async fn start(
         )));
     }
     let cluster_id = random_hex(16);
-    let cert = sign_own_certificate(&ca, identity, &cluster_id, &config.advertise)?;
+    let cert = sign_own_certificate(&ca, identity, &cluster_id, config)?;
     datadir::write_tls(dir, ca.cert_pem(), &cert)?;
     let (operator_token, record) = new_operator_token(ca.pin(), "created by muster restore");
     let restored = backup_file::restored_state(

@@ -21,6 +21,8 @@ fn config() -> AgentConfig {
         heartbeat: Duration::from_millis(50),
         election_timeout: Duration::from_millis(200),
         promote_after: Duration::from_secs(3),
+        cert_validity: crate::config::DEFAULT_CERT_VALIDITY,
+        allow_address_change: false,
         automation: crate::policy::Automation::default(),
         init: false,
         initial_cluster: Vec::new(),

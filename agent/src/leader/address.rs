@@ -1,0 +1,82 @@
+//! Changing a member's address (`muster node set-address`, or the member itself started with
+//! a new `--advertise` and `--allow-address-change`), on the leader: the raft configuration's
+//! copy of the address (what peers dial) and the member record (what status, joins and the
+//! certificate's SAN use) are both updated; the member then renews its certificate for the new
+//! host on its own (see `renew`), and peers redial at the next message.
+//!
+//! Nothing trusts the address alone: peers reach a member by its identity name, which only the
+//! certificate issued for its key carries, so pointing a member at another machine's address
+//! makes it unreachable, never impersonated.
+
+use crate::agent::Agent;
+use crate::api::types::AddressChange;
+use crate::api::{ApiError, ErrorKind};
+use crate::state::{Node, NodeId, Request, member_id};
+
+/// The member named `name` (or with member id `name`) is now at `addr`.
+pub async fn set_address(agent: &Agent, name: &str, addr: &str) -> Result<AddressChange, ApiError> {
+    crate::config::validate_host_port("address", addr)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let _one_at_a_time = agent.membership_ops().lock().await;
+    let nodes = agent.raft().read_linearizable(|s| s.nodes.clone()).await?;
+    let (id, record) = find(&nodes, name)?;
+    if let Some((_, other)) = nodes.iter().find(|(i, n)| **i != id && n.addr == addr) {
+        return Err(ApiError::new(
+            ErrorKind::AddressTaken,
+            format!(
+                "{addr} is the address of member {}; two members cannot share one (move or remove {} first)",
+                other.name, other.name
+            ),
+        ));
+    }
+    let from = record.addr.clone();
+    let change = AddressChange {
+        name: record.name.clone(),
+        id: member_id(id),
+        from: from.clone(),
+        to: addr.to_string(),
+        changed: from != addr,
+    };
+    let in_configuration = agent.raft().view().nodes.get(&id).cloned();
+    if !change.changed && in_configuration.as_ref().is_none_or(|n| n.addr == addr) {
+        return Ok(change);
+    }
+    // The configuration first: peers dial what it says. A retry after a failure between the
+    // two writes finds the record still old and finishes the change.
+    if in_configuration.is_some() {
+        agent
+            .raft()
+            .set_node(
+                id,
+                Node {
+                    name: record.name.clone(),
+                    addr: addr.to_string(),
+                },
+            )
+            .await?;
+    }
+    let mut moved = record.clone();
+    moved.addr = addr.to_string();
+    agent
+        .raft()
+        .write(Request::UpsertNode { id, node: moved })
+        .await?;
+    tracing::info!(node = %change.name, %from, to = %addr, "moved a member to a new address");
+    Ok(change)
+}
+
+fn find<'a>(
+    nodes: &'a std::collections::BTreeMap<NodeId, crate::state::NodeRecord>,
+    name: &str,
+) -> Result<(NodeId, &'a crate::state::NodeRecord), ApiError> {
+    nodes
+        .iter()
+        .find(|(id, n)| n.name == name || member_id(**id) == name)
+        .map(|(id, n)| (*id, n))
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::NotFound,
+                format!("no member named {name}; `muster status` lists the members"),
+            )
+        })
+}

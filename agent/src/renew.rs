@@ -1,0 +1,268 @@
+//! Keeps this node's certificate valid and matching its address, without a restart: when two
+//! thirds of its lifetime have passed, or when the address recorded for this member differs
+//! from the one the certificate names (after `muster node set-address`), the node sends the
+//! leader a CSR for its own key, stores the answer durably, and swaps it into the credentials
+//! its listener and clients read at every handshake. A moved member's `cluster.json` follows
+//! its recorded address too, so that its next start expects the new `--advertise`.
+//!
+//! [`decide`] is the policy (pure); [`renewal_loop`] carries it out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use muster_shared::tls::{self, NodeKey};
+
+use crate::agent::Agent;
+use crate::api::ApiError;
+use crate::clock::now_ms;
+use crate::datadir::{self, ClusterFile};
+use crate::leader::{self, Authority, LeaderOp, RenewedCertificate};
+use crate::state::member_id;
+
+/// The longest the loop sleeps between looks (an address change is noticed this fast).
+const LOOK_EVERY: Duration = Duration::from_secs(2);
+/// Retries of a failed renewal back off up to this.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// What the certificate on disk says, and what the cluster records for this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFacts {
+    pub issued_ms: u64,
+    pub expires_ms: u64,
+    /// The advertise host(s) the certificate names.
+    pub hosts: Vec<String>,
+    /// The host of the address the cluster records for this member, if known.
+    pub recorded_host: Option<String>,
+}
+
+/// Whether to renew now, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Not yet: look again at `due_ms` (or sooner).
+    Wait { due_ms: u64 },
+    /// Two thirds of the lifetime have passed.
+    Aging,
+    /// The member's recorded address moved; the certificate names the old host.
+    AddressMoved { to: String },
+}
+
+/// The renewal policy.
+pub fn decide(now_ms: u64, facts: &CertFacts) -> Decision {
+    if let Some(host) = &facts.recorded_host {
+        let host = host.to_ascii_lowercase();
+        if !facts.hosts.contains(&host) {
+            return Decision::AddressMoved { to: host };
+        }
+    }
+    let due_ms = tls::renewal_due_ms(facts.issued_ms, facts.expires_ms);
+    if now_ms >= due_ms {
+        Decision::Aging
+    } else {
+        Decision::Wait { due_ms }
+    }
+}
+
+/// Renews this node's certificate whenever [`decide`] says so, for as long as the node runs.
+pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
+    let key = match NodeKey::from_pem(&key_pem) {
+        Ok(key) => key,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot load this node's key; certificates will not be renewed");
+            return;
+        }
+    };
+    let mut retry = Duration::from_secs(1);
+    loop {
+        follow_recorded_address(&agent);
+        let Some(facts) = facts(&agent) else {
+            tokio::time::sleep(LOOK_EVERY).await;
+            continue;
+        };
+        let now = now_ms();
+        let why = match decide(now, &facts) {
+            Decision::Wait { due_ms } => {
+                let wait = Duration::from_millis(due_ms.saturating_sub(now)).min(LOOK_EVERY);
+                tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
+                continue;
+            }
+            Decision::Aging => "two thirds of its lifetime have passed".to_string(),
+            Decision::AddressMoved { to } => format!("this member's address is now {to}"),
+        };
+        match renew_once(&agent, &key).await {
+            Ok(expires_ms) => {
+                retry = Duration::from_secs(1);
+                tracing::info!(
+                    reason = %why,
+                    expires_in_s = expires_ms.saturating_sub(now_ms()) / 1000,
+                    "renewed this node's certificate"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(reason = %why, error = %e, retry_in = ?retry, "could not renew this node's certificate");
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Keeps `cluster.json`'s address in step with the one the cluster records for this member,
+/// once a move (`node set-address`) has been applied here.
+fn follow_recorded_address(agent: &Agent) {
+    let recorded = agent
+        .raft()
+        .read_local(|s| s.nodes.get(&agent.node_id()).map(|n| n.addr.clone()))
+        .ok()
+        .flatten();
+    let Some(addr) = recorded else {
+        return;
+    };
+    match ClusterFile::record_advertise(agent.data_dir(), &addr) {
+        Ok(true) => tracing::warn!(
+            address = %addr,
+            "the cluster records this member at a new address; restart it with --advertise {addr}"
+        ),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot record this member's new address in cluster.json")
+        }
+    }
+}
+
+/// The facts [`decide`] needs, from the data dir and the applied state.
+fn facts(agent: &Agent) -> Option<CertFacts> {
+    let files = datadir::read_tls(agent.data_dir()).ok()?;
+    let (issued_ms, expires_ms) = tls::cert_lifetime_ms(&files.cert_pem).ok()?;
+    let hosts = tls::cert_hosts(&files.cert_pem).ok()?;
+    let recorded_host = agent
+        .raft()
+        .read_local(|s| s.nodes.get(&agent.node_id()).map(|n| n.addr.clone()))
+        .ok()
+        .flatten()
+        .map(|addr| crate::config::host_of(&addr).to_string());
+    Some(CertFacts {
+        issued_ms,
+        expires_ms,
+        hosts,
+        recorded_host,
+    })
+}
+
+/// Asks the leader for a new certificate, stores it, and puts it in use. Returns its expiry.
+async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
+    let csr_pem = key
+        .csr_pem(agent.name(), "localhost")
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let answer = leader::run(
+        agent,
+        &Authority::Node,
+        LeaderOp::RenewCertificate {
+            node_id: member_id(agent.node_id()),
+            csr_pem,
+        },
+    )
+    .await?;
+    let renewed: RenewedCertificate = leader::decode(answer)?;
+    // The answer is checked before it replaces anything: it must be for this node and this
+    // key (the credentials refuse a certificate that does not match the key) and trust a CA
+    // this node already trusts.
+    let identity = tls::peer_identity(
+        &tls::first_cert_der(&renewed.cert_pem).map_err(|e| ApiError::internal(e.to_string()))?,
+    )
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    if identity.node_id != agent.node_id() || identity.cluster_id != agent.cluster_id() {
+        return Err(ApiError::internal(
+            "the leader issued a certificate for another node; keeping the current one",
+        ));
+    }
+    if tls::spki_pin(&renewed.ca_cert_pem).map_err(|e| ApiError::internal(e.to_string()))?
+        != agent.ca_pin()
+    {
+        return Err(ApiError::internal(
+            "the leader's answer names another CA; keeping the current certificate",
+        ));
+    }
+    let expires_ms =
+        tls::cert_expires_ms(&renewed.cert_pem).map_err(|e| ApiError::internal(e.to_string()))?;
+    let key_pem = key.to_pem();
+    // Build first (proves the key matches), write durably, then swap.
+    tls::NodeCredentials::new(&renewed.ca_cert_pem, &renewed.cert_pem, &key_pem)
+        .map_err(|e| ApiError::internal(format!("the renewed certificate is unusable: {e}")))?;
+    datadir::write_tls(agent.data_dir(), &renewed.ca_cert_pem, &renewed.cert_pem)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    agent
+        .credentials()
+        .replace(&renewed.ca_cert_pem, &renewed.cert_pem, &key_pem)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(expires_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(issued: u64, expires: u64, hosts: &[&str], recorded: Option<&str>) -> CertFacts {
+        CertFacts {
+            issued_ms: issued,
+            expires_ms: expires,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            recorded_host: recorded.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn renews_at_two_thirds_of_the_lifetime_or_when_the_address_moved() {
+        let year = 365 * 24 * 3600 * 1000u64;
+        let cases: &[(&str, u64, CertFacts, Decision)] = &[
+            (
+                "fresh",
+                1_000,
+                facts(0, 30_000, &["10.0.0.1"], Some("10.0.0.1")),
+                Decision::Wait { due_ms: 20_000 },
+            ),
+            (
+                "just before two thirds",
+                19_999,
+                facts(0, 30_000, &["10.0.0.1"], Some("10.0.0.1")),
+                Decision::Wait { due_ms: 20_000 },
+            ),
+            (
+                "at two thirds",
+                20_000,
+                facts(0, 30_000, &["10.0.0.1"], Some("10.0.0.1")),
+                Decision::Aging,
+            ),
+            (
+                "expired",
+                40_000,
+                facts(0, 30_000, &["10.0.0.1"], None),
+                Decision::Aging,
+            ),
+            (
+                "a year, eight months in",
+                year / 12 * 8 + 1,
+                facts(0, year, &["n1.example"], Some("N1.example")),
+                Decision::Aging,
+            ),
+            (
+                "address moved",
+                1_000,
+                facts(0, year, &["10.0.0.1"], Some("10.0.0.9")),
+                Decision::AddressMoved {
+                    to: "10.0.0.9".into(),
+                },
+            ),
+            (
+                "record not applied yet",
+                1_000,
+                facts(0, year, &["10.0.0.1"], None),
+                Decision::Wait {
+                    due_ms: year / 3 * 2,
+                },
+            ),
+        ];
+        for (name, now, facts, want) in cases {
+            assert_eq!(&decide(*now, facts), want, "{name}");
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! A member whose certificate expired while it was down: its peers refuse that certificate,
+//! so before it starts it gets a new one the way a joiner does, with a join token, keeping
+//! its key, its node id and its data. The leader re-admits a member it already records
+//! without taking a use of the token (the key proves it is that member).
+
+use muster_shared::tls;
+use muster_shared::token::{SecretToken, TokenKind};
+
+use super::join::Joiner;
+use crate::api::join::TokenJoinRequest;
+use crate::api::paths;
+use crate::clock::now_ms;
+use crate::config::{AgentConfig, host_of};
+use crate::datadir::{self, ClusterFile, Identity};
+use crate::error::AgentError;
+
+/// Renews the certificate in the data dir if it has expired (true); does nothing otherwise.
+pub async fn renew_if_expired(
+    config: &AgentConfig,
+    identity: &Identity,
+    cluster: &ClusterFile,
+) -> Result<bool, AgentError> {
+    let files = datadir::read_tls(&config.data_dir)?;
+    let expires_ms = tls::cert_expires_ms(&files.cert_pem)?;
+    let now = now_ms();
+    if expires_ms > now {
+        return Ok(false);
+    }
+    let ago = muster_shared::duration::format_duration(std::time::Duration::from_secs(
+        (now - expires_ms) / 1000,
+    ));
+    let (Some(setting), false) = (&config.token, config.join.is_empty()) else {
+        return Err(AgentError::Refused(format!(
+            "this node's certificate expired {ago} ago while it was down, and its peers refuse \
+             it. It renews its own while it runs; to renew it now, start it once with a join \
+             token: muster agent … --join <member HOST:PORT> --token <token from `muster token \
+             create` on a member>. It keeps its identity, role and data (the token is not used \
+             up)"
+        )));
+    };
+    let token = SecretToken::parse(TokenKind::Join, &setting.value)
+        .map_err(|e| AgentError::Usage(format!("{}: {e}", setting.source)))?;
+    let pin = tls::spki_pin(&files.ca_pem)?;
+    let request = TokenJoinRequest {
+        token_id: token.id().to_string(),
+        secret: token.secret().to_string(),
+        node_id: identity.member_id(),
+        name: identity.name.clone(),
+        addr: config.advertise.clone(),
+        key_fingerprint: identity.key.fingerprint(),
+        csr_pem: identity
+            .key
+            .csr_pem(&identity.name, host_of(&config.advertise))?,
+    };
+    println!(
+        "this node's certificate expired {ago} ago; renewing it with token {} through {} …",
+        token.id(),
+        config.join.join(", ")
+    );
+    let (response, via) = Joiner::new(&pin, &config.join, paths::TOKEN_JOIN, &request)?
+        .join()
+        .await?;
+    if response.node_id != identity.member_id()
+        || response.cluster_id != cluster.cluster_id()
+        || tls::spki_pin(&response.ca_cert_pem)? != pin
+    {
+        return Err(AgentError::Refused(format!(
+            "ca_pin_mismatch: {via} answered with another CA, cluster or node id; keeping the \
+             expired certificate"
+        )));
+    }
+    datadir::write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
+    println!("renewed this node's certificate through {via}");
+    Ok(true)
+}

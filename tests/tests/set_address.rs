@@ -1,0 +1,196 @@
+//! A member's address changes while the cluster serves writes, without a remove and rejoin:
+//! the member restarted on a new address with `--allow-address-change` asks the leader to
+//! record it; an operator moves another with `muster node set-address`. Either way the peers
+//! dial the new address, the member renews its certificate for the new host, and its next
+//! start expects the new --advertise.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use muster_tests::{AgentProc, OperatorApi, free_port, init_and_join, tail, wait_for};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn cert_hosts(agent: &AgentProc) -> Vec<String> {
+    let pem = std::fs::read_to_string(agent.data_dir.join("tls/node.pem")).unwrap_or_default();
+    muster_shared::tls::cert_hosts(&pem).unwrap_or_default()
+}
+
+fn recorded_advertise(agent: &AgentProc) -> String {
+    let text = std::fs::read_to_string(agent.data_dir.join("cluster.json")).unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    json["advertise"].as_str().unwrap_or_default().to_string()
+}
+
+/// Waits until `observer`'s status lists `name` at `addr`, reachable, and `moved` holds a
+/// certificate for the new host and expects it in cluster.json.
+async fn wait_moved(observer: &AgentProc, moved: &AgentProc, addr: &str) {
+    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
+    wait_for(
+        &format!("{} to be served at {addr}", moved.name),
+        WAIT,
+        || async {
+            let s = observer.status().await?;
+            let member = s["members"]
+                .as_array()?
+                .iter()
+                .find(|m| m["name"] == moved.name.as_str())?
+                .clone();
+            (member["address"] == addr
+                && member["reachable"] == true
+                && cert_hosts(moved) == vec![host.to_string()]
+                && recorded_advertise(moved) == addr)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\n--- {}\n{}\n--- {}\n{}",
+            moved.name,
+            tail(&moved.log(), 20),
+            observer.name,
+            tail(&observer.log(), 20)
+        )
+    });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_moves_to_a_new_address_while_the_cluster_serves_writes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut agents = init_and_join(tmp.path(), &["m1", "m2", "m3"])
+        .await
+        .expect("three members");
+    let operator = agents[0]
+        .cli(&["operator-token", "create"])
+        .await
+        .expect("operator token")
+        .1
+        .trim()
+        .to_string();
+    let api = OperatorApi::new(&operator, Duration::from_secs(10)).expect("api");
+
+    // A writer through m1 for the whole test.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let writer = tokio::spawn({
+        let (api, addr, stop, ok, failed) = (
+            api.clone(),
+            agents[0].addr.clone(),
+            stop.clone(),
+            ok.clone(),
+            failed.clone(),
+        );
+        async move {
+            let mut errors = Vec::new();
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                match api.put(&addr, &format!("w/{i}"), "v").await {
+                    Ok(r) if r.ok() => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        errors.push(format!("{other:?}"));
+                    }
+                }
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            errors
+        }
+    });
+
+    // m3's machine comes back on another address. Without the flag the start is refused.
+    let moved_to = format!("127.0.0.5:{}", free_port());
+    let m3 = &mut agents[2];
+    m3.terminate().await.expect("stop m3");
+    m3.set_flag("--listen", Some(&moved_to));
+    m3.set_flag("--advertise", Some(&moved_to));
+    m3.restart().expect("start m3 moved");
+    let exit = m3.wait_exit(WAIT).await.expect("refused");
+    assert_eq!(exit, Some(64), "{}", tail(&m3.log(), 10));
+    assert!(
+        m3.last_log().contains("--allow-address-change"),
+        "{}",
+        m3.last_log()
+    );
+    m3.args_push("--allow-address-change");
+    m3.addr = moved_to.clone();
+    m3.restart().expect("start m3 with --allow-address-change");
+    wait_moved(&agents[0], &agents[2], &moved_to).await;
+    // It serves there (operators reach it at the new address) and holds every write.
+    let reply = api.put(&moved_to, "moved", "m3").await.expect("put via m3");
+    assert!(reply.ok(), "{reply:?}");
+
+    // An operator moves m2: it already listens on every address of its port.
+    let m2_port = agents[1]
+        .addr
+        .rsplit_once(':')
+        .map(|(_, p)| p.to_string())
+        .expect("port");
+    let m2 = &mut agents[1];
+    m2.terminate().await.expect("stop m2");
+    m2.set_flag("--listen", Some(&format!("0.0.0.0:{m2_port}")));
+    m2.restart().expect("m2 on every address");
+    wait_for("m2 to be back", WAIT, || async {
+        let s = agents[0].status().await?;
+        s["members"]
+            .as_array()?
+            .iter()
+            .any(|m| m["name"] == "m2" && m["reachable"] == true)
+            .then_some(())
+    })
+    .await
+    .expect("m2 back");
+    let m2_to = format!("127.0.0.6:{m2_port}");
+    let (code, out, err) = agents[0]
+        .cli(&["node", "set-address", "m2", &m2_to])
+        .await
+        .expect("set-address");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("moved from"), "{out}");
+    wait_moved(&agents[0], &agents[1], &m2_to).await;
+    // Again: nothing to change. Another member's address: refused with a stable kind.
+    let (code, out, _) = agents[0]
+        .cli(&["node", "set-address", "m2", &m2_to])
+        .await
+        .expect("again");
+    assert_eq!(code, 0);
+    assert!(out.contains("nothing changed"), "{out}");
+    let (code, out, err) = agents[0]
+        .cli(&["node", "set-address", "m1", &moved_to, "--json"])
+        .await
+        .expect("taken");
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        format!("{out}{err}").contains("address_taken"),
+        "{out}{err}"
+    );
+
+    // m2's next start uses the new --advertise, with no flag.
+    let m2 = &mut agents[1];
+    m2.terminate().await.expect("stop m2");
+    m2.set_flag("--advertise", Some(&m2_to));
+    m2.set_flag("--listen", Some(&m2_to));
+    m2.addr = m2_to.clone();
+    m2.restart().expect("m2 at its new address");
+    wait_moved(&agents[0], &agents[1], &m2_to).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let errors = writer.await.expect("writer");
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert!(ok > 50, "the writer kept writing: {ok}");
+    assert_eq!(
+        failed,
+        0,
+        "no write failed: {:?}",
+        &errors[..errors.len().min(5)]
+    );
+    // Every member holds the last write.
+    for agent in &agents {
+        let reply = api.get(&agent.addr, "moved").await.expect("get");
+        assert_eq!(reply.body["value"], "m3", "{}: {reply:?}", agent.name);
+    }
+}
