@@ -1180,6 +1180,15 @@ impl AgentProc {
         }
     }
 
+    /// A new admin operator token, made on this agent's socket.
+    pub async fn operator_token(&self) -> Result<String> {
+        let (code, out, err) = self.cli(&["operator-token", "create"]).await?;
+        if code != 0 {
+            bail!("operator-token create exited {code}: {err}");
+        }
+        Ok(out.trim().to_string())
+    }
+
     /// Adds a flag without a value (`--allow-address-change`) for the next starts.
     pub fn args_push(&mut self, flag: &str) {
         if !self.args.iter().any(|a| a == flag) {
@@ -1523,6 +1532,43 @@ impl OperatorApi {
 
     pub async fn status(&self, addr: &str) -> Result<ApiReply> {
         self.call(addr, "GET", "/v1/status", None).await
+    }
+}
+
+/// A client that puts `w/<i>` every 20 ms through `addrs` in turn until stopped, and keeps
+/// every failure: for "no write failed while …" checks.
+pub struct Writer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(u64, Vec<String>)>,
+}
+
+impl Writer {
+    pub fn start(api: OperatorApi, addrs: Vec<String>) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let (mut ok, mut errors, mut i) = (0u64, Vec::new(), 0usize);
+                while !stop.load(Ordering::Relaxed) {
+                    let addr = &addrs[i % addrs.len().max(1)];
+                    match api.put(addr, &format!("w/{i}"), "v").await {
+                        Ok(r) if r.ok() => ok += 1,
+                        other => errors.push(format!("{addr}: {other:?}")),
+                    }
+                    i += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                (ok, errors)
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops the writer: how many writes succeeded, and every failure.
+    pub async fn stop(self) -> (u64, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap_or_default()
     }
 }
 

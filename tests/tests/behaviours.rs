@@ -259,7 +259,8 @@ async fn a_changed_advertise_on_restart_is_refused_naming_the_recorded_address()
     assert_eq!(code, 64, "{out}{err}");
     assert!(
         err.contains(&format!("--advertise {moved} differs from {}", a.addr))
-            && err.contains(&format!("Start with --advertise {}", a.addr)),
+            && err.contains(&format!("start with --advertise {}", a.addr))
+            && err.contains("--allow-address-change"),
         "{out}{err}"
     );
     // Nothing was changed: with its recorded address it comes back to the same cluster.

@@ -4,11 +4,9 @@
 //! dial the new address, the member renews its certificate for the new host, and its next
 //! start expects the new --advertise.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use muster_tests::{AgentProc, OperatorApi, free_port, init_and_join, tail, wait_for};
+use muster_tests::{AgentProc, OperatorApi, Writer, free_port, init_and_join, tail, wait_for};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -62,45 +60,11 @@ async fn a_member_moves_to_a_new_address_while_the_cluster_serves_writes() {
     let mut agents = init_and_join(tmp.path(), &["m1", "m2", "m3"])
         .await
         .expect("three members");
-    let operator = agents[0]
-        .cli(&["operator-token", "create"])
-        .await
-        .expect("operator token")
-        .1
-        .trim()
-        .to_string();
+    let operator = agents[0].operator_token().await.expect("operator token");
     let api = OperatorApi::new(&operator, Duration::from_secs(10)).expect("api");
 
     // A writer through m1 for the whole test.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let writer = tokio::spawn({
-        let (api, addr, stop, ok, failed) = (
-            api.clone(),
-            agents[0].addr.clone(),
-            stop.clone(),
-            ok.clone(),
-            failed.clone(),
-        );
-        async move {
-            let mut errors = Vec::new();
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                match api.put(&addr, &format!("w/{i}"), "v").await {
-                    Ok(r) if r.ok() => {
-                        ok.fetch_add(1, Ordering::Relaxed);
-                    }
-                    other => {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        errors.push(format!("{other:?}"));
-                    }
-                }
-                i += 1;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            errors
-        }
-    });
+    let writer = Writer::start(api.clone(), vec![agents[0].addr.clone()]);
 
     // m3's machine comes back on another address. Without the flag the start is refused.
     let moved_to = format!("127.0.0.5:{}", free_port());
@@ -178,13 +142,10 @@ async fn a_member_moves_to_a_new_address_while_the_cluster_serves_writes() {
     m2.restart().expect("m2 at its new address");
     wait_moved(&agents[0], &agents[1], &m2_to).await;
 
-    stop.store(true, Ordering::Relaxed);
-    let errors = writer.await.expect("writer");
-    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let (ok, errors) = writer.stop().await;
     assert!(ok > 50, "the writer kept writing: {ok}");
-    assert_eq!(
-        failed,
-        0,
+    assert!(
+        errors.is_empty(),
         "no write failed: {:?}",
         &errors[..errors.len().min(5)]
     );

@@ -64,21 +64,14 @@ struct Candidate {
 /// Signs the candidate's certificate, records it and adds it as a nonvoter.
 async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse, ApiError> {
     let ca = cluster_ca(agent)?;
-    let cert_pem = ca
-        .sign_node(
-            &candidate.csr_pem,
-            candidate.id,
-            agent.cluster_id(),
-            &candidate.key_fingerprint,
-            crate::config::host_of(&candidate.addr),
-            agent.cert_validity(),
-        )
-        .map_err(|e| {
-            ApiError::new(
-                ErrorKind::Unauthorized,
-                format!("certificate request refused: {e}"),
-            )
-        })?;
+    let cert_pem = sign_member(
+        agent,
+        &ca,
+        &candidate.csr_pem,
+        candidate.id,
+        &candidate.key_fingerprint,
+        &candidate.addr,
+    )?;
     agent.raft().write(candidate.record).await?;
     // A member asking again may be in the configuration already (as a voter, even).
     if !agent.raft().view().nodes.contains_key(&candidate.id) {
@@ -354,6 +347,32 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
     .await?;
     tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, "admitted a node with a join token as nonvoter");
     Ok(response)
+}
+
+/// Signs a certificate for member `id` at `addr` from `csr_pem`, which must carry the key with
+/// `key_fingerprint`, valid for this leader's `--cert-validity`.
+pub fn sign_member(
+    agent: &Agent,
+    ca: &ClusterCa,
+    csr_pem: &str,
+    id: NodeId,
+    key_fingerprint: &str,
+    addr: &str,
+) -> Result<String, ApiError> {
+    ca.sign_node(
+        csr_pem,
+        id,
+        agent.cluster_id(),
+        key_fingerprint,
+        crate::config::host_of(addr),
+        agent.cert_validity(),
+    )
+    .map_err(|e| {
+        ApiError::new(
+            ErrorKind::Unauthorized,
+            format!("certificate request refused: {e}"),
+        )
+    })
 }
 
 /// The cluster CA, with its key, from the replicated state.

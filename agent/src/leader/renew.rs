@@ -49,21 +49,14 @@ pub async fn renew(
         (Some(record), false) => record,
     };
     let ca = super::admit::cluster_ca(agent)?;
-    let cert_pem = ca
-        .sign_node(
-            csr_pem,
-            id,
-            agent.cluster_id(),
-            &record.key_fingerprint,
-            crate::config::host_of(&record.addr),
-            agent.cert_validity(),
-        )
-        .map_err(|e| {
-            ApiError::new(
-                ErrorKind::Unauthorized,
-                format!("certificate request refused: {e}"),
-            )
-        })?;
+    let cert_pem = super::admit::sign_member(
+        agent,
+        &ca,
+        csr_pem,
+        id,
+        &record.key_fingerprint,
+        &record.addr,
+    )?;
     tracing::info!(node = %record.name, id = %member_id(id), "renewed a member's certificate");
     Ok(RenewedCertificate {
         cert_pem,

@@ -6,11 +6,10 @@
 use muster_shared::tls;
 use muster_shared::token::{SecretToken, TokenKind};
 
-use super::join::Joiner;
-use crate::api::join::TokenJoinRequest;
+use super::join::{Joiner, token_join_request};
 use crate::api::paths;
 use crate::clock::now_ms;
-use crate::config::{AgentConfig, host_of};
+use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::AgentError;
 
@@ -41,17 +40,7 @@ pub async fn renew_if_expired(
     let token = SecretToken::parse(TokenKind::Join, &setting.value)
         .map_err(|e| AgentError::Usage(format!("{}: {e}", setting.source)))?;
     let pin = tls::spki_pin(&files.ca_pem)?;
-    let request = TokenJoinRequest {
-        token_id: token.id().to_string(),
-        secret: token.secret().to_string(),
-        node_id: identity.member_id(),
-        name: identity.name.clone(),
-        addr: config.advertise.clone(),
-        key_fingerprint: identity.key.fingerprint(),
-        csr_pem: identity
-            .key
-            .csr_pem(&identity.name, host_of(&config.advertise))?,
-    };
+    let request = token_join_request(config, identity, &token)?;
     println!(
         "this node's certificate expired {ago} ago; renewing it with token {} through {} …",
         token.id(),

@@ -137,17 +137,7 @@ pub async fn join_with_token(
             "no member address to join through: give --join HOST:PORT[,HOST:PORT…] (any members of the cluster)".into(),
         ));
     }
-    let request = TokenJoinRequest {
-        token_id: token.id().to_string(),
-        secret: token.secret().to_string(),
-        node_id: identity.member_id(),
-        name: identity.name.clone(),
-        addr: config.advertise.clone(),
-        key_fingerprint: identity.key.fingerprint(),
-        csr_pem: identity
-            .key
-            .csr_pem(&identity.name, host_of(&config.advertise))?,
-    };
+    let request = token_join_request(config, identity, token)?;
     println!(
         "joining with token {} through {} …",
         token.id(),
@@ -172,6 +162,25 @@ pub async fn join_with_token(
         running.agent().cluster_id()
     );
     Ok(running)
+}
+
+/// What a token joiner sends: the token, this node's name, address and key, and a CSR for it.
+pub fn token_join_request(
+    config: &AgentConfig,
+    identity: &Identity,
+    token: &SecretToken,
+) -> Result<TokenJoinRequest, AgentError> {
+    Ok(TokenJoinRequest {
+        token_id: token.id().to_string(),
+        secret: token.secret().to_string(),
+        node_id: identity.member_id(),
+        name: identity.name.clone(),
+        addr: config.advertise.clone(),
+        key_fingerprint: identity.key.fingerprint(),
+        csr_pem: identity
+            .key
+            .csr_pem(&identity.name, host_of(&config.advertise))?,
+    })
 }
 
 /// Checks an admission against what the joiner pinned, persists it, and starts the node.
