@@ -31,7 +31,8 @@ pub struct CertFacts {
     pub expires_ms: u64,
     /// The advertise host(s) the certificate names.
     pub hosts: Vec<String>,
-    /// The host of the address the cluster records for this member, if known.
+    /// The host of the address the cluster records for this member, spelled as a certificate
+    /// names it (`tls::advertise_san`); `None` if unknown or if no certificate names it.
     pub recorded_host: Option<String>,
 }
 
@@ -48,11 +49,10 @@ pub enum Decision {
 
 /// The renewal policy.
 pub fn decide(now_ms: u64, facts: &CertFacts) -> Decision {
-    if let Some(host) = &facts.recorded_host {
-        let host = host.to_ascii_lowercase();
-        if !facts.hosts.contains(&host) {
-            return Decision::AddressMoved { to: host };
-        }
+    if let Some(host) = &facts.recorded_host
+        && !facts.hosts.contains(host)
+    {
+        return Decision::AddressMoved { to: host.clone() };
     }
     let due_ms = tls::renewal_due_ms(facts.issued_ms, facts.expires_ms);
     if now_ms >= due_ms {
@@ -72,6 +72,9 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
         }
     };
     let mut retry = Duration::from_secs(1);
+    // A move is renewed for once: should the new certificate still not name the recorded host
+    // (a leader that spells it otherwise), asking again would only repeat the answer.
+    let mut renewed_for: Option<String> = None;
     loop {
         follow_recorded_address(&agent);
         let Some(facts) = facts(&agent) else {
@@ -79,7 +82,13 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
             continue;
         };
         let now = now_ms();
-        let why = match decide(now, &facts) {
+        let decision = match decide(now, &facts) {
+            Decision::AddressMoved { to } if renewed_for.as_ref() == Some(&to) => Decision::Wait {
+                due_ms: tls::renewal_due_ms(facts.issued_ms, facts.expires_ms),
+            },
+            other => other,
+        };
+        let why = match &decision {
             Decision::Wait { due_ms } => {
                 let wait = Duration::from_millis(due_ms.saturating_sub(now)).min(LOOK_EVERY);
                 tokio::time::sleep(wait.max(Duration::from_millis(100))).await;
@@ -91,6 +100,11 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
         match renew_once(&agent, &key).await {
             Ok(expires_ms) => {
                 retry = Duration::from_secs(1);
+                if let Decision::AddressMoved { to } = decision {
+                    renewed_for = Some(to);
+                }
+                // Never twice in a row without a pause, whatever the next look says.
+                tokio::time::sleep(LOOK_EVERY).await;
                 tracing::info!(
                     reason = %why,
                     expires_in_s = expires_ms.saturating_sub(now_ms()) / 1000,
@@ -139,7 +153,11 @@ fn facts(agent: &Agent) -> Option<CertFacts> {
         .read_local(|s| s.nodes.get(&agent.node_id()).map(|n| n.addr.clone()))
         .ok()
         .flatten()
-        .map(|addr| crate::config::host_of(&addr).to_string());
+        .and_then(|addr| {
+            tls::advertise_san(crate::config::host_of(&addr))
+                .ok()
+                .flatten()
+        });
     Some(CertFacts {
         issued_ms,
         expires_ms,
@@ -241,7 +259,7 @@ mod tests {
             (
                 "a year, eight months in",
                 year / 12 * 8 + 1,
-                facts(0, year, &["n1.example"], Some("N1.example")),
+                facts(0, year, &["n1.example"], Some("n1.example")),
                 Decision::Aging,
             ),
             (

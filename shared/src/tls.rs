@@ -938,6 +938,25 @@ pub fn cert_hosts(cert_pem: &str) -> Result<Vec<String>> {
     Ok(hosts)
 }
 
+/// The advertise host as a node certificate names it ([`cert_hosts`] spelling): an IP address
+/// in its canonical text, a DNS name lowercase without a trailing dot; `None` for the node's
+/// own identity name (the certificate then carries no extra SAN). Errors for a host no
+/// certificate can name (a reserved `.muster` name, not a DNS name).
+pub fn advertise_san(advertise_host: &str) -> Result<Option<String>> {
+    Ok(match host_san(advertise_host)? {
+        SanType::IpAddress(ip) => Some(ip.to_string()),
+        SanType::DnsName(name) if parse_identity_name(name.as_str()).is_some() => None,
+        SanType::DnsName(name) if is_reserved_name(name.as_str()) => {
+            return Err(TlsError::InvalidHost {
+                host: advertise_host.to_owned(),
+                reason: "names under .muster are reserved for node identities",
+            });
+        }
+        SanType::DnsName(name) => Some(name.as_str().to_owned()),
+        _ => None,
+    })
+}
+
 /// When a certificate issued at `issued_ms` and expiring at `expires_ms` is due for renewal:
 /// once two thirds of its lifetime have passed, leaving a third to reach a leader in.
 pub fn renewal_due_ms(issued_ms: u64, expires_ms: u64) -> u64 {

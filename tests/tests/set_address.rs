@@ -123,6 +123,25 @@ async fn a_member_moves_to_a_new_address_while_the_cluster_serves_writes() {
         .expect("again");
     assert_eq!(code, 0);
     assert!(out.contains("nothing changed"), "{out}");
+    // An address where the member does not answer: refused, nothing changes (a member moved
+    // there would be cut off).
+    let status = agents[0].status().await.expect("status");
+    let follower = ["m2", "m3"]
+        .into_iter()
+        .find(|n| status["leader"] != *n)
+        .expect("a follower");
+    let nowhere = format!("127.0.0.7:{}", free_port());
+    let (code, out, err) = agents[0]
+        .cli(&["node", "set-address", follower, &nowhere])
+        .await
+        .expect("nowhere");
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("does not answer"), "{out}{err}");
+    let status = agents[0].status().await.expect("status");
+    assert!(
+        !status.to_string().contains(&nowhere),
+        "nothing changed: {status}"
+    );
     let (code, out, err) = agents[0]
         .cli(&["node", "set-address", "m1", &moved_to, "--json"])
         .await

@@ -17,6 +17,8 @@ use crate::state::{Node, NodeId, Request, member_id};
 pub async fn set_address(agent: &Agent, name: &str, addr: &str) -> Result<AddressChange, ApiError> {
     crate::config::validate_host_port("address", addr)
         .map_err(|e| ApiError::invalid(e.to_string()))?;
+    muster_shared::tls::advertise_san(crate::config::host_of(addr))
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
     let _one_at_a_time = agent.membership_ops().lock().await;
     let nodes = agent.raft().read_linearizable(|s| s.nodes.clone()).await?;
     let (id, record) = find(&nodes, name)?;
@@ -41,6 +43,7 @@ pub async fn set_address(agent: &Agent, name: &str, addr: &str) -> Result<Addres
     if !change.changed && in_configuration.as_ref().is_none_or(|n| n.addr == addr) {
         return Ok(change);
     }
+    answers_there(agent, id, &record.name, addr).await?;
     // The configuration first: peers dial what it says. A retry after a failure between the
     // two writes finds the record still old and finishes the change.
     if in_configuration.is_some() {
@@ -65,13 +68,49 @@ pub async fn set_address(agent: &Agent, name: &str, addr: &str) -> Result<Addres
     Ok(change)
 }
 
+/// A member moved to an address where it does not answer would be cut off (and, after
+/// `--cleanup-dead-after`, removed for good): the leader first reaches it there, over mutual
+/// TLS, by its identity name, which only that member's certificate carries.
+async fn answers_there(agent: &Agent, id: NodeId, name: &str, addr: &str) -> Result<(), ApiError> {
+    if id == agent.node_id() {
+        // The leader itself: whoever dials it will find out; it cannot dial itself meaningfully.
+        return Ok(());
+    }
+    let unreachable = |why: String| {
+        ApiError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "{name} does not answer at {addr} ({why}); it must listen there before it is moved \
+                 (its --listen must cover that address)"
+            ),
+        )
+    };
+    let peer = agent
+        .peers()
+        .get(id, addr)
+        .await
+        .map_err(|e| unreachable(e.to_string()))?;
+    let answer = peer
+        .http
+        .get(format!("{}{}", peer.base, crate::api::paths::MEMBER_CHECK))
+        .timeout(std::time::Duration::from_secs(3))
+        .send()
+        .await;
+    // Whatever the route answers, the handshake proved the member is there.
+    let result = answer.map(|_| ()).map_err(|e| unreachable(e.to_string()));
+    agent.peers().forget(id);
+    result
+}
+
 fn find<'a>(
     nodes: &'a std::collections::BTreeMap<NodeId, crate::state::NodeRecord>,
     name: &str,
 ) -> Result<(NodeId, &'a crate::state::NodeRecord), ApiError> {
+    // An exact name first: a member may be named like another member's id.
     nodes
         .iter()
-        .find(|(id, n)| n.name == name || member_id(**id) == name)
+        .find(|(_, n)| n.name == name)
+        .or_else(|| nodes.iter().find(|(id, _)| member_id(**id) == name))
         .map(|(id, n)| (*id, n))
         .ok_or_else(|| {
             ApiError::new(

@@ -40,10 +40,9 @@ pub async fn start(
             return Err(AgentError::Usage(format!(
                 "--advertise {} differs from {recorded}, the address the cluster records for this \
                  member, so peers still dial {recorded}. If this machine really moved, start it \
-                 with --allow-address-change (it asks the leader to record the new address), or \
-                 move it first with `muster node set-address {} {}` on a member; otherwise start \
-                 with --advertise {recorded}",
-                config.advertise, identity.name, config.advertise
+                 with --allow-address-change (it asks the leader to record the new address); \
+                 otherwise start with --advertise {recorded}",
+                config.advertise
             )));
         }
         Some(recorded) if recorded != config.advertise => Some(recorded.to_string()),
