@@ -151,8 +151,30 @@ impl Agent {
         &self.cluster_id
     }
 
-    pub fn ca_pin(&self) -> &str {
-        &self.ca_pin
+    /// The pin new tokens carry: that of the CA that signs members' certificates now (the new
+    /// one during a CA rotation, once every member trusts it).
+    pub fn ca_pin(&self) -> String {
+        self.raft
+            .read_local(|s| s.signing_ca().map(|ca| ca.cert_pem.clone()))
+            .ok()
+            .flatten()
+            .and_then(|pem| muster_shared::tls::spki_pin(&pem).ok())
+            .unwrap_or_else(|| self.ca_pin.clone())
+    }
+
+    /// True if `pin` is that of a CA this cluster trusts now (during a CA rotation, either).
+    pub fn trusts_ca_pin(&self, pin: &str) -> bool {
+        let pins: Vec<String> = self
+            .raft
+            .read_local(|s| s.trusted_ca_pems())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|pem| muster_shared::tls::spki_pin(pem).ok())
+            .collect();
+        if pins.is_empty() {
+            return pin == self.ca_pin;
+        }
+        pins.iter().any(|p| p == pin)
     }
 
     pub fn peers(&self) -> &PeerClients {

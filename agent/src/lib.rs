@@ -16,7 +16,7 @@
 //! | `observe/`    | what monitoring sees: Prometheus metrics, health and readiness, the status page |
 //! | `notify`      | systemd's notify protocol: READY=1, STATUS=, WATCHDOG=1 |
 //! | `reconcile`   | the leader's reconciler: gather a view, ask `policy::plan`, apply one change |
-//! | `renew`       | keeping this node's certificate valid and matching its address, without a restart |
+//! | `renew`       | keeping this node's certificate valid, matching its address and its cluster's CAs, without a restart |
 //! | `watch`       | a node learning of its own removal |
 //! | `leader/`     | operations that run on the leader (admission, tokens and their scopes, removal, backup, kv, leases and their clock, FleetLock, status), the dispatcher and the forwarder |
 //! | `agent`       | the running node's shared state, as plain data |

@@ -3,7 +3,9 @@
 //! from the one the certificate names (after `muster node set-address`), the node sends the
 //! leader a CSR for its own key, stores the answer durably, and swaps it into the credentials
 //! its listener and clients read at every handshake. A moved member's `cluster.json` follows
-//! its recorded address too, so that its next start expects the new `--advertise`.
+//! its recorded address too, so that its next start expects the new `--advertise`. During a CA
+//! rotation (`state/ca_rotation.rs`) the node also takes the cluster's CAs into use as they
+//! change, renews from the new CA once it signs, and reports each step to the leader.
 //!
 //! [`decide`] is the policy (pure); [`renewal_loop`] carries it out.
 
@@ -17,6 +19,7 @@ use crate::api::ApiError;
 use crate::clock::now_ms;
 use crate::datadir::{self, ClusterFile};
 use crate::leader::{self, Authority, LeaderOp, RenewedCertificate};
+use crate::state::ca_rotation::CaStage;
 use crate::state::member_id;
 
 /// The longest the loop sleeps between looks (an address change is noticed this fast).
@@ -31,6 +34,9 @@ pub struct CertFacts {
     pub expires_ms: u64,
     /// The advertise host(s) the certificate names.
     pub hosts: Vec<String>,
+    /// Whether the CA that signs members' certificates now issued it (false during a CA
+    /// rotation until this member has renewed).
+    pub from_signing_ca: bool,
     /// The host of the address the cluster records for this member, spelled as a certificate
     /// names it (`tls::advertise_san`); `None` if unknown or if no certificate names it.
     pub recorded_host: Option<String>,
@@ -45,6 +51,8 @@ pub enum Decision {
     Aging,
     /// The member's recorded address moved; the certificate names the old host.
     AddressMoved { to: String },
+    /// A CA rotation: another CA signs now.
+    NewCa,
 }
 
 /// The renewal policy.
@@ -53,6 +61,9 @@ pub fn decide(now_ms: u64, facts: &CertFacts) -> Decision {
         && !facts.hosts.contains(host)
     {
         return Decision::AddressMoved { to: host.clone() };
+    }
+    if !facts.from_signing_ca {
+        return Decision::NewCa;
     }
     let due_ms = tls::renewal_due_ms(facts.issued_ms, facts.expires_ms);
     if now_ms >= due_ms {
@@ -77,6 +88,7 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
     let mut renewed_for: Option<String> = None;
     loop {
         follow_recorded_address(&agent);
+        follow_trust(&agent, &key_pem).await;
         let Some(facts) = facts(&agent) else {
             tokio::time::sleep(LOOK_EVERY).await;
             continue;
@@ -96,6 +108,7 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
             }
             Decision::Aging => "two thirds of its lifetime have passed".to_string(),
             Decision::AddressMoved { to } => format!("this member's address is now {to}"),
+            Decision::NewCa => "the cluster's CA is being rotated".to_string(),
         };
         match renew_once(&agent, &key).await {
             Ok(expires_ms) => {
@@ -103,13 +116,13 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
                 if let Decision::AddressMoved { to } = decision {
                     renewed_for = Some(to);
                 }
-                // Never twice in a row without a pause, whatever the next look says.
-                tokio::time::sleep(LOOK_EVERY).await;
                 tracing::info!(
                     reason = %why,
                     expires_in_s = expires_ms.saturating_sub(now_ms()) / 1000,
                     "renewed this node's certificate"
                 );
+                // Never twice in a row without a pause, whatever the next look says.
+                tokio::time::sleep(LOOK_EVERY).await;
             }
             Err(e) => {
                 tracing::warn!(reason = %why, error = %e, retry_in = ?retry, "could not renew this node's certificate");
@@ -143,11 +156,89 @@ fn follow_recorded_address(agent: &Agent) {
     }
 }
 
+/// Keeps the CAs this node trusts in step with the cluster's (a CA rotation adds the new one,
+/// its end drops the old), and tells the leader how far this member is in a rotation.
+async fn follow_trust(agent: &Agent, key_pem: &str) {
+    let me = agent.node_id();
+    let Ok((trusted, next)) = agent.raft().read_local(|s| {
+        (
+            s.trusted_ca_pems(),
+            s.ca_next.as_ref().map(|n| {
+                (
+                    n.pin.clone(),
+                    n.ca.cert_pem.clone(),
+                    n.trusted_by.contains(&me),
+                    n.reissued_by.contains(&me),
+                )
+            }),
+        )
+    }) else {
+        return;
+    };
+    let Ok(files) = datadir::read_tls(agent.data_dir()) else {
+        return;
+    };
+    let bundle = trusted.concat();
+    if !bundle.is_empty() && files.ca_pem != bundle {
+        // Checked before it is written; written before it is used.
+        let swapped = tls::NodeCredentials::new(&bundle, &files.cert_pem, key_pem)
+            .map_err(|e| e.to_string())
+            .and_then(|_| {
+                datadir::write_trust(agent.data_dir(), &bundle).map_err(|e| e.to_string())
+            })
+            .and_then(|()| {
+                agent
+                    .credentials()
+                    .replace(&bundle, &files.cert_pem, key_pem)
+                    .map_err(|e| e.to_string())
+            });
+        match swapped {
+            Ok(()) => tracing::info!(
+                trusted_cas = trusted.len(),
+                "the cluster's CAs changed; this node now trusts {}",
+                if trusted.len() > 1 {
+                    "the old and the new CA"
+                } else {
+                    "the current CA only"
+                }
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take the cluster's CAs into use");
+                return;
+            }
+        }
+    }
+    let Some((pin, next_cert, trusts, reissued)) = next else {
+        return;
+    };
+    let stage = if !reissued && tls::issued_by(&files.cert_pem, &next_cert) {
+        CaStage::Reissued
+    } else if !trusts {
+        CaStage::Trusted
+    } else {
+        return;
+    };
+    let op = LeaderOp::CaAck {
+        node_id: member_id(me),
+        pin,
+        stage,
+    };
+    if let Err(e) = leader::run(agent, &Authority::Node, op).await {
+        tracing::info!(error = %e, ?stage, "cannot report this member's CA rotation progress yet");
+    }
+}
+
 /// The facts [`decide`] needs, from the data dir and the applied state.
 fn facts(agent: &Agent) -> Option<CertFacts> {
     let files = datadir::read_tls(agent.data_dir()).ok()?;
     let (issued_ms, expires_ms) = tls::cert_lifetime_ms(&files.cert_pem).ok()?;
     let hosts = tls::cert_hosts(&files.cert_pem).ok()?;
+    let signing = agent
+        .raft()
+        .read_local(|s| s.signing_ca().map(|ca| ca.cert_pem.clone()))
+        .ok()
+        .flatten();
+    let from_signing_ca = signing.is_none_or(|ca| tls::issued_by(&files.cert_pem, &ca));
     let recorded_host = agent
         .raft()
         .read_local(|s| s.nodes.get(&agent.node_id()).map(|n| n.addr.clone()))
@@ -162,6 +253,7 @@ fn facts(agent: &Agent) -> Option<CertFacts> {
         issued_ms,
         expires_ms,
         hosts,
+        from_signing_ca,
         recorded_host,
     })
 }
@@ -193,24 +285,27 @@ async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
             "the leader issued a certificate for another node; keeping the current one",
         ));
     }
-    if tls::spki_pin(&renewed.ca_cert_pem).map_err(|e| ApiError::internal(e.to_string()))?
-        != agent.ca_pin()
-    {
+    let ca_pin =
+        tls::spki_pin(&renewed.ca_cert_pem).map_err(|e| ApiError::internal(e.to_string()))?;
+    if !agent.trusts_ca_pin(&ca_pin) || !tls::issued_by(&renewed.cert_pem, &renewed.ca_cert_pem) {
         return Err(ApiError::internal(
-            "the leader's answer names another CA; keeping the current certificate",
+            "the leader's answer is not from a CA this cluster trusts; keeping the current certificate",
         ));
     }
     let expires_ms =
         tls::cert_expires_ms(&renewed.cert_pem).map_err(|e| ApiError::internal(e.to_string()))?;
     let key_pem = key.to_pem();
+    let trust = datadir::read_tls(agent.data_dir())
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .ca_pem;
     // Build first (proves the key matches), write durably, then swap.
-    tls::NodeCredentials::new(&renewed.ca_cert_pem, &renewed.cert_pem, &key_pem)
+    tls::NodeCredentials::new(&trust, &renewed.cert_pem, &key_pem)
         .map_err(|e| ApiError::internal(format!("the renewed certificate is unusable: {e}")))?;
-    datadir::write_tls(agent.data_dir(), &renewed.ca_cert_pem, &renewed.cert_pem)
+    datadir::write_cert(agent.data_dir(), &renewed.cert_pem)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     agent
         .credentials()
-        .replace(&renewed.ca_cert_pem, &renewed.cert_pem, &key_pem)
+        .replace(&trust, &renewed.cert_pem, &key_pem)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(expires_ms)
 }
@@ -223,6 +318,7 @@ mod tests {
         CertFacts {
             issued_ms: issued,
             expires_ms: expires,
+            from_signing_ca: true,
             hosts: hosts.iter().map(|h| h.to_string()).collect(),
             recorded_host: recorded.map(str::to_string),
         }
@@ -269,6 +365,15 @@ mod tests {
                 Decision::AddressMoved {
                     to: "10.0.0.9".into(),
                 },
+            ),
+            (
+                "another CA signs now",
+                1_000,
+                CertFacts {
+                    from_signing_ca: false,
+                    ..facts(0, year, &["10.0.0.1"], Some("10.0.0.1"))
+                },
+                Decision::NewCa,
             ),
             (
                 "record not applied yet",

@@ -384,6 +384,14 @@ pub fn spki_pin(cert_pem: &str) -> Result<String> {
     spki_pin_der(&first_cert(cert_pem)?)
 }
 
+/// The pins of every certificate in `pem` (a trust bundle: two CAs during a CA rotation).
+pub fn bundle_pins(pem: &str) -> Result<Vec<String>> {
+    certs(pem)?
+        .iter()
+        .map(|der| spki_pin_der(der.as_ref()))
+        .collect()
+}
+
 /// [`spki_pin`] for a DER certificate.
 pub fn spki_pin_der(cert_der: &[u8]) -> Result<String> {
     Ok(sha256_hex(
@@ -955,6 +963,17 @@ pub fn advertise_san(advertise_host: &str) -> Result<Option<String>> {
         SanType::DnsName(name) => Some(name.as_str().to_owned()),
         _ => None,
     })
+}
+
+/// True if the first certificate in `cert_pem` carries a valid signature of the CA in `ca_pem`.
+pub fn issued_by(cert_pem: &str, ca_pem: &str) -> bool {
+    let (Ok(cert_der), Ok(ca_der)) = (first_cert(cert_pem), first_cert(ca_pem)) else {
+        return false;
+    };
+    let (Ok(cert), Ok(ca)) = (parse_cert(&cert_der), parse_cert(&ca_der)) else {
+        return false;
+    };
+    cert.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 /// When a certificate issued at `issued_ms` and expiring at `expires_ms` is due for renewal:

@@ -1554,7 +1554,8 @@ impl Writer {
                     let addr = &addrs[i % addrs.len().max(1)];
                     match api.put(addr, &format!("w/{i}"), "v").await {
                         Ok(r) if r.ok() => ok += 1,
-                        other => errors.push(format!("{addr}: {other:?}")),
+                        Ok(r) => errors.push(format!("{addr}: {} {}", r.status, r.body)),
+                        Err(e) => errors.push(format!("{addr}: {e:#}")),
                     }
                     i += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;

@@ -35,6 +35,8 @@ pub enum ErrorKind {
     NameTaken,
     /// Another member has this address (`node set-address`).
     AddressTaken,
+    /// A CA rotation is in progress (a second `ca rotate`), or not complete (`--finish`).
+    CaRotationPending,
     /// A removal that would leave the voters without a reachable majority (`--force` overrides).
     WouldLoseQuorum,
     /// The caller is a node that was removed from the cluster.
@@ -78,6 +80,7 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::TokenRevoked, "token_revoked", 403),
     (ErrorKind::NameTaken, "name_taken", 409),
     (ErrorKind::AddressTaken, "address_taken", 409),
+    (ErrorKind::CaRotationPending, "ca_rotation_pending", 409),
     (ErrorKind::WouldLoseQuorum, "would_lose_quorum", 409),
     (ErrorKind::Removed, "removed", 410),
     (ErrorKind::MembershipBusy, "membership_busy", 503),

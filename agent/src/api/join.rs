@@ -44,6 +44,7 @@ impl std::fmt::Debug for TokenJoinRequest {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JoinResponse {
     pub cluster_id: String,
+    /// The CAs to trust: the cluster's, and during a CA rotation the new one too.
     pub ca_cert_pem: String,
     pub cert_pem: String,
     pub node_id: String,

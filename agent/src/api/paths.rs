@@ -39,6 +39,9 @@ pub const FLEETLOCK: &str = "/v1/fleetlock";
 pub const SETTINGS: &str = "/v1/settings";
 /// Every member's report of itself, gathered by the member asked (`muster plan`).
 pub const PROBE: &str = "/v1/probe";
+/// `GET`: the cluster CA and the rotation in progress; `POST …/rotate`: start or finish one.
+pub const CA: &str = "/v1/ca";
+pub const CA_ROTATE: &str = "/v1/ca/rotate";
 pub const FLEETLOCK_GROUPS: &str = "/v1/fleetlock/groups";
 pub const FLEETLOCK_RELEASE: &str = "/v1/fleetlock/release";
 pub const FLEETLOCK_SETTINGS: &str = "/v1/fleetlock/settings";

@@ -221,3 +221,21 @@ pub struct AddressChange {
     /// False when the member was already recorded at that address.
     pub changed: bool,
 }
+
+/// `muster ca status`: the cluster CA and the rotation in progress, if any.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaStatus {
+    pub pin: String,
+    pub expires_ms: u64,
+    /// `none`, `trusting`, `reissuing` or `ready` (to finish).
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_pin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_expires_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_ms: Option<u64>,
+    /// The members the phase waits for, by name.
+    #[serde(default)]
+    pub waiting_for: Vec<String>,
+}

@@ -102,6 +102,11 @@ pub enum Command {
         #[command(subcommand)]
         command: CertCommand,
     },
+    /// The cluster CA: replace it with a new one while the cluster serves.
+    Ca {
+        #[command(subcommand)]
+        command: CaCommand,
+    },
     /// The cluster's desired state as a file: `muster config export > cluster.toml`.
     Config {
         #[command(subcommand)]
@@ -151,6 +156,29 @@ pub struct ApplyFlags {
 pub enum CertCommand {
     /// Every member's certificate and CA expiry, as each member reports it (needs an admin
     /// token over TCP).
+    Status(OperatorArgs),
+}
+
+#[derive(Subcommand)]
+pub enum CaCommand {
+    /// Start replacing the cluster CA: every member trusts a new CA next to the old, then
+    /// renews its certificate from it (no restart, no moment in which two members cannot
+    /// talk). Once `muster ca status` says `ready`, end it with `--finish`: the old CA is no
+    /// longer trusted, and join and operator tokens made before the rotation stop working
+    /// (make new ones). Needs an admin token over TCP.
+    Rotate {
+        /// End the rotation in progress (refused while a member still holds a certificate
+        /// from the old CA).
+        #[arg(long)]
+        finish: bool,
+        /// With --finish: end it even though some members have not moved (they are cut off
+        /// until they rejoin with a join token).
+        #[arg(long, requires = "finish")]
+        force: bool,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+    /// The cluster CA, and the rotation in progress: its phase and the members it waits for.
     Status(OperatorArgs),
 }
 

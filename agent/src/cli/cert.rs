@@ -1,9 +1,10 @@
 //! `muster cert status`: every member's certificate and CA expiry, as the members report them
-//! (the probes `muster plan` uses).
+//! (the probes `muster plan` uses); `muster ca rotate` and `muster ca status`.
 
 use super::{CliError, Target, output};
 use crate::api::paths;
 use crate::api::probe::ProbeReport;
+use crate::api::types::CaStatus;
 use crate::clock::now_ms;
 use crate::outln;
 
@@ -62,4 +63,66 @@ pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
         &[],
     );
     Ok(())
+}
+
+/// `muster ca rotate [--finish [--force]]`.
+pub async fn ca_rotate(
+    target: &Target,
+    finish: bool,
+    force: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let body = serde_json::json!({ "finish": finish, "force": force }).to_string();
+    let status: CaStatus = target.call("POST", paths::CA_ROTATE, Some(body)).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(());
+    }
+    if finish {
+        outln!(
+            "CA rotation finished: the cluster's CA is now {} and the old one is no longer trusted. \
+             Join and operator tokens made before the rotation no longer work: make new ones \
+             (muster token create, muster operator-token create on a member)",
+            short(&status.pin)
+        );
+    } else {
+        outln!(
+            "CA rotation started: new CA {}. Members trust it next to the old one, then renew \
+             their certificates from it. Watch `muster ca status`; when it says ready, run \
+             `muster ca rotate --finish`",
+            short(status.next_pin.as_deref().unwrap_or("?"))
+        );
+    }
+    Ok(())
+}
+
+/// `muster ca status`.
+pub async fn ca_status(target: &Target, json: bool) -> Result<(), CliError> {
+    let status: CaStatus = target.call("GET", paths::CA, None).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(());
+    }
+    outln!("CA        {}", status.pin);
+    match &status.next_pin {
+        None => outln!("rotation  none"),
+        Some(next) => {
+            outln!("next CA   {next}");
+            let what = match status.phase.as_str() {
+                "trusting" => "members are adding the new CA to what they trust",
+                "reissuing" => "members are renewing their certificates from the new CA",
+                "ready" => "every member has moved: run `muster ca rotate --finish`",
+                other => other,
+            };
+            outln!("phase     {} ({what})", status.phase);
+            if !status.waiting_for.is_empty() {
+                outln!("waiting   {}", status.waiting_for.join(", "));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn short(pin: &str) -> &str {
+    pin.get(..16).unwrap_or(pin)
 }

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use super::apply::ApplyArgs;
 use super::args::{
-    CertCommand, Command, ConfigCommand, FleetlockCommand, FleetlockGroupCommand, KvCommand,
-    LeaseCommand, NodeCommand, OperatorTokenCommand, SecretCommand, TokenCommand,
+    CaCommand, CertCommand, Command, ConfigCommand, FleetlockCommand, FleetlockGroupCommand,
+    KvCommand, LeaseCommand, NodeCommand, OperatorTokenCommand, SecretCommand, TokenCommand,
 };
 use super::{CliError, output};
 use crate::api::ErrorKind;
@@ -172,6 +172,12 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         Command::Cert {
             command: CertCommand::Status(op),
         } => Ok(super::cert::status(&op.target()?, op.json).await?),
+        Command::Ca {
+            command: CaCommand::Rotate { finish, force, op },
+        } => Ok(super::cert::ca_rotate(&op.target()?, finish, force, op.json).await?),
+        Command::Ca {
+            command: CaCommand::Status(op),
+        } => Ok(super::cert::ca_status(&op.target()?, op.json).await?),
         Command::Config {
             command: ConfigCommand::Export(op),
         } => Ok(super::apply::export(&op.target()?).await?),

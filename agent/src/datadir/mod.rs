@@ -144,6 +144,18 @@ pub fn size(dir: &Path) -> u64 {
         .sum()
 }
 
+/// Replaces this node's certificate (a renewal), durably.
+pub fn write_cert(dir: &Path, cert_pem: &str) -> Result<(), DataDirError> {
+    let path = dir.join(CERT_FILE);
+    write_private(&path, cert_pem.as_bytes()).map_err(DataDirError::io(&path))
+}
+
+/// Replaces the CAs this node trusts (one, or two during a CA rotation), durably.
+pub fn write_trust(dir: &Path, trust_pem: &str) -> Result<(), DataDirError> {
+    let path = dir.join(CA_FILE);
+    write_private(&path, trust_pem.as_bytes()).map_err(DataDirError::io(&path))
+}
+
 pub fn write_tls(dir: &Path, ca_pem: &str, cert_pem: &str) -> Result<(), DataDirError> {
     let tls_dir = dir.join("tls");
     std::fs::create_dir_all(&tls_dir).map_err(DataDirError::io(&tls_dir))?;

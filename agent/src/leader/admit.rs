@@ -63,7 +63,7 @@ struct Candidate {
 
 /// Signs the candidate's certificate, records it and adds it as a nonvoter.
 async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse, ApiError> {
-    let ca = cluster_ca(agent)?;
+    let (ca, trusted) = signing_ca(agent)?;
     let cert_pem = sign_member(
         agent,
         &ca,
@@ -88,7 +88,7 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
     }
     Ok(JoinResponse {
         cluster_id: agent.cluster_id().to_string(),
-        ca_cert_pem: ca.cert_pem().to_string(),
+        ca_cert_pem: trusted,
         cert_pem,
         node_id: member_id(candidate.id),
     })
@@ -269,15 +269,11 @@ pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, A
         _ => {}
     }
     let hash = record.secret_sha256;
+    let ca_pin = agent.ca_pin();
     Ok(SecretProof {
         cluster_id: agent.cluster_id().to_string(),
-        ca_pin: agent.ca_pin().to_string(),
-        proof: muster_shared::token::secret_proof(
-            &hash,
-            &hello.nonce,
-            agent.ca_pin(),
-            agent.cluster_id(),
-        ),
+        proof: muster_shared::token::secret_proof(&hash, &hello.nonce, &ca_pin, agent.cluster_id()),
+        ca_pin,
     })
 }
 
@@ -375,13 +371,19 @@ pub fn sign_member(
     })
 }
 
-/// The cluster CA, with its key, from the replicated state.
-pub fn cluster_ca(agent: &Agent) -> Result<ClusterCa, ApiError> {
-    let ca = agent.raft().read_local(|s| s.ca.clone())?.ok_or_else(|| {
+/// The CA that signs members' certificates now (during a CA rotation, the new one once every
+/// member trusts it), with its key, and the CAs members trust (one, or two), as one PEM.
+pub fn signing_ca(agent: &Agent) -> Result<(ClusterCa, String), ApiError> {
+    let (signing, trusted) = agent
+        .raft()
+        .read_local(|s| (s.signing_ca().cloned(), s.trusted_ca_pems().concat()))?;
+    let signing = signing.ok_or_else(|| {
         ApiError::new(
             ErrorKind::ClusterUninitialized,
             "cluster CA not yet replicated",
         )
     })?;
-    ClusterCa::from_pem(&ca.cert_pem, &ca.key_pem).map_err(|e| ApiError::internal(e.to_string()))
+    let ca = ClusterCa::from_pem(&signing.cert_pem, &signing.key_pem)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok((ca, trusted))
 }

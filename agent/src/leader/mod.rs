@@ -9,6 +9,7 @@
 mod address;
 mod admit;
 mod backup;
+mod ca;
 pub mod fleetlock;
 mod forward;
 mod kv;
@@ -112,6 +113,22 @@ pub enum LeaderOp {
         node_id: String,
         csr_pem: String,
     },
+    /// Starts a CA rotation (`muster ca rotate`).
+    CaRotate,
+    /// Ends the CA rotation in progress (`muster ca rotate --finish`).
+    CaFinish {
+        #[serde(default)]
+        force: bool,
+    },
+    /// The CA and the rotation in progress (`muster ca status`).
+    CaStatus,
+    /// A member reports that it trusts the new CA or holds a certificate from it. Only the
+    /// member itself may forward it.
+    CaAck {
+        node_id: String,
+        pin: String,
+        stage: crate::state::ca_rotation::CaStage,
+    },
     /// Moves a member to a new address (`muster node set-address`, or the member itself
     /// after a start with `--allow-address-change`).
     SetAddress {
@@ -143,6 +160,7 @@ impl LeaderOp {
                 | LeaderOp::FleetLockStatus
                 | LeaderOp::Settings
                 | LeaderOp::RenewCertificate { .. }
+                | LeaderOp::CaStatus
         )
     }
 
@@ -203,6 +221,7 @@ impl Authority {
                     | LeaderOp::RegistrantJoin { .. }
                     | LeaderOp::RenewCertificate { .. }
                     | LeaderOp::SetAddress { .. }
+                    | LeaderOp::CaAck { .. }
             ),
             Authority::FleetLock => matches!(
                 op,
@@ -246,12 +265,13 @@ pub async fn check_forwarded(
         ));
     }
     authorize(agent, &forwarded.authority, &forwarded.op).await?;
-    if let LeaderOp::RenewCertificate { node_id, .. } = &forwarded.op
+    if let LeaderOp::RenewCertificate { node_id, .. } | LeaderOp::CaAck { node_id, .. } =
+        &forwarded.op
         && crate::state::parse_member_id(node_id) != Some(caller)
     {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
-            "a member renews only its own certificate",
+            "a member renews its own certificate and reports for itself only",
         ));
     }
     if let (Authority::Node, LeaderOp::SetAddress { name, .. }) =
@@ -349,6 +369,18 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             let id = crate::state::parse_member_id(&node_id)
                 .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
             json(renew::renew(agent, id, &csr_pem).await?)
+        }
+        LeaderOp::CaRotate => json(ca::rotate(agent).await?),
+        LeaderOp::CaFinish { force } => json(ca::finish(agent, force).await?),
+        LeaderOp::CaStatus => json(ca::status(agent).await?),
+        LeaderOp::CaAck {
+            node_id,
+            pin,
+            stage,
+        } => {
+            let id = crate::state::parse_member_id(&node_id)
+                .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+            json(ca::ack(agent, id, pin, stage).await?)
         }
         LeaderOp::SetAddress { name, addr } => {
             json(address::set_address(agent, &name, &addr).await?)

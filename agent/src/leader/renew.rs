@@ -1,6 +1,7 @@
 //! Certificate renewal, on the leader: a member sends a CSR for the key it joined with and
-//! gets a fresh certificate for its recorded name and address, from the cluster CA, valid for
-//! this leader's `--cert-validity`. Nothing is written to the replicated state: a certificate
+//! gets a fresh certificate for its recorded name and address, from the CA that signs now (the
+//! new one during a CA rotation, once every member trusts it), valid for this leader's
+//! `--cert-validity`. Nothing is written to the replicated state: a certificate
 //! is a signature, and the member record it is issued from does not change.
 
 use serde::{Deserialize, Serialize};
@@ -13,7 +14,7 @@ use crate::state::{NodeId, member_id};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RenewedCertificate {
     pub cert_pem: String,
-    /// The CA certificate(s) to trust from now on.
+    /// The CA that issued it.
     pub ca_cert_pem: String,
 }
 
@@ -48,7 +49,8 @@ pub async fn renew(
         }
         (Some(record), false) => record,
     };
-    let ca = super::admit::cluster_ca(agent)?;
+    // During a CA rotation, the new CA once every member trusts it (state/ca_rotation.rs).
+    let (ca, _) = super::admit::signing_ca(agent)?;
     let cert_pem = super::admit::sign_member(
         agent,
         &ca,

@@ -119,7 +119,7 @@ pub async fn issue_join_token(
     uses: u32,
     description: String,
 ) -> Result<TokenCreated, ApiError> {
-    let token = SecretToken::generate(TokenKind::Join, agent.ca_pin());
+    let token = SecretToken::generate(TokenKind::Join, &agent.ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
         secret_sha256: token.secret_hash(),
@@ -152,7 +152,7 @@ pub async fn issue_operator_token(
             "an operator token has 1..={MAX_SCOPES} scopes (admin, kv:PREFIX[:ro], lease:NAME, fleetlock)"
         )));
     }
-    let token = SecretToken::generate(TokenKind::Operator, agent.ca_pin());
+    let token = SecretToken::generate(TokenKind::Operator, &agent.ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
         secret_sha256: token.secret_hash(),
@@ -356,7 +356,7 @@ pub fn operator_authority(agent: &Agent, text: &str) -> Result<Authority, ApiErr
     let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
     let token =
         SecretToken::parse(TokenKind::Operator, text).map_err(|e| unauthorized(&e.to_string()))?;
-    if token.ca_pin() != agent.ca_pin() {
+    if !agent.trusts_ca_pin(token.ca_pin()) {
         return Err(unauthorized(
             "the operator token belongs to another cluster",
         ));

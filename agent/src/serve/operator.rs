@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::response::Response;
-use axum::routing::{delete, get, put};
+use axum::routing::{delete, get, post, put};
 use serde::Deserialize;
 
 use super::http::{answer, error_response, parse_json};
@@ -147,6 +147,35 @@ async fn member_set_address(
     answer(leader::run(&agent, &by, op).await)
 }
 
+async fn ca_status(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
+    answer(leader::run(&agent, &by, LeaderOp::CaStatus).await)
+}
+
+#[derive(Deserialize, Default)]
+struct CaRotation {
+    #[serde(default)]
+    finish: bool,
+    #[serde(default)]
+    force: bool,
+}
+
+async fn ca_rotate(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes) -> Response {
+    let asked: CaRotation = if body.is_empty() {
+        CaRotation::default()
+    } else {
+        match parse_json(&body, "{\"finish\": bool, \"force\": bool}") {
+            Ok(a) => a,
+            Err(e) => return error_response(&e),
+        }
+    };
+    let op = if asked.finish {
+        LeaderOp::CaFinish { force: asked.force }
+    } else {
+        LeaderOp::CaRotate
+    };
+    answer(leader::run(&agent, &by, op).await)
+}
+
 async fn settings_get(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
     answer(leader::run(&agent, &by, LeaderOp::Settings).await)
 }
@@ -217,6 +246,8 @@ pub fn routes() -> Router<Arc<Agent>> {
         .route(paths::BACKUP, get(backup))
         .route(paths::SETTINGS, get(settings_get).put(settings_put))
         .route(paths::PROBE, get(probe))
+        .route(paths::CA, get(ca_status))
+        .route(paths::CA_ROTATE, post(ca_rotate))
         .route(paths::METRICS, get(super::observe::metrics_text))
         .merge(super::operator_kv::routes())
         .merge(super::operator_lease::routes())

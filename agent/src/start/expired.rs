@@ -51,7 +51,7 @@ pub async fn renew_if_expired(
         .await?;
     if response.node_id != identity.member_id()
         || response.cluster_id != cluster.cluster_id()
-        || tls::spki_pin(&response.ca_cert_pem)? != pin
+        || !tls::bundle_pins(&response.ca_cert_pem)?.contains(&pin)
     {
         return Err(AgentError::Refused(format!(
             "ca_pin_mismatch: {via} answered with another CA, cluster or node id; keeping the \

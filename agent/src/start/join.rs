@@ -194,7 +194,9 @@ pub async fn finish(
     listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
     if response.node_id != identity.member_id()
-        || tls::spki_pin(&response.ca_cert_pem)? != ca_pin
+        || !tls::bundle_pins(&response.ca_cert_pem)?
+            .iter()
+            .any(|p| p == ca_pin)
         || cluster_id.is_some_and(|c| c != response.cluster_id)
     {
         return Err(AgentError::Refused(format!(

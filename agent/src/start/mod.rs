@@ -40,21 +40,22 @@ pub struct Found {
     pub cluster: Option<ClusterFile>,
     /// `<data-dir>/raft` exists.
     pub raft_state: bool,
-    /// The pin of the CA in `<data-dir>/tls`, when the data dir belongs to a cluster.
-    pub ca_pin: Option<String>,
+    /// The pins of the CAs in `<data-dir>/tls` (two during a CA rotation), when the data dir
+    /// belongs to a cluster.
+    pub ca_pins: Vec<String>,
 }
 
 impl Found {
     pub fn read(dir: &Path) -> Result<Self, AgentError> {
         let cluster = ClusterFile::read(dir)?;
-        let ca_pin = match &cluster {
-            Some(_) => Some(tls::spki_pin(&datadir::read_tls(dir)?.ca_pem)?),
-            None => None,
+        let ca_pins = match &cluster {
+            Some(_) => tls::bundle_pins(&datadir::read_tls(dir)?.ca_pem)?,
+            None => Vec::new(),
         };
         Ok(Self {
             cluster,
             raft_state: datadir::raft_dir(dir).exists(),
-            ca_pin,
+            ca_pins,
         })
     }
 }
@@ -117,8 +118,9 @@ pub fn decide(
         }
         // A restart never needs the token; only one that is surely for another cluster stops
         // it (a malformed one left in the settings does not).
-        if let (Some(Ok(token)), Some(pin)) = (&token, &found.ca_pin)
-            && token.ca_pin() != pin
+        if let Some(Ok(token)) = &token
+            && !found.ca_pins.is_empty()
+            && !found.ca_pins.iter().any(|pin| pin == token.ca_pin())
         {
             return Err(AgentError::Refused(format!(
                 "{} belongs to cluster {}, but the join token from {} is for another cluster (its \

@@ -85,7 +85,7 @@ fn member() -> Found {
     Found {
         cluster: Some(ClusterFile::new("c1", "10.0.0.1:7000", None)),
         raft_state: true,
-        ca_pin: Some(PIN.into()),
+        ca_pins: vec![PIN.into()],
     }
 }
 
@@ -288,7 +288,7 @@ fn the_start_decision() {
             Found {
                 cluster: None,
                 raft_state: true,
-                ca_pin: None,
+                ca_pins: Vec::new(),
             },
             Outcome::Failed(""),
             "damaged",

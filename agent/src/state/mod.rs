@@ -4,6 +4,7 @@
 //! replicates these types; the leader's operations (`leader/`) build the commands.
 
 mod admission;
+pub mod ca_rotation;
 pub mod fleetlock;
 pub mod kv;
 pub mod lease;
@@ -79,6 +80,9 @@ pub struct ClusterState {
     /// The membership repairs' settings written by `muster apply` (none: each leader's flags).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<settings::MembershipSettings>,
+    /// A CA rotation in progress (`muster ca rotate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_next: Option<ca_rotation::CaRotation>,
 }
 
 /// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
@@ -181,6 +185,24 @@ impl ClusterState {
                     self.operator_tokens.insert(id.clone(), token.clone());
                 }
                 Response::default()
+            }
+            Request::BeginCaRotation { ca, pin, now_ms } => {
+                match self.begin_ca_rotation(ca, pin, *now_ms) {
+                    Ok(()) => Response::default(),
+                    Err(refused) => Response::refusal(refused),
+                }
+            }
+            Request::AckCaRotation { id, pin, stage } => {
+                match self.ack_ca_rotation(*id, pin, *stage) {
+                    Ok(()) => Response::default(),
+                    Err(refused) => Response::refusal(refused),
+                }
+            }
+            Request::FinishCaRotation { pin, force } => {
+                match self.finish_ca_rotation(pin, *force) {
+                    Ok(()) => Response::default(),
+                    Err(refused) => Response::refusal(refused),
+                }
             }
             Request::FleetLock(command) => match self.fleetlock.apply(command) {
                 Ok(outcome) => Response {

@@ -99,6 +99,24 @@ pub enum Request {
     },
     /// A FleetLock decision (lock, unlock) or setting.
     FleetLock(super::fleetlock::Command),
+    /// Starts a CA rotation: the new CA is trusted next to the current one (see
+    /// `state/ca_rotation.rs`).
+    BeginCaRotation {
+        ca: CaMaterial,
+        pin: String,
+        now_ms: u64,
+    },
+    /// A member reports that it trusts the new CA, or holds a certificate from it.
+    AckCaRotation {
+        id: NodeId,
+        pin: String,
+        stage: super::ca_rotation::CaStage,
+    },
+    /// Ends a rotation: the new CA becomes the cluster's CA and the old one is dropped.
+    FinishCaRotation {
+        pin: String,
+        force: bool,
+    },
 }
 
 /// Why the state machine refused a command: a stable error kind and a message for people.

@@ -1,0 +1,103 @@
+//! CA rotation on the leader (`muster ca rotate`, `--finish`, `muster ca status`) and the
+//! members' acknowledgements. The steps and their rules are in `state/ca_rotation.rs`; the
+//! members' side (trusting the new CA, renewing from it) is in `renew`.
+
+use muster_shared::tls::{self, ClusterCa};
+
+use crate::agent::Agent;
+use crate::api::types::CaStatus;
+use crate::api::{ApiError, ErrorKind};
+use crate::clock::now_ms;
+use crate::state::ca_rotation::{CaStage, Phase};
+use crate::state::{CaMaterial, ClusterState, NodeId, Request};
+
+/// Starts a rotation: a new CA, trusted next to the current one.
+pub async fn rotate(agent: &Agent) -> Result<CaStatus, ApiError> {
+    let next =
+        ClusterCa::generate(agent.cluster_id()).map_err(|e| ApiError::internal(e.to_string()))?;
+    agent
+        .raft()
+        .write(Request::BeginCaRotation {
+            ca: CaMaterial {
+                cert_pem: next.cert_pem().to_string(),
+                key_pem: next.key_pem(),
+            },
+            pin: next.pin().to_string(),
+            now_ms: now_ms(),
+        })
+        .await?;
+    tracing::info!(pin = %next.pin(), "CA rotation started: members now trust the new CA next to the old");
+    status(agent).await
+}
+
+/// Ends the rotation in progress: the new CA replaces the old (refused while a member still
+/// holds a certificate from the old CA, unless `force`).
+pub async fn finish(agent: &Agent, force: bool) -> Result<CaStatus, ApiError> {
+    let pin = agent
+        .raft()
+        .read_linearizable(|s| s.ca_next.as_ref().map(|n| n.pin.clone()))
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::NotFound,
+                "no CA rotation is in progress; start one with `muster ca rotate`",
+            )
+        })?;
+    agent
+        .raft()
+        .write(Request::FinishCaRotation { pin, force })
+        .await?;
+    tracing::info!("CA rotation finished: the old CA is no longer trusted");
+    status(agent).await
+}
+
+/// Records a member's acknowledgement.
+pub async fn ack(agent: &Agent, id: NodeId, pin: String, stage: CaStage) -> Result<(), ApiError> {
+    agent
+        .raft()
+        .write(Request::AckCaRotation { id, pin, stage })
+        .await?;
+    Ok(())
+}
+
+/// The CA and the rotation in progress, from the committed state.
+pub async fn status(agent: &Agent) -> Result<CaStatus, ApiError> {
+    let state = agent.raft().read_linearizable(Clone::clone).await?;
+    describe(&state)
+}
+
+fn describe(s: &ClusterState) -> Result<CaStatus, ApiError> {
+    let ca =
+        s.ca.as_ref()
+            .ok_or_else(|| ApiError::new(ErrorKind::ClusterUninitialized, "no CA yet"))?;
+    let expires =
+        |pem: &str| tls::cert_expires_ms(pem).map_err(|e| ApiError::internal(e.to_string()));
+    let names = |ids: &std::collections::BTreeSet<NodeId>| {
+        ids.iter()
+            .map(|id| {
+                s.nodes
+                    .get(id)
+                    .map_or_else(|| format!("{id:x}"), |n| n.name.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    let (phase, waiting_for) = match s.ca_phase() {
+        None => ("none", Vec::new()),
+        Some(Phase::Trusting { waiting_for }) => ("trusting", names(&waiting_for)),
+        Some(Phase::Reissuing { waiting_for }) => ("reissuing", names(&waiting_for)),
+        Some(Phase::Ready) => ("ready", Vec::new()),
+    };
+    Ok(CaStatus {
+        pin: tls::spki_pin(&ca.cert_pem).map_err(|e| ApiError::internal(e.to_string()))?,
+        expires_ms: expires(&ca.cert_pem)?,
+        phase: phase.to_string(),
+        next_pin: s.ca_next.as_ref().map(|n| n.pin.clone()),
+        next_expires_ms: s
+            .ca_next
+            .as_ref()
+            .map(|n| expires(&n.ca.cert_pem))
+            .transpose()?,
+        started_ms: s.ca_next.as_ref().map(|n| n.started_ms),
+        waiting_for,
+    })
+}

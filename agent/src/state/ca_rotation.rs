@@ -1,0 +1,312 @@
+//! Replacing the cluster CA with no moment in which two members cannot talk (`muster ca
+//! rotate`). Three steps, each judged from the replicated state alone:
+//!
+//! 1. **Trust**: the leader records a new CA next to the current one. Every member adds it to
+//!    the CAs it trusts and says so ([`CaStage::Trusted`]); members still present
+//!    certificates from the old CA, which everyone trusts.
+//! 2. **Re-issue**: once every member trusts both, renewals are signed by the new CA and every
+//!    member renews ([`CaStage::Reissued`]); a certificate from either CA is accepted by all.
+//! 3. **Finish** (`--finish`): once every member holds a certificate from the new CA, it
+//!    replaces the old one, and members stop trusting the old CA. Tokens that pin the old CA
+//!    no longer reach the cluster.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CaMaterial, ClusterState, NodeId, Refusal};
+use crate::api::ErrorKind;
+
+/// A CA change in progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaRotation {
+    /// The new CA, with its key.
+    pub ca: CaMaterial,
+    /// Its pin (SHA-256 of its SubjectPublicKeyInfo), as acknowledgements name it.
+    pub pin: String,
+    pub started_ms: u64,
+    /// Members that trust the new CA.
+    #[serde(default)]
+    pub trusted_by: BTreeSet<NodeId>,
+    /// Members whose certificate the new CA issued.
+    #[serde(default)]
+    pub reissued_by: BTreeSet<NodeId>,
+    /// Every member trusted the new CA at some point: it signs from then on, and never the old
+    /// one again (a member that joins later is given both CAs to trust with its admission).
+    #[serde(default)]
+    pub reissuing: bool,
+}
+
+/// What a member reports about a rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaStage {
+    Trusted,
+    Reissued,
+}
+
+/// Where a rotation stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// Members that do not trust the new CA yet.
+    Trusting { waiting_for: BTreeSet<NodeId> },
+    /// Members whose certificate is still from the old CA.
+    Reissuing { waiting_for: BTreeSet<NodeId> },
+    /// Every member holds a certificate from the new CA: `--finish` may go ahead.
+    Ready,
+}
+
+impl CaRotation {
+    /// The phase, given the members the cluster records now.
+    pub fn phase(&self, members: &BTreeSet<NodeId>) -> Phase {
+        if !self.reissuing {
+            return Phase::Trusting {
+                waiting_for: members.difference(&self.trusted_by).copied().collect(),
+            };
+        }
+        let old: BTreeSet<NodeId> = members.difference(&self.reissued_by).copied().collect();
+        if old.is_empty() {
+            Phase::Ready
+        } else {
+            Phase::Reissuing { waiting_for: old }
+        }
+    }
+}
+
+impl ClusterState {
+    fn member_ids(&self) -> BTreeSet<NodeId> {
+        self.nodes.keys().copied().collect()
+    }
+
+    /// The rotation's phase, if one is in progress.
+    pub fn ca_phase(&self) -> Option<Phase> {
+        self.ca_next.as_ref().map(|r| r.phase(&self.member_ids()))
+    }
+
+    /// The CA that signs member certificates now: the new one once every member has trusted it.
+    pub fn signing_ca(&self) -> Option<&CaMaterial> {
+        match &self.ca_next {
+            Some(next) if next.reissuing => Some(&next.ca),
+            _ => self.ca.as_ref(),
+        }
+    }
+
+    /// The CA certificates members trust: the current one, and the new one during a rotation.
+    pub fn trusted_ca_pems(&self) -> Vec<String> {
+        self.ca
+            .iter()
+            .chain(self.ca_next.as_ref().map(|r| &r.ca))
+            .map(|ca| ca.cert_pem.clone())
+            .collect()
+    }
+
+    pub(super) fn begin_ca_rotation(
+        &mut self,
+        ca: &CaMaterial,
+        pin: &str,
+        now_ms: u64,
+    ) -> Result<(), Refusal> {
+        if self.ca.is_none() {
+            return Err(Refusal::new(
+                ErrorKind::ClusterUninitialized,
+                "the cluster has no CA yet",
+            ));
+        }
+        if let Some(next) = &self.ca_next {
+            return Err(Refusal::new(
+                ErrorKind::CaRotationPending,
+                format!(
+                    "a CA rotation (to {}) is in progress; `muster ca status` shows it, \
+                     `muster ca rotate --finish` ends it",
+                    short(&next.pin)
+                ),
+            ));
+        }
+        self.ca_next = Some(CaRotation {
+            ca: ca.clone(),
+            pin: pin.to_string(),
+            started_ms: now_ms,
+            trusted_by: BTreeSet::new(),
+            reissued_by: BTreeSet::new(),
+            reissuing: false,
+        });
+        Ok(())
+    }
+
+    pub(super) fn ack_ca_rotation(
+        &mut self,
+        id: NodeId,
+        pin: &str,
+        stage: CaStage,
+    ) -> Result<(), Refusal> {
+        let known = self.nodes.contains_key(&id);
+        let members = self.member_ids();
+        let Some(next) = self.ca_next.as_mut().filter(|n| n.pin == pin) else {
+            // A late acknowledgement of a rotation that finished or was replaced: harmless.
+            return Ok(());
+        };
+        if !known {
+            return Err(Refusal::new(
+                ErrorKind::Unauthorized,
+                format!("node {id:x} is not a member"),
+            ));
+        }
+        match stage {
+            CaStage::Trusted => {
+                next.trusted_by.insert(id);
+            }
+            CaStage::Reissued => {
+                next.trusted_by.insert(id);
+                next.reissued_by.insert(id);
+            }
+        }
+        if members.is_subset(&next.trusted_by) {
+            next.reissuing = true;
+        }
+        Ok(())
+    }
+
+    pub(super) fn finish_ca_rotation(&mut self, pin: &str, force: bool) -> Result<(), Refusal> {
+        let members = self.member_ids();
+        let Some(next) = self.ca_next.as_ref().filter(|n| n.pin == pin) else {
+            return Err(Refusal::new(
+                ErrorKind::NotFound,
+                "no CA rotation to that CA is in progress",
+            ));
+        };
+        match next.phase(&members) {
+            Phase::Ready => {}
+            _ if force => {}
+            Phase::Trusting { waiting_for } | Phase::Reissuing { waiting_for } => {
+                let names: Vec<String> = waiting_for
+                    .iter()
+                    .map(|id| {
+                        self.nodes
+                            .get(id)
+                            .map_or_else(|| format!("{id:x}"), |n| n.name.clone())
+                    })
+                    .collect();
+                return Err(Refusal::new(
+                    ErrorKind::CaRotationPending,
+                    format!(
+                        "members still hold a certificate from the old CA or do not trust the new \
+                         one yet: {}. Finishing now would cut them off. Wait (`muster ca status`), \
+                         bring them back, or remove them; --force finishes anyway",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        let next = self.ca_next.take().map(|n| n.ca);
+        self.ca = next;
+        Ok(())
+    }
+}
+
+fn short(pin: &str) -> &str {
+    pin.get(..16).unwrap_or(pin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca(n: u8) -> CaMaterial {
+        CaMaterial {
+            cert_pem: format!("cert{n}"),
+            key_pem: format!("key{n}"),
+        }
+    }
+
+    fn state(members: &[NodeId]) -> ClusterState {
+        let mut s = ClusterState {
+            ca: Some(ca(1)),
+            ..ClusterState::default()
+        };
+        for id in members {
+            s.nodes.insert(
+                *id,
+                crate::state::NodeRecord {
+                    name: format!("n{id}"),
+                    addr: format!("10.0.0.{id}:7000"),
+                    key_fingerprint: format!("{id:064x}"),
+                    joined_ms: 0,
+                    joined_with: None,
+                },
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn a_rotation_trusts_then_reissues_then_finishes_only_when_everyone_has_moved() {
+        let mut s = state(&[1, 2]);
+        s.begin_ca_rotation(&ca(2), "p2", 0).expect("begin");
+        assert!(
+            s.begin_ca_rotation(&ca(3), "p3", 0).is_err(),
+            "one at a time"
+        );
+        assert_eq!(
+            s.signing_ca(),
+            Some(&ca(1)),
+            "old CA signs while not all trust"
+        );
+        assert_eq!(s.trusted_ca_pems(), vec!["cert1", "cert2"]);
+        s.ack_ca_rotation(1, "p2", CaStage::Trusted).expect("ack");
+        assert_eq!(
+            s.ca_phase(),
+            Some(Phase::Trusting {
+                waiting_for: BTreeSet::from([2])
+            })
+        );
+        assert!(s.finish_ca_rotation("p2", false).is_err());
+        s.ack_ca_rotation(2, "p2", CaStage::Trusted).expect("ack");
+        assert_eq!(
+            s.signing_ca(),
+            Some(&ca(2)),
+            "the new CA signs once all trust it"
+        );
+        s.ack_ca_rotation(1, "p2", CaStage::Reissued).expect("ack");
+        // An acknowledgement of another CA counts for nothing.
+        s.ack_ca_rotation(2, "other", CaStage::Reissued)
+            .expect("ignored");
+        assert_eq!(
+            s.ca_phase(),
+            Some(Phase::Reissuing {
+                waiting_for: BTreeSet::from([2])
+            })
+        );
+        assert!(s.finish_ca_rotation("p2", false).is_err());
+        s.ack_ca_rotation(2, "p2", CaStage::Reissued).expect("ack");
+        assert_eq!(s.ca_phase(), Some(Phase::Ready));
+        assert!(s.finish_ca_rotation("p3", false).is_err(), "another pin");
+        s.finish_ca_rotation("p2", false).expect("finish");
+        assert_eq!(s.ca, Some(ca(2)));
+        assert_eq!(s.ca_next, None);
+        assert_eq!(s.trusted_ca_pems(), vec!["cert2"]);
+    }
+
+    #[test]
+    fn a_member_that_joins_during_a_rotation_must_trust_it_too_and_force_skips_the_wait() {
+        let mut s = state(&[1]);
+        s.begin_ca_rotation(&ca(2), "p2", 0).expect("begin");
+        s.ack_ca_rotation(1, "p2", CaStage::Reissued).expect("ack");
+        assert_eq!(s.ca_phase(), Some(Phase::Ready));
+        s.nodes.extend(state(&[7]).nodes);
+        // A member that joins after every member trusted the new CA is admitted trusting both
+        // and with a certificate from the new CA: the new CA keeps signing.
+        assert_eq!(
+            s.ca_phase(),
+            Some(Phase::Reissuing {
+                waiting_for: BTreeSet::from([7])
+            })
+        );
+        assert_eq!(s.signing_ca(), Some(&ca(2)));
+        assert!(
+            s.ack_ca_rotation(9, "p2", CaStage::Trusted).is_err(),
+            "not a member"
+        );
+        s.finish_ca_rotation("p2", true).expect("forced");
+        assert_eq!(s.ca, Some(ca(2)));
+    }
+}
