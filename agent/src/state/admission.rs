@@ -65,11 +65,26 @@ impl ClusterState {
                     "the join token is not valid for this cluster; create one with `muster token create` on a member",
                 )
             })?;
-        // A retry by a node already admitted (its answer was lost), perhaps with a new token:
-        // admit it again without taking a use. Its key proves it is the same node (the leader
-        // signs only a CSR made with that key).
+        // A retry by a node already admitted (its answer was lost), perhaps with a new token,
+        // or a member renewing a certificate that expired while it was down: admit it again
+        // without taking a use (a used-up token still counts). Its key proves it is the same
+        // node (the leader signs only a CSR made with that key). A revoked or expired token
+        // does not.
         if let Some(existing) = self.nodes.get(&id) {
             if existing.key_fingerprint == node.key_fingerprint {
+                if token.revoked_ms.is_some() || now_ms >= token.expires_ms {
+                    return Err(Refusal::new(
+                        if token.revoked_ms.is_some() {
+                            ErrorKind::TokenRevoked
+                        } else {
+                            ErrorKind::TokenExpired
+                        },
+                        format!(
+                            "join token {token_id} is no longer valid; create a new one with \
+                             `muster token create`"
+                        ),
+                    ));
+                }
                 return Ok(Admission::AlreadyMember);
             }
             return Err(Refusal::new(

@@ -140,6 +140,18 @@ fn a_single_use_token_admits_exactly_one_node() {
         refused_kind(s.apply(&admit(1, "a", "other", "s3cret", 12))),
         Some(ErrorKind::Unauthorized)
     );
+    // Nor is the member itself once the token has expired or was revoked.
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "ka", "s3cret", 1_000))),
+        Some(ErrorKind::TokenExpired)
+    );
+    if let Some(t) = s.join_tokens.get_mut("t") {
+        t.revoked_ms = Some(13);
+    }
+    assert_eq!(
+        refused_kind(s.apply(&admit(1, "a", "ka", "s3cret", 14))),
+        Some(ErrorKind::TokenRevoked)
+    );
 }
 
 #[test]
