@@ -133,6 +133,9 @@ pub fn restored_state(
     state.nodes.clear();
     // A backup taken mid-formation must not make the new cluster admit the old URL's cohort.
     state.formation = None;
+    // Nor one taken mid-rotation leave the new cluster half-way between two CAs: it starts on
+    // the backup's CA (rotate again if needed).
+    state.ca_next = None;
     for token in state.join_tokens.values_mut() {
         token.revoked_ms.get_or_insert(now_ms);
     }

@@ -180,8 +180,24 @@ async fn follow_trust(agent: &Agent, key_pem: &str) {
     };
     let bundle = trusted.concat();
     if !bundle.is_empty() && files.ca_pem != bundle {
-        // Checked before it is written; written before it is used.
-        let swapped = tls::NodeCredentials::new(&bundle, &files.cert_pem, key_pem)
+        // Checked before it is written; written before it is used. CAs dropped (a finished
+        // rotation) are remembered, so that an old token in this machine's settings reads as
+        // this cluster's on the next start, not as another cluster's.
+        let dropped: Vec<String> = {
+            let now = tls::bundle_pins(&bundle).unwrap_or_default();
+            tls::bundle_pins(&files.ca_pem)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| !now.contains(p))
+                .collect()
+        };
+        let swapped = datadir::retire_pins(agent.data_dir(), &dropped)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                tls::NodeCredentials::new(&bundle, &files.cert_pem, key_pem)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
             .map_err(|e| e.to_string())
             .and_then(|_| {
                 datadir::write_trust(agent.data_dir(), &bundle).map_err(|e| e.to_string())

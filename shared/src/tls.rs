@@ -288,6 +288,27 @@ impl ClusterCa {
         })
     }
 
+    /// A cross-certificate: `other`'s key and name, certified by this CA (PEM). During a CA
+    /// rotation members present both cross-certificates, so that a client pinning either CA
+    /// verifies a member certificate from either (leaf → cross-certificate → pinned CA).
+    pub fn cross_sign(&self, other: &ClusterCa, cluster_id: &str) -> Result<String> {
+        check_cluster_id(cluster_id)?;
+        let other_cert = parse_cert(other.cert_der())?;
+        let public_key =
+            rcgen::SubjectPublicKeyInfo::from_der(other_cert.tbs_certificate.subject_pki.raw)?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = common_name(&format!("muster cluster {cluster_id}"));
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.serial_number = Some(random_serial());
+        set_validity(&mut params, CA_VALIDITY)?;
+        Ok(params.signed_by(&public_key, &self.issuer)?.pem())
+    }
+
     /// The CA certificate as PEM.
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem
@@ -390,6 +411,18 @@ pub fn bundle_pins(pem: &str) -> Result<Vec<String>> {
         .iter()
         .map(|der| spki_pin_der(der.as_ref()))
         .collect()
+}
+
+/// The pin of the last self-signed CA in a trust bundle: during a CA rotation the bundle is
+/// the current CA, the new one and cross-certificates, and the new one is what a cluster that
+/// has finished the rotation presents.
+pub fn newest_ca_pin(pem: &str) -> Result<String> {
+    let newest = certs(pem)?
+        .into_iter()
+        .rev()
+        .find(|der| parse_cert(der).is_ok_and(|c| c.verify_signature(None).is_ok()))
+        .ok_or_else(|| parse_error("CA bundle", "no self-signed CA certificate"))?;
+    spki_pin_der(newest.as_ref())
 }
 
 /// [`spki_pin`] for a DER certificate.
@@ -803,10 +836,12 @@ impl ServerCertVerifier for PinnedCaVerifier {
         let roots = single_root(ca.clone())
             .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
         let leaf = ParsedCertificate::try_from(end_entity)?;
+        // The chain may carry a cross-certificate (during a CA rotation): a leaf from the other
+        // CA then still chains to the pinned one.
         rustls::client::verify_server_cert_signed_by_trust_anchor(
             &leaf,
             &roots,
-            &[],
+            intermediates,
             now,
             self.provider.signature_verification_algorithms.all,
         )?;

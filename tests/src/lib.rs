@@ -1474,17 +1474,30 @@ pub struct OperatorApi {
 impl OperatorApi {
     /// A client for the cluster the operator token (`OP1.<pin>.…`) belongs to.
     pub fn new(token: &str, timeout: Duration) -> Result<Self> {
+        Self::build(token, timeout, true)
+    }
+
+    /// [`OperatorApi::new`] that opens a new connection (a full TLS handshake) for every call:
+    /// for tests of what a new client meets while certificates change.
+    pub fn unpooled(token: &str, timeout: Duration) -> Result<Self> {
+        Self::build(token, timeout, false)
+    }
+
+    fn build(token: &str, timeout: Duration, pooled: bool) -> Result<Self> {
         let pin = token
             .split('.')
             .nth(1)
             .ok_or_else(|| anyhow!("not an operator token"))?;
         let tls = muster_shared::tls::pinned_client_config(pin)?;
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .tls_backend_preconfigured((*tls).clone())
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(2))
-            .no_proxy()
-            .build()?;
+            .no_proxy();
+        if !pooled {
+            builder = builder.pool_max_idle_per_host(0);
+        }
+        let http = builder.build()?;
         Ok(Self {
             http,
             token: token.to_string(),

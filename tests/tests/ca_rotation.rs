@@ -36,11 +36,26 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     let mut agents = init_and_join(tmp.path(), &["r1", "r2", "r3"])
         .await
         .expect("three members");
+    // A rotation waits for every member: with one down it does not start.
+    agents[2].terminate().await.expect("stop r3");
+    let (code, out, err) = agents[0].cli(&["ca", "rotate"]).await.expect("rotate");
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("r3 does not answer"), "{out}{err}");
+    agents[2].restart().expect("restart r3");
+    let refs: Vec<&AgentProc> = agents.iter().collect();
+    muster_tests::wait_formed(&refs, 3, WAIT).await.expect("r3 back");
+    wait_for("r3 to answer probes", WAIT, || async {
+        let (code, out, _) = agents[0].cli(&["cert", "status", "--json"]).await.ok()?;
+        (code == 0 && !out.contains("\"error\": \"")).then_some(())
+    })
+    .await
+    .expect("probes");
     let old_ca = tls_file(&agents[0], "ca.pem");
     let old_pin = tls::spki_pin(&old_ca).expect("pin");
     let old_operator = agents[0].operator_token().await.expect("operator token");
     let old_join = agents[0].create_token(&[]).await.expect("join token");
-    let api = OperatorApi::new(&old_operator, Duration::from_secs(10)).expect("api");
+    // Every write a new connection: what a new client meets at each moment of the rotation.
+    let api = OperatorApi::unpooled(&old_operator, Duration::from_secs(10)).expect("api");
     let writer = Writer::start(api.clone(), agents.iter().map(|a| a.addr.clone()).collect());
 
     let (code, out, err) = agents[0].cli(&["ca", "rotate"]).await.expect("rotate");
@@ -63,8 +78,20 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     .unwrap_or_else(|e| panic!("{e:#}\n{}", logs(&agents)));
     assert_ne!(next_pin, old_pin);
     for a in &agents {
+        // Both CAs, then the two cross-certificates (the new key under the old CA, the old
+        // key under the new).
         let pins = tls::bundle_pins(&tls_file(a, "ca.pem")).expect("bundle");
-        assert_eq!(pins, vec![old_pin.clone(), next_pin.clone()], "{}", a.name);
+        assert_eq!(
+            pins,
+            vec![
+                old_pin.clone(),
+                next_pin.clone(),
+                next_pin.clone(),
+                old_pin.clone()
+            ],
+            "{}",
+            a.name
+        );
     }
 
     // A machine that joins during the rotation (its token pins the new CA) is admitted with
@@ -85,8 +112,9 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", logs(&agents)));
 
-    // Operator tokens pin a CA: the one made before the rotation works until --finish, a new
-    // one (it pins the new CA) from now on. Writes go on across the finish with the new one.
+    // Operator tokens pin a CA: the one made before the rotation works until --finish (members
+    // present cross-certificates meanwhile), a new one (it pins the new CA) from now on.
+    // Writes go on across the finish with the new one.
     let (ok, errors) = writer.stop().await;
     assert!(ok > 20, "the writer kept writing: {ok}");
     assert!(
@@ -99,7 +127,7 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
         .await
         .expect("a new operator token");
     assert!(operator.contains(&next_pin), "new tokens pin the new CA");
-    let fresh = OperatorApi::new(&operator, Duration::from_secs(10)).expect("api");
+    let fresh = OperatorApi::unpooled(&operator, Duration::from_secs(10)).expect("api");
     let writer = Writer::start(
         fresh.clone(),
         agents.iter().map(|a| a.addr.clone()).collect(),

@@ -144,6 +144,33 @@ pub fn size(dir: &Path) -> u64 {
         .sum()
 }
 
+const RETIRED_PINS_FILE: &str = "tls/retired-pins";
+
+/// Pins of CAs this node trusted before a CA rotation ended, one per line: a join token that
+/// pins one of them is this cluster's (an old one), not another cluster's.
+pub fn retired_pins(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join(RETIRED_PINS_FILE))
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Adds `pins` to [`retired_pins`], durably.
+pub fn retire_pins(dir: &Path, pins: &[String]) -> Result<(), DataDirError> {
+    let mut all = retired_pins(dir);
+    for pin in pins {
+        if !all.contains(pin) {
+            all.push(pin.clone());
+        }
+    }
+    let path = dir.join(RETIRED_PINS_FILE);
+    let text: String = all.iter().map(|p| format!("{p}\n")).collect();
+    write_private(&path, text.as_bytes()).map_err(DataDirError::io(&path))
+}
+
 /// Replaces this node's certificate (a renewal), durably.
 pub fn write_cert(dir: &Path, cert_pem: &str) -> Result<(), DataDirError> {
     let path = dir.join(CERT_FILE);

@@ -13,8 +13,22 @@ use crate::state::{CaMaterial, ClusterState, NodeId, Request};
 
 /// Starts a rotation: a new CA, trusted next to the current one.
 pub async fn rotate(agent: &Agent) -> Result<CaStatus, ApiError> {
-    let next =
-        ClusterCa::generate(agent.cluster_id()).map_err(|e| ApiError::internal(e.to_string()))?;
+    every_member_can_follow(agent).await?;
+    let internal = |e: tls::TlsError| ApiError::internal(e.to_string());
+    let current = agent
+        .raft()
+        .read_linearizable(|s| s.ca.clone())
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorKind::ClusterUninitialized, "no CA yet"))?;
+    let current = ClusterCa::from_pem(&current.cert_pem, &current.key_pem).map_err(internal)?;
+    let next = ClusterCa::generate(agent.cluster_id()).map_err(internal)?;
+    let cross_pems = vec![
+        current
+            .cross_sign(&next, agent.cluster_id())
+            .map_err(internal)?,
+        next.cross_sign(&current, agent.cluster_id())
+            .map_err(internal)?,
+    ];
     agent
         .raft()
         .write(Request::BeginCaRotation {
@@ -23,11 +37,45 @@ pub async fn rotate(agent: &Agent) -> Result<CaStatus, ApiError> {
                 key_pem: next.key_pem(),
             },
             pin: next.pin().to_string(),
+            cross_pems,
             now_ms: now_ms(),
         })
         .await?;
     tracing::info!(pin = %next.pin(), "CA rotation started: members now trust the new CA next to the old");
     status(agent).await
+}
+
+/// A rotation waits for every member, and its log entries are new: an agent of an older
+/// version could not apply them. Every member must answer the probe with this version.
+async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
+    let ours = env!("CARGO_PKG_VERSION");
+    // Boxed: the probe runs operations through the dispatcher that runs this one.
+    let report = Box::pin(super::probe::report(agent)).await?;
+    let behind: Vec<String> = report
+        .probes
+        .iter()
+        .filter_map(|p| match &p.report {
+            Some(r) if r.version == ours => None,
+            Some(r) => Some(format!("{} runs {}", p.name, r.version)),
+            None if p.answered => Some(format!("{} runs an older version", p.name)),
+            None => Some(format!(
+                "{} does not answer ({})",
+                p.name,
+                p.error.as_deref().unwrap_or("unreachable")
+            )),
+        })
+        .collect();
+    if behind.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorKind::Unavailable,
+        format!(
+            "a CA rotation needs every member up and on version {ours}: {}. Upgrade or bring \
+             them back, or remove members that are gone (`muster plan` lists them)",
+            behind.join("; ")
+        ),
+    ))
 }
 
 /// Ends the rotation in progress: the new CA replaces the old (refused while a member still

@@ -39,7 +39,7 @@ pub async fn renew_if_expired(
     };
     let token = SecretToken::parse(TokenKind::Join, &setting.value)
         .map_err(|e| AgentError::Usage(format!("{}: {e}", setting.source)))?;
-    let pin = tls::spki_pin(&files.ca_pem)?;
+    let pin = tls::newest_ca_pin(&files.ca_pem)?;
     let request = token_join_request(config, identity, &token)?;
     println!(
         "this node's certificate expired {ago} ago; renewing it with token {} through {} …",

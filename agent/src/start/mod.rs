@@ -40,8 +40,8 @@ pub struct Found {
     pub cluster: Option<ClusterFile>,
     /// `<data-dir>/raft` exists.
     pub raft_state: bool,
-    /// The pins of the CAs in `<data-dir>/tls` (two during a CA rotation), when the data dir
-    /// belongs to a cluster.
+    /// The pins of the CAs in `<data-dir>/tls` (two during a CA rotation) and of those it
+    /// trusted before a rotation, when the data dir belongs to a cluster.
     pub ca_pins: Vec<String>,
 }
 
@@ -49,7 +49,11 @@ impl Found {
     pub fn read(dir: &Path) -> Result<Self, AgentError> {
         let cluster = ClusterFile::read(dir)?;
         let ca_pins = match &cluster {
-            Some(_) => tls::bundle_pins(&datadir::read_tls(dir)?.ca_pem)?,
+            Some(_) => {
+                let mut pins = tls::bundle_pins(&datadir::read_tls(dir)?.ca_pem)?;
+                pins.extend(datadir::retired_pins(dir));
+                pins
+            }
             None => Vec::new(),
         };
         Ok(Self {

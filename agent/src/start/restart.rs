@@ -102,7 +102,8 @@ async fn refuse_join_targets_of_another_cluster(
     if config.join.is_empty() {
         return Ok(());
     }
-    let pin = tls::spki_pin(&datadir::read_tls(&config.data_dir)?.ca_pem)?;
+    // The newest CA: after a CA rotation this member may not have seen finish, its peers have.
+    let pin = tls::newest_ca_pin(&datadir::read_tls(&config.data_dir)?.ca_pem)?;
     let http = client::pinned(&pin, JOIN_PROBE_TIMEOUT)?;
     for peer in &config.join {
         let req = http.get(format!("https://{peer}{}", paths::HEALTH));

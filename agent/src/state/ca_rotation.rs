@@ -24,6 +24,11 @@ pub struct CaRotation {
     pub ca: CaMaterial,
     /// Its pin (SHA-256 of its SubjectPublicKeyInfo), as acknowledgements name it.
     pub pin: String,
+    /// The new CA certified by the old and the old by the new: members present them during the
+    /// rotation, so that a token pinning either CA reaches a member whatever CA its
+    /// certificate is from.
+    #[serde(default)]
+    pub cross_pems: Vec<String>,
     pub started_ms: u64,
     /// Members that trust the new CA.
     #[serde(default)]
@@ -91,19 +96,38 @@ impl ClusterState {
         }
     }
 
-    /// The CA certificates members trust: the current one, and the new one during a rotation.
+    /// The CA certificates members trust and present: the current one, and during a rotation
+    /// the new one and the two cross-certificates.
     pub fn trusted_ca_pems(&self) -> Vec<String> {
-        self.ca
+        let mut pems: Vec<String> = self
+            .ca
             .iter()
             .chain(self.ca_next.as_ref().map(|r| &r.ca))
             .map(|ca| ca.cert_pem.clone())
-            .collect()
+            .collect();
+        if let Some(next) = &self.ca_next {
+            pems.extend(next.cross_pems.iter().cloned());
+        }
+        pems
+    }
+
+    /// Starts the re-issue step once every member trusts the new CA (for good: see
+    /// [`CaRotation::reissuing`]).
+    pub(super) fn settle_ca_rotation(&mut self) {
+        let members = self.member_ids();
+        if let Some(next) = self.ca_next.as_mut()
+            && !next.reissuing
+            && members.is_subset(&next.trusted_by)
+        {
+            next.reissuing = true;
+        }
     }
 
     pub(super) fn begin_ca_rotation(
         &mut self,
         ca: &CaMaterial,
         pin: &str,
+        cross_pems: &[String],
         now_ms: u64,
     ) -> Result<(), Refusal> {
         if self.ca.is_none() {
@@ -125,6 +149,7 @@ impl ClusterState {
         self.ca_next = Some(CaRotation {
             ca: ca.clone(),
             pin: pin.to_string(),
+            cross_pems: cross_pems.to_vec(),
             started_ms: now_ms,
             trusted_by: BTreeSet::new(),
             reissued_by: BTreeSet::new(),
@@ -140,7 +165,6 @@ impl ClusterState {
         stage: CaStage,
     ) -> Result<(), Refusal> {
         let known = self.nodes.contains_key(&id);
-        let members = self.member_ids();
         let Some(next) = self.ca_next.as_mut().filter(|n| n.pin == pin) else {
             // A late acknowledgement of a rotation that finished or was replaced: harmless.
             return Ok(());
@@ -160,9 +184,6 @@ impl ClusterState {
                 next.reissued_by.insert(id);
             }
         }
-        if members.is_subset(&next.trusted_by) {
-            next.reissuing = true;
-        }
         Ok(())
     }
 
@@ -176,7 +197,28 @@ impl ClusterState {
         };
         match next.phase(&members) {
             Phase::Ready => {}
-            _ if force => {}
+            // Forcing is for members that are gone for good, never for the cluster's majority:
+            // a member still on the old CA is cut off by the finish.
+            Phase::Reissuing { waiting_for } if force && waiting_for.len() * 2 < members.len() => {}
+            Phase::Trusting { .. } if force => {
+                return Err(Refusal::new(
+                    ErrorKind::CaRotationPending,
+                    "not every member trusts the new CA yet, so nobody holds a certificate from \
+                     it: finishing now would cut the whole cluster off. Remove the members that \
+                     are gone for good (`muster ca status` lists them); the rotation then goes on",
+                ));
+            }
+            Phase::Reissuing { waiting_for } if force => {
+                return Err(Refusal::new(
+                    ErrorKind::CaRotationPending,
+                    format!(
+                        "{} of {} members still hold a certificate from the old CA: finishing \
+                         now would cut off a majority. Wait for them (`muster ca status`)",
+                        waiting_for.len(),
+                        members.len()
+                    ),
+                ));
+            }
             Phase::Trusting { waiting_for } | Phase::Reissuing { waiting_for } => {
                 let names: Vec<String> = waiting_for
                     .iter()
@@ -210,6 +252,7 @@ fn short(pin: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::Request;
 
     fn ca(n: u8) -> CaMaterial {
         CaMaterial {
@@ -238,63 +281,91 @@ mod tests {
         s
     }
 
+    fn begin(s: &mut ClusterState, n: u8) -> Option<Refusal> {
+        s.apply(&Request::BeginCaRotation {
+            ca: ca(n),
+            pin: format!("p{n}"),
+            cross_pems: vec![format!("cross{n}")],
+            now_ms: 0,
+        })
+        .refused
+    }
+
+    fn ack(s: &mut ClusterState, id: NodeId, pin: &str, stage: CaStage) -> Option<Refusal> {
+        s.apply(&Request::AckCaRotation {
+            id,
+            pin: pin.into(),
+            stage,
+        })
+        .refused
+    }
+
+    fn finish(s: &mut ClusterState, force: bool) -> Option<Refusal> {
+        s.apply(&Request::FinishCaRotation {
+            pin: "p2".into(),
+            force,
+        })
+        .refused
+    }
+
     #[test]
     fn a_rotation_trusts_then_reissues_then_finishes_only_when_everyone_has_moved() {
         let mut s = state(&[1, 2]);
-        s.begin_ca_rotation(&ca(2), "p2", 0).expect("begin");
-        assert!(
-            s.begin_ca_rotation(&ca(3), "p3", 0).is_err(),
-            "one at a time"
-        );
+        assert_eq!(begin(&mut s, 2), None);
+        assert!(begin(&mut s, 3).is_some(), "one at a time");
         assert_eq!(
             s.signing_ca(),
             Some(&ca(1)),
             "old CA signs while not all trust"
         );
-        assert_eq!(s.trusted_ca_pems(), vec!["cert1", "cert2"]);
-        s.ack_ca_rotation(1, "p2", CaStage::Trusted).expect("ack");
+        assert_eq!(s.trusted_ca_pems(), vec!["cert1", "cert2", "cross2"]);
+        assert_eq!(ack(&mut s, 1, "p2", CaStage::Trusted), None);
         assert_eq!(
             s.ca_phase(),
             Some(Phase::Trusting {
                 waiting_for: BTreeSet::from([2])
             })
         );
-        assert!(s.finish_ca_rotation("p2", false).is_err());
-        s.ack_ca_rotation(2, "p2", CaStage::Trusted).expect("ack");
+        assert!(finish(&mut s, false).is_some());
+        assert_eq!(ack(&mut s, 2, "p2", CaStage::Trusted), None);
         assert_eq!(
             s.signing_ca(),
             Some(&ca(2)),
             "the new CA signs once all trust it"
         );
-        s.ack_ca_rotation(1, "p2", CaStage::Reissued).expect("ack");
+        assert_eq!(ack(&mut s, 1, "p2", CaStage::Reissued), None);
         // An acknowledgement of another CA counts for nothing.
-        s.ack_ca_rotation(2, "other", CaStage::Reissued)
-            .expect("ignored");
+        assert_eq!(ack(&mut s, 2, "other", CaStage::Reissued), None);
         assert_eq!(
             s.ca_phase(),
             Some(Phase::Reissuing {
                 waiting_for: BTreeSet::from([2])
             })
         );
-        assert!(s.finish_ca_rotation("p2", false).is_err());
-        s.ack_ca_rotation(2, "p2", CaStage::Reissued).expect("ack");
+        assert!(finish(&mut s, false).is_some());
+        assert_eq!(ack(&mut s, 2, "p2", CaStage::Reissued), None);
         assert_eq!(s.ca_phase(), Some(Phase::Ready));
-        assert!(s.finish_ca_rotation("p3", false).is_err(), "another pin");
-        s.finish_ca_rotation("p2", false).expect("finish");
+        assert!(
+            s.clone().finish_ca_rotation("p3", false).is_err(),
+            "another pin"
+        );
+        assert_eq!(finish(&mut s, false), None);
         assert_eq!(s.ca, Some(ca(2)));
         assert_eq!(s.ca_next, None);
         assert_eq!(s.trusted_ca_pems(), vec!["cert2"]);
     }
 
     #[test]
-    fn a_member_that_joins_during_a_rotation_must_trust_it_too_and_force_skips_the_wait() {
-        let mut s = state(&[1]);
-        s.begin_ca_rotation(&ca(2), "p2", 0).expect("begin");
-        s.ack_ca_rotation(1, "p2", CaStage::Reissued).expect("ack");
+    fn a_member_that_joins_during_the_reissue_keeps_the_new_ca_signing() {
+        let mut s = state(&[1, 2, 3]);
+        assert_eq!(begin(&mut s, 2), None);
+        for id in [1, 2, 3] {
+            assert_eq!(ack(&mut s, id, "p2", CaStage::Reissued), None);
+        }
         assert_eq!(s.ca_phase(), Some(Phase::Ready));
+        // A member admitted now trusts both and holds a certificate from the new CA: the new
+        // CA keeps signing, and the rotation waits for its report.
         s.nodes.extend(state(&[7]).nodes);
-        // A member that joins after every member trusted the new CA is admitted trusting both
-        // and with a certificate from the new CA: the new CA keeps signing.
         assert_eq!(
             s.ca_phase(),
             Some(Phase::Reissuing {
@@ -303,10 +374,36 @@ mod tests {
         );
         assert_eq!(s.signing_ca(), Some(&ca(2)));
         assert!(
-            s.ack_ca_rotation(9, "p2", CaStage::Trusted).is_err(),
+            ack(&mut s, 9, "p2", CaStage::Trusted).is_some(),
             "not a member"
         );
-        s.finish_ca_rotation("p2", true).expect("forced");
+        // One of four still on the old CA is no majority: a forced finish goes ahead.
+        assert_eq!(finish(&mut s, true), None);
         assert_eq!(s.ca, Some(ca(2)));
+    }
+
+    #[test]
+    fn removing_the_last_member_that_had_not_acknowledged_lets_the_rotation_go_on() {
+        let mut s = state(&[1, 2, 3]);
+        assert_eq!(begin(&mut s, 2), None);
+        for id in [1, 2] {
+            assert_eq!(ack(&mut s, id, "p2", CaStage::Trusted), None);
+        }
+        assert_eq!(s.signing_ca(), Some(&ca(1)));
+        // Forcing now would cut everyone off.
+        assert!(finish(&mut s.clone(), true).is_some());
+        s.apply(&Request::RemoveNode {
+            id: 3,
+            force: false,
+        });
+        assert_eq!(s.signing_ca(), Some(&ca(2)), "the re-issue step starts");
+        assert_eq!(
+            s.ca_phase(),
+            Some(Phase::Reissuing {
+                waiting_for: BTreeSet::from([1, 2])
+            })
+        );
+        // Both are still on the old CA: a forced finish would cut off the majority.
+        assert!(finish(&mut s.clone(), true).is_some());
     }
 }

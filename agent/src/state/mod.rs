@@ -161,6 +161,14 @@ impl ClusterState {
     /// Applies one command. Pure and deterministic: the same commands give the same state on
     /// every node.
     pub fn apply(&mut self, request: &Request) -> Response {
+        let response = self.apply_command(request);
+        // Any command may complete a CA rotation's trust step: an acknowledgement, but also
+        // the removal of the last member that had not given one.
+        self.settle_ca_rotation();
+        response
+    }
+
+    fn apply_command(&mut self, request: &Request) -> Response {
         match request {
             Request::InitCluster {
                 cluster_id,
@@ -186,12 +194,15 @@ impl ClusterState {
                 }
                 Response::default()
             }
-            Request::BeginCaRotation { ca, pin, now_ms } => {
-                match self.begin_ca_rotation(ca, pin, *now_ms) {
-                    Ok(()) => Response::default(),
-                    Err(refused) => Response::refusal(refused),
-                }
-            }
+            Request::BeginCaRotation {
+                ca,
+                pin,
+                cross_pems,
+                now_ms,
+            } => match self.begin_ca_rotation(ca, pin, cross_pems, *now_ms) {
+                Ok(()) => Response::default(),
+                Err(refused) => Response::refusal(refused),
+            },
             Request::AckCaRotation { id, pin, stage } => {
                 match self.ack_ca_rotation(*id, pin, *stage) {
                     Ok(()) => Response::default(),

@@ -104,6 +104,8 @@ pub enum Request {
     BeginCaRotation {
         ca: CaMaterial,
         pin: String,
+        #[serde(default)]
+        cross_pems: Vec<String>,
         now_ms: u64,
     },
     /// A member reports that it trusts the new CA, or holds a certificate from it.
