@@ -246,16 +246,7 @@ impl ClusterCa {
     pub fn generate(cluster_id: &str) -> Result<Self> {
         check_cluster_id(cluster_id)?;
         let key = KeyPair::generate_for(&rcgen::PKCS_ED25519)?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = common_name(&format!("muster cluster {cluster_id}"));
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.serial_number = Some(random_serial());
-        set_validity(&mut params, CA_VALIDITY)?;
+        let params = ca_params(cluster_id)?;
         let cert = params.self_signed(&key)?;
         let cert_der = cert.der().clone();
         Ok(Self {
@@ -296,16 +287,7 @@ impl ClusterCa {
         let other_cert = parse_cert(other.cert_der())?;
         let public_key =
             rcgen::SubjectPublicKeyInfo::from_der(other_cert.tbs_certificate.subject_pki.raw)?;
-        let mut params = CertificateParams::default();
-        params.distinguished_name = common_name(&format!("muster cluster {cluster_id}"));
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.serial_number = Some(random_serial());
-        set_validity(&mut params, CA_VALIDITY)?;
+        let params = ca_params(cluster_id)?;
         Ok(params.signed_by(&public_key, &self.issuer)?.pem())
     }
 
@@ -1047,6 +1029,21 @@ fn der_to_pem(der: &[u8]) -> String {
         &pem::Pem::new("CERTIFICATE", der.to_vec()),
         pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
     )
+}
+
+/// What every cluster CA certificate says (a new CA, or a cross-certificate for one).
+fn ca_params(cluster_id: &str) -> Result<CertificateParams> {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = common_name(&format!("muster cluster {cluster_id}"));
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.serial_number = Some(random_serial());
+    set_validity(&mut params, CA_VALIDITY)?;
+    Ok(params)
 }
 
 fn common_name(cn: &str) -> DistinguishedName {

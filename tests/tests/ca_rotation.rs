@@ -43,7 +43,9 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     assert!(err.contains("r3 does not answer"), "{out}{err}");
     agents[2].restart().expect("restart r3");
     let refs: Vec<&AgentProc> = agents.iter().collect();
-    muster_tests::wait_formed(&refs, 3, WAIT).await.expect("r3 back");
+    muster_tests::wait_formed(&refs, 3, WAIT)
+        .await
+        .expect("r3 back");
     wait_for("r3 to answer probes", WAIT, || async {
         let (code, out, _) = agents[0].cli(&["cert", "status", "--json"]).await.ok()?;
         (code == 0 && !out.contains("\"error\": \"")).then_some(())

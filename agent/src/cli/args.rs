@@ -171,8 +171,9 @@ pub enum CaCommand {
         /// from the old CA).
         #[arg(long)]
         finish: bool,
-        /// With --finish: end it even though some members have not moved (they are cut off
-        /// until they rejoin with a join token).
+        /// With --finish: end it even though a few members have not moved (gone for good: they
+        /// must be wiped and joined again as new nodes). Refused while members lack the new CA
+        /// or half or more still hold a certificate from the old one.
         #[arg(long, requires = "finish")]
         force: bool,
         #[command(flatten)]
