@@ -108,7 +108,18 @@ async fn a_member_moves_to_a_new_address_while_the_cluster_serves_writes() {
     })
     .await
     .expect("m2 back");
+    // Reachable above may still be the leader's memory of m2 from before the restart: wait
+    // until m2 itself serves, on the address it is about to be moved to.
     let m2_to = format!("127.0.0.6:{m2_port}");
+    wait_for("m2 to listen on every address", WAIT, || async {
+        agents[1].status().await?;
+        tokio::net::TcpStream::connect(&m2_to)
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+    .expect("m2 listens");
     let (code, out, err) = agents[0]
         .cli(&["node", "set-address", "m2", &m2_to])
         .await

@@ -97,7 +97,16 @@ async fn answers_there(agent: &Agent, id: NodeId, name: &str, addr: &str) -> Res
         .send()
         .await;
     // Whatever the route answers, the handshake proved the member is there.
-    let result = answer.map(|_| ()).map_err(|e| unreachable(e.to_string()));
+    let result = answer.map(|_| ()).map_err(|e| {
+        let mut why = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            why.push_str(": ");
+            why.push_str(&c.to_string());
+            cause = c.source();
+        }
+        unreachable(why)
+    });
     agent.peers().forget(id);
     result
 }
