@@ -564,21 +564,8 @@ pub fn is_certificate_revoked(err: &(dyn std::error::Error + 'static)) -> bool {
 /// the CA in `ca_pem`, but also accepts clients without one (see the module docs). ALPN
 /// `http/1.1`.
 pub fn server_config(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
-    server_config_revoking(ca_pem, cert_pem, key_pem, RevokedIds::default(), "")
-}
-
-/// [`server_config`] that also refuses, at the handshake, certificates of `cluster_id`'s node
-/// ids in `revoked` (with the alert `certificate_revoked`). Sessions are never resumed: a
-/// resumed handshake would skip the check.
-pub fn server_config_revoking(
-    ca_pem: &str,
-    cert_pem: &str,
-    key_pem: &str,
-    revoked: RevokedIds,
-    cluster_id: &str,
-) -> Result<Arc<ServerConfig>> {
     let credentials = NodeCredentials::new(ca_pem, cert_pem, key_pem)?;
-    server_config_for(&credentials, revoked, cluster_id)
+    server_config_for(&credentials, RevokedIds::default(), "")
 }
 
 /// The listener's config over replaceable [`NodeCredentials`]: every handshake presents the

@@ -57,29 +57,12 @@ type ServerOutcome = Result<Option<PeerIdentity>, String>;
 async fn serve_once(
     config: Arc<rustls::ServerConfig>,
 ) -> (SocketAddr, tokio::task::JoinHandle<ServerOutcome>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local addr");
+    let (addr, leaf) = accept_leaf(config).await;
     let task = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.map_err(|e| e.to_string())?;
-        let mut tls = TlsAcceptor::from(config)
-            .accept(tcp)
-            .await
-            .map_err(|e| format!("server handshake: {e}"))?;
-        let identity = match tls.get_ref().1.peer_certificates() {
-            Some(chain) => {
-                let leaf = chain.first().ok_or("empty client chain")?;
-                Some(peer_identity(leaf).map_err(|e| e.to_string())?)
-            }
-            None => None,
-        };
-        let mut buf = [0u8; 4];
-        tls.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
-        if &buf != b"ping" {
-            return Err(format!("unexpected request {buf:?}"));
+        match leaf.await.map_err(|e| e.to_string())?? {
+            Some(der) => Ok(Some(peer_identity(&der).map_err(|e| e.to_string())?)),
+            None => Ok(None),
         }
-        tls.write_all(b"pong").await.map_err(|e| e.to_string())?;
-        tls.shutdown().await.map_err(|e| e.to_string())?;
-        Ok(identity)
     });
     (addr, task)
 }
@@ -90,14 +73,7 @@ async fn ping(
     addr: SocketAddr,
     server_name: &str,
 ) -> Result<(), std::io::Error> {
-    let name = ServerName::try_from(server_name.to_owned()).expect("server name");
-    let tcp = TcpStream::connect(addr).await?;
-    let mut tls = TlsConnector::from(config).connect(name, tcp).await?;
-    tls.write_all(b"ping").await?;
-    let mut buf = [0u8; 4];
-    tls.read_exact(&mut buf).await?;
-    assert_eq!(&buf, b"pong");
-    Ok(())
+    connect_leaf(config, addr, server_name).await.map(|_| ())
 }
 
 async fn outcome(task: tokio::task::JoinHandle<ServerOutcome>) -> ServerOutcome {
@@ -472,7 +448,8 @@ fn node_keys_round_trip_through_pem() {
     assert!(pinned_client_config("not-a-pin").is_err());
 }
 
-/// Accepts one connection and returns the client's leaf certificate (or the handshake error).
+/// Accepts one TLS connection, reads `ping`, answers `pong`; returns the client's leaf
+/// certificate (or the handshake / IO error).
 async fn accept_leaf(
     config: Arc<rustls::ServerConfig>,
 ) -> (
@@ -487,14 +464,15 @@ async fn accept_leaf(
             .accept(tcp)
             .await
             .map_err(|e| format!("server handshake: {e}"))?;
-        let leaf = tls
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-            .map(|c| c.as_ref().to_vec());
+        let leaf = match tls.get_ref().1.peer_certificates() {
+            Some(chain) => Some(chain.first().ok_or("empty client chain")?.as_ref().to_vec()),
+            None => None,
+        };
         let mut buf = [0u8; 4];
         tls.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+        if &buf != b"ping" {
+            return Err(format!("unexpected request {buf:?}"));
+        }
         tls.write_all(b"pong").await.map_err(|e| e.to_string())?;
         tls.shutdown().await.map_err(|e| e.to_string())?;
         Ok(leaf)
@@ -502,7 +480,7 @@ async fn accept_leaf(
     (addr, task)
 }
 
-/// Connects and returns the server's leaf certificate.
+/// Connects, sends `ping`, expects `pong`; returns the server's leaf certificate.
 async fn connect_leaf(
     config: Arc<rustls::ClientConfig>,
     addr: SocketAddr,
@@ -521,6 +499,7 @@ async fn connect_leaf(
     tls.write_all(b"ping").await?;
     let mut buf = [0u8; 4];
     tls.read_exact(&mut buf).await?;
+    assert_eq!(&buf, b"pong");
     Ok(leaf)
 }
 

@@ -93,20 +93,13 @@ async fn answers_there(agent: &Agent, id: NodeId, name: &str, addr: &str) -> Res
     let answer = peer
         .http
         .get(format!("{}{}", peer.base, crate::api::paths::MEMBER_CHECK))
-        .timeout(std::time::Duration::from_secs(3))
+        .timeout(super::probe::PROBE_TIMEOUT)
         .send()
         .await;
     // Whatever the route answers, the handshake proved the member is there.
-    let result = answer.map(|_| ()).map_err(|e| {
-        let mut why = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            why.push_str(": ");
-            why.push_str(&c.to_string());
-            cause = c.source();
-        }
-        unreachable(why)
-    });
+    let result = answer
+        .map(|_| ())
+        .map_err(|e| unreachable(super::probe::root_cause(&e)));
     agent.peers().forget(id);
     result
 }

@@ -16,7 +16,7 @@ use crate::state::parse_member_id;
 
 /// How long one member may take to answer a probe: a member slower than this counts as not
 /// answering (the plan treats it as unreachable).
-const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest probe answer accepted from a member.
 const PROBE_ANSWER_LIMIT: usize = 64 * 1024;
 /// The file the data-dir check writes, fsyncs and removes (with a number of its own, so that
@@ -143,7 +143,7 @@ pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
 
 /// The innermost cause of a failed call ("Connection refused (os error 111)"), which says more
 /// than reqwest's "error sending request for url …".
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = e;
     while let Some(next) = cause.source() {
         cause = next;
