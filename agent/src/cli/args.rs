@@ -164,8 +164,9 @@ pub enum CaCommand {
     /// Start replacing the cluster CA: every member trusts a new CA next to the old, then
     /// renews its certificate from it (no restart, no moment in which two members cannot
     /// talk). Once `muster ca status` says `ready`, end it with `--finish`: the old CA is no
-    /// longer trusted, and join and operator tokens made before the rotation stop working
-    /// (make new ones). Needs an admin token over TCP.
+    /// longer trusted, every join and operator token made under it is revoked (the finish
+    /// lists them; make new ones), and a live join secret is replaced by a new one, printed
+    /// once: put it in your machines' user-data. Needs an admin token over TCP.
     Rotate {
         /// End the rotation in progress (refused while a member still holds a certificate
         /// from the old CA).

@@ -119,6 +119,10 @@ pub enum LeaderOp {
     CaFinish {
         #[serde(default)]
         force: bool,
+        /// The join secret that replaces a live one (its hash: the secret stays on the node
+        /// the operator talks to).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_join_secret: Option<crate::state::SecretReplacement>,
     },
     /// The CA and the rotation in progress (`muster ca status`).
     CaStatus,
@@ -371,7 +375,10 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             json(renew::renew(agent, id, &csr_pem).await?)
         }
         LeaderOp::CaRotate => json(ca::rotate(agent).await?),
-        LeaderOp::CaFinish { force } => json(ca::finish(agent, force).await?),
+        LeaderOp::CaFinish {
+            force,
+            new_join_secret,
+        } => json(ca::finish(agent, force, new_join_secret).await?),
         LeaderOp::CaStatus => json(ca::status(agent).await?),
         LeaderOp::CaAck {
             node_id,

@@ -24,6 +24,7 @@ fn token(uses: u32, expires_ms: u64) -> JoinTokenRecord {
         consumed_ms: None,
         revoked_ms: None,
         last_used_by: None,
+        ca_pin: None,
     }
 }
 
