@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::types::MembershipEvent;
 use crate::client::PeerClients;
+use crate::clock::TermClock;
 use crate::policy::Automation;
 use crate::raft::RaftNode;
 use crate::state::{FormationRecord, Node, NodeId};
@@ -65,7 +66,8 @@ pub struct Agent {
     /// line says it.
     refusals_logged: Mutex<std::collections::HashSet<(NodeId, &'static str)>>,
     membership_ops: tokio::sync::Mutex<()>,
-    lease_clock: LeaseClock,
+    lease_clock: TermClock,
+    token_clock: TermClock,
 }
 
 impl Agent {
@@ -91,7 +93,8 @@ impl Agent {
             over_limit_logged_ms: AtomicU64::new(0),
             refusals_logged: Mutex::default(),
             membership_ops: tokio::sync::Mutex::new(()),
-            lease_clock: LeaseClock::default(),
+            lease_clock: TermClock::default(),
+            token_clock: TermClock::default(),
         }
     }
 
@@ -278,44 +281,14 @@ impl Agent {
     }
 
     /// This node's count of the lease clock while it leads (see `leader::lease`).
-    pub fn lease_clock(&self) -> &LeaseClock {
+    pub fn lease_clock(&self) -> &TermClock {
         &self.lease_clock
     }
-}
 
-/// Where this node's lease clock stands in its current term as leader: the committed reading
-/// it started from, and the monotonic instant it started at.
-#[derive(Default)]
-pub struct LeaseClock {
-    epoch: Mutex<Option<(u64, u64, Instant)>>,
-}
-
-impl LeaseClock {
-    /// The clock now, if it was started in `term`.
-    pub fn reading(&self, term: u64) -> Option<u64> {
-        let epoch = self.epoch.lock().ok()?;
-        let (t, base, started) = (*epoch)?;
-        (t == term).then(|| base.saturating_add(millis(started.elapsed())))
+    /// This node's count of the token clock while it leads (see `leader::cluster_now`).
+    pub fn token_clock(&self) -> &TermClock {
+        &self.token_clock
     }
-
-    /// Starts the clock for `term` at `base` (kept if another caller started it first in the
-    /// same term); returns its reading.
-    pub fn start(&self, term: u64, base: u64) -> u64 {
-        let Ok(mut epoch) = self.epoch.lock() else {
-            return base;
-        };
-        match *epoch {
-            Some((t, b, started)) if t == term => b.saturating_add(millis(started.elapsed())),
-            _ => {
-                *epoch = Some((term, base, Instant::now()));
-                base
-            }
-        }
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What this node knows of its own removal: whether it has learnt it, and when a leader last
