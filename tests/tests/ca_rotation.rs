@@ -64,6 +64,12 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     })
     .await
     .expect("probes");
+    let backup = tmp.path().join("before-rotation.backup");
+    let (code, out, err) = agents[0]
+        .cli(&["backup", &backup.display().to_string()])
+        .await
+        .expect("backup");
+    assert_eq!(code, 0, "{out}{err}");
     let old_ca = tls_file(&agents[0], "ca.pem");
     let old_pin = tls::spki_pin(&old_ca).expect("pin");
     let old_operator = agents[0].operator_token().await.expect("operator token");
@@ -238,6 +244,24 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
         forged_join.log().contains("token_revoked"),
         "an old join token with a forged pin is refused as revoked: {}",
         tail(&forged_join.log(), 10)
+    );
+
+    // A backup from before the rotation would bring the retired CA back: refused, since the
+    // members it lists now present another CA.
+    let file_arg = backup.display().to_string();
+    let mut restored =
+        AgentProc::start_command(tmp.path(), "restored", &["restore", &file_arg], &[])
+            .expect("start restore");
+    let exit = restored.wait_exit(WAIT).await.expect("the restore stops");
+    assert_eq!(exit, Some(2), "{}", tail(&restored.log(), 10));
+    assert!(
+        restored.log().contains("--allow-retired-ca"),
+        "the refusal names the way out: {}",
+        tail(&restored.log(), 10)
+    );
+    assert!(
+        !restored.data_dir.join("cluster.json").exists(),
+        "a refused restore writes no cluster"
     );
 
     // A join token made before the rotation is refused with ca_pin_mismatch; a new one works.

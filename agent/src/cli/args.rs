@@ -62,9 +62,16 @@ pub enum Command {
     },
     /// Start a new one-node cluster from a backup (into an empty --data-dir), then keep running
     /// it like `muster agent`. It gets a new cluster id, keeps the CA, the key-value space and
-    /// the operator tokens, revokes the join tokens, and prints a new operator token.
+    /// the operator tokens, revokes the join tokens, and prints a new operator token. Refused if
+    /// a member of the backed-up cluster answers with another CA (the backup predates a CA
+    /// rotation and would bring the retired CA back).
     Restore {
         file: PathBuf,
+        /// Restore a backup even though its cluster has retired its CA since (`muster ca rotate
+        /// --finish`): the retired CA, whose key removed machines may hold, becomes the new
+        /// cluster's CA.
+        #[arg(long)]
+        allow_retired_ca: bool,
         #[command(flatten)]
         flags: AgentFlags,
     },

@@ -106,11 +106,19 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             let config = config::resolve(&flags, &env)?;
             Ok(crate::start::run(config, None).await?)
         }
-        Command::Restore { file, flags } => {
+        Command::Restore {
+            file,
+            allow_retired_ca,
+            flags,
+        } => {
             crate::logging::init_agent();
             let env: HashMap<String, String> = std::env::vars().collect();
             let config = config::resolve(&flags, &env)?;
-            Ok(crate::start::run(config, Some(file)).await?)
+            let asked = crate::start::RestoreAsked {
+                file,
+                allow_retired_ca,
+            };
+            Ok(crate::start::run(config, Some(asked)).await?)
         }
         Command::Status(op) => {
             let status = super::status(&op.target()?).await?;
