@@ -183,6 +183,7 @@ mod tests {
                 revoked_ms: None,
                 last_used_by: None,
                 ca_pin: None,
+                verify_key: None,
             },
         );
         BackupSnapshot {

@@ -226,6 +226,7 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
         revoked_ms: None,
         last_used_by: None,
         ca_pin,
+        verify_key: None,
     };
     let info = join_info(&create.id, &token, now);
     agent

@@ -179,6 +179,7 @@ async fn ca_rotate(State(agent): State<Arc<Agent>>, Extension(by): By, body: Byt
         new_join_secret: Some(crate::state::SecretReplacement {
             id: secret.id(),
             secret_sha256: secret.secret_hash(),
+            verify_key: secret.verify_key(),
         }),
     };
     let finished = leader::run(&agent, &by, op)

@@ -412,7 +412,12 @@ async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     };
     let (name, token_id) = (request.name.clone(), request.token_id.clone());
     let join: leader::TokenJoin = request.into();
-    if let Err(e) = leader::precheck_token(&agent, &join.token_id, &join.secret_sha256) {
+    // A signed secret join has no hash to compare here; the leader checks its signature.
+    let checked = match join.secret_signature {
+        Some(_) => Ok(()),
+        None => leader::precheck_token(&agent, &join.token_id, &join.secret_sha256),
+    };
+    if let Err(e) = checked {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, "token join refused here");
         return error_response(&e);
     }

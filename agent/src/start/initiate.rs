@@ -85,6 +85,7 @@ impl Initiator {
                 now,
                 expires_ms,
                 None,
+                s.secret.verify_key(),
             );
             (s.secret.id(), record)
         });

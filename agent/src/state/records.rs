@@ -70,6 +70,11 @@ pub struct JoinTokenRecord {
     /// recorded before pins were kept (`None`) count as pinned to the CA a rotation retires.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_pin: Option<String>,
+    /// A join secret's verify key (`JoinSecret::verify_key`): a machine proves it holds the
+    /// secret with a signature, and the secret itself never travels. `None` for join tokens,
+    /// and for secrets recorded before signed joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_key: Option<String>,
 }
 
 impl JoinTokenRecord {
@@ -80,6 +85,7 @@ impl JoinTokenRecord {
         created_ms: u64,
         expires_ms: u64,
         ca_pin: Option<String>,
+        verify_key: String,
     ) -> Self {
         Self {
             secret_sha256,
@@ -92,6 +98,7 @@ impl JoinTokenRecord {
             revoked_ms: None,
             last_used_by: None,
             ca_pin,
+            verify_key: Some(verify_key),
         }
     }
 

@@ -133,6 +133,9 @@ pub enum Request {
 pub struct SecretReplacement {
     pub id: String,
     pub secret_sha256: String,
+    /// The new secret's verify key (see `JoinTokenRecord::verify_key`).
+    #[serde(default)]
+    pub verify_key: String,
 }
 
 /// Why the state machine refused a command: a stable error kind and a message for people.

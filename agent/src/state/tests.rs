@@ -25,6 +25,7 @@ fn token(uses: u32, expires_ms: u64) -> JoinTokenRecord {
         revoked_ms: None,
         last_used_by: None,
         ca_pin: None,
+        verify_key: None,
     }
 }
 

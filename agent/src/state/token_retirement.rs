@@ -68,6 +68,7 @@ impl ClusterState {
                     now_ms,
                     expires_ms,
                     Some(new_pin.to_string()),
+                    new.verify_key.clone(),
                 ),
             );
             retired.join_secret_replaced = true;
@@ -93,6 +94,7 @@ mod tests {
             revoked_ms: revoked.then_some(1),
             last_used_by: None,
             ca_pin: pin.map(str::to_string),
+            verify_key: None,
         }
     }
 
@@ -111,6 +113,7 @@ mod tests {
         SecretReplacement {
             id: "new-secret".into(),
             secret_sha256: "hh".into(),
+            verify_key: "vk".into(),
         }
     }
 
@@ -163,6 +166,11 @@ mod tests {
         assert!(new.unlimited());
         assert_eq!(new.expires_ms, 1_000);
         assert_eq!(new.ca_pin.as_deref(), Some("new"));
+        assert_eq!(
+            new.verify_key.as_deref(),
+            Some("vk"),
+            "joins sign with the new secret"
+        );
     }
 
     #[test]
