@@ -35,6 +35,8 @@ pub struct AgentInit {
     pub automation: Automation,
     /// Node ids the node port refuses at the handshake (shared with its TLS verifier).
     pub revoked: muster_shared::tls::RevokedIds,
+    /// Ids refused whatever the applied state says yet (see `NodeSpec::revoked_at_start`).
+    pub revoked_at_start: std::collections::BTreeSet<NodeId>,
     /// This node's certificate and trusted CAs, as its listener and clients use them.
     pub credentials: muster_shared::tls::NodeCredentials,
     /// `--cert-validity`: lifetime of the certificates this node issues as leader.
@@ -52,6 +54,7 @@ pub struct Agent {
     promote_after: Duration,
     automation: Automation,
     revoked: muster_shared::tls::RevokedIds,
+    revoked_at_start: std::collections::BTreeSet<NodeId>,
     credentials: muster_shared::tls::NodeCredentials,
     cert_validity: Duration,
     membership_log: Mutex<MembershipLog>,
@@ -83,6 +86,7 @@ impl Agent {
             promote_after: init.promote_after,
             automation: init.automation,
             revoked: init.revoked,
+            revoked_at_start: init.revoked_at_start,
             credentials: init.credentials,
             cert_validity: init.cert_validity,
             membership_log: Mutex::default(),
@@ -129,10 +133,13 @@ impl Agent {
             return;
         }
         if let Ok(removed) = self.raft.read_local(|s| s.removed.clone()) {
+            // Ids are never reused, so what the admission listed stays refused even while
+            // this node's state has not caught up with it.
             self.revoked.replace(
                 removed
                     .into_iter()
                     .filter(|id| !view.nodes.contains_key(id))
+                    .chain(self.revoked_at_start.iter().copied())
                     .collect(),
             );
         }

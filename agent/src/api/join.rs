@@ -53,6 +53,10 @@ pub struct JoinResponse {
     pub ca_cert_pem: String,
     pub cert_pem: String,
     pub node_id: String,
+    /// Members removed from the cluster (ids, hex): the new node refuses their certificates
+    /// from its first handshake, before it has the replicated state.
+    #[serde(default)]
+    pub revoked_ids: Vec<String>,
 }
 
 /// `POST /v1/join/hello`: a machine that holds the pre-shared join secret but no CA pin yet

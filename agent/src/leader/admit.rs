@@ -93,11 +93,20 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
             )
             .await?;
     }
+    let in_configuration = agent.raft().view().nodes;
+    let revoked_ids = agent
+        .raft()
+        .read_local(|s| s.removed.clone())?
+        .into_iter()
+        .filter(|id| !in_configuration.contains_key(id))
+        .map(member_id)
+        .collect();
     Ok(JoinResponse {
         cluster_id: agent.cluster_id().to_string(),
         ca_cert_pem: trusted,
         cert_pem,
         node_id: member_id(candidate.id),
+        revoked_ids,
     })
 }
 

@@ -146,6 +146,7 @@ pub async fn initiate(
         identity,
         cluster_id: &cluster_id,
         listener,
+        revoked_at_start: Default::default(),
     })
     .await?;
     let me = Initiator::new(config, identity, &formation);

@@ -211,11 +211,17 @@ pub async fn finish(
     }
     datadir::write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
     ClusterFile::new(&response.cluster_id, &config.advertise, None).write(&config.data_dir)?;
+    let revoked_at_start = response
+        .revoked_ids
+        .iter()
+        .filter_map(|id| crate::state::parse_member_id(id))
+        .collect();
     node::start(NodeSpec {
         config,
         identity,
         cluster_id: &response.cluster_id,
         listener,
+        revoked_at_start,
     })
     .await
 }

@@ -150,6 +150,7 @@ pub async fn start(
         identity,
         cluster_id: &cluster_id,
         listener,
+        revoked_at_start: Default::default(),
     })
     .await?;
     let raft = running.agent().raft();
