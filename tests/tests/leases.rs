@@ -723,14 +723,20 @@ async fn bad_lease_and_kv_input_is_refused_with_its_kind() {
     assert!(ok["revision"].as_u64().expect("rev") > rev);
 }
 
-/// `--server A,B,C` keeps the cluster's addresses: the member that answered last is removed,
-/// and a command given only dead addresses still finds the cluster through the members the
-/// last answer listed, then keeps the new list.
+/// `--server A,B,C` names the cluster a command acts on. It fails over between the given
+/// members of that cluster and keeps the cluster's current member list; but a `--server` that
+/// is dead, mistyped or another cluster's is an error naming it, never answered by remembered
+/// members: with cluster A's token, `kv put --server <cluster B's member>` fails and neither
+/// cluster changes.
 #[tokio::test]
-async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list() {
+async fn the_cli_acts_only_on_the_cluster_its_server_names() {
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let (mut agents, token) = cluster(tmp.path(), &d, "al").await;
+    let other = init_and_join(tmp.path(), &["bl1"])
+        .await
+        .expect("cluster B");
+    let b = &other[0];
     let state_home = tmp.path().join("state");
     let state_home_s = state_home.to_string_lossy().to_string();
     let env = [
@@ -751,11 +757,14 @@ async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list()
         .await
         .expect("run");
     assert_eq!(code, 0, "{out}{err}");
+    let cluster_a = serde_json::from_str::<Value>(&out).expect("status")["cluster_id"].clone();
     let k = known();
     assert_eq!(k["last_good"], agents[0].addr.as_str());
+    assert_eq!(k["cluster_id"], cluster_a, "{k}");
     assert_eq!(k["members"].as_array().map(Vec::len), Some(3), "{k}");
 
-    // The last good address goes away for good.
+    // The last good address goes away for good: it is tried first, and the next given member
+    // of the same cluster answers.
     let gone = agents[0].addr.clone();
     let (code, out, err) = agents[1]
         .cli(&["node", "remove", &agents[0].name, "--json"])
@@ -763,12 +772,14 @@ async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list()
         .expect("remove");
     assert_eq!(code, 0, "{out}{err}");
     let _ = agents[0].wait_exit(Duration::from_secs(30)).await;
-    let dead = format!("127.0.0.1:{}", free_port());
-    let stale = format!("{dead},{gone}");
-    let (code, out, err) = run_muster(&["kv", "put", "k", "v", "--server", &stale, "--json"], &env)
-        .await
-        .expect("run");
-    assert_eq!(code, 0, "only stale addresses were given: {out}{err}");
+    let failover = format!("{gone},{}", agents[1].addr);
+    let (code, out, err) = run_muster(
+        &["kv", "put", "k", "v", "--server", &failover, "--json"],
+        &env,
+    )
+    .await
+    .expect("run");
+    assert_eq!(code, 0, "a live member was given: {out}{err}");
     let k = known();
     let members: Vec<&str> = k["members"]
         .as_array()
@@ -778,7 +789,72 @@ async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list()
         .collect();
     assert_eq!(members.len(), 2, "{k}");
     assert!(!members.contains(&gone.as_str()), "{k}");
-    assert_ne!(k["last_good"], gone.as_str());
+    assert_eq!(k["last_good"], agents[1].addr.as_str());
+
+    // Only dead addresses: an error naming them, although live members are remembered.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let stale = format!("{dead},{gone}");
+    let (code, out, err) = run_muster(&["kv", "get", "k", "--server", &stale, "--json"], &env)
+        .await
+        .expect("run");
+    assert_eq!(code, 1, "only stale addresses were given: {out}{err}");
+    let e: Value = serde_json::from_str(out.trim()).expect("json error");
+    assert_eq!(e["kind"], "unreachable", "{err}");
+    let message = e["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&dead) && message.contains(&gone), "{err}");
+    assert!(
+        message.contains(&agents[1].addr),
+        "names the remembered members: {err}"
+    );
+    assert!(
+        !out.contains("\"value\""),
+        "answered from remembered members: {out}"
+    );
+
+    // A mistyped port: the same, in words for a person.
+    let (code, out, err) = run_muster(&["kv", "get", "k", "--server", &dead], &env)
+        .await
+        .expect("run");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&dead) && err.contains("Check the address and port"),
+        "{err}"
+    );
+
+    // Cluster A's token with cluster B's member: refused before the token is sent, naming both
+    // CAs; nothing is written to either cluster.
+    let (code, out, err) = run_muster(
+        &["kv", "put", "wrong", "x", "--server", &b.addr, "--json"],
+        &env,
+    )
+    .await
+    .expect("run");
+    assert_eq!(
+        code, 1,
+        "wrote with cluster A's token through {}: {out}{err}",
+        b.addr
+    );
+    let e: Value = serde_json::from_str(out.trim()).expect("json error");
+    assert_eq!(e["kind"], "ca_pin_mismatch", "{err}");
+    let message = e["message"].as_str().unwrap_or_default();
+    let pin_a = token.split('.').nth(1).expect("pin in token");
+    assert!(message.contains(&b.addr), "{err}");
+    assert!(
+        message.contains(&pin_a[..16]),
+        "names the token's CA: {err}"
+    );
+    assert!(
+        message.contains(cluster_a.as_str().unwrap_or("?")),
+        "names the token's cluster: {err}"
+    );
+    for (what, out) in [
+        ("A", agents[1].cli(&["kv", "list", "--json"]).await),
+        ("B", b.cli(&["kv", "list", "--json"]).await),
+    ] {
+        let (code, out, err) = out.expect("kv list");
+        assert_eq!(code, 0, "{err}");
+        assert!(!out.contains("wrong"), "cluster {what} changed: {out}");
+    }
 
     // A fresh client with one live address among dead ones.
     let fresh = tmp.path().join("fresh").to_string_lossy().to_string();
