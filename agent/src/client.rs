@@ -50,9 +50,19 @@ impl CallError {
         CallError::Unreachable {
             addr: addr.to_string(),
             connect: e.is_connect(),
-            reason: e.to_string(),
+            reason: innermost_cause(&e),
         }
     }
+}
+
+/// The innermost cause of a failed call ("Connection refused (os error 111)"), which says more
+/// than reqwest's "error sending request for url …".
+pub fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 /// Sends `req` and reads a JSON answer of type `T`, or the error the server answered with.

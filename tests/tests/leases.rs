@@ -71,25 +71,36 @@ fn lease_run(agent: &AgentProc, holder: &str, record: &Path) -> Child {
 
 /// `muster lease run` against the agent whose data dir is `dir`, its CMD recording to `record`.
 fn lease_run_at(dir: &Path, holder: &str, record: &Path) -> Child {
-    let script = format!(
-        "echo \"start $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; \
-         trap 'echo \"stop $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; exit 0' TERM; \
-         while :; do sleep 0.05; done",
-        r = record.display()
-    );
+    lease_run_command(dir, holder, record, Stdio::null())
+}
+
+/// [`lease_run_at`] with what `lease run` says going to `stderr`.
+fn lease_run_command(dir: &Path, holder: &str, record: &Path, stderr: Stdio) -> Child {
     let mut command = Command::new(bin_path("muster"));
     clear_muster_env(&mut command);
     command
         .args(["lease", "run", "job", "--ttl", &format!("{TTL_SECS}s")])
         .args(["--grace", "1s", "--holder", holder, "--data-dir"])
         .arg(dir)
-        .args(["--", "sh", "-c", &script])
+        .args(["--", "sh", "-c", &recording_cmd(record)])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .expect("lease run")
+}
+
+/// A CMD that records its start and stop (on SIGTERM or SIGINT) with its fencing token. It
+/// ends by itself once the record is gone (with the test's temp dir), so that a CMD a failed
+/// test leaves behind does not run on.
+fn recording_cmd(record: &Path) -> String {
+    format!(
+        "echo \"start $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; \
+         trap 'echo \"stop $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; exit 0' TERM INT; \
+         while [ -e {r} ]; do sleep 0.05; done",
+        r = record.display()
+    )
 }
 
 /// One grant as CMD recorded it: (token, holder, started, stopped) in ns since the epoch.
@@ -1049,4 +1060,97 @@ async fn lease_run_stops_the_children_cmd_leaves_behind() {
         .expect("status");
     assert_eq!(status.code(), Some(69));
     gone(pid, "CMD's child to be killed").await;
+}
+
+/// `lease run` in a terminal, as a shell job on a pseudo-terminal. Ctrl-Z reaches only `lease
+/// run` (CMD runs in its own process group): it refuses to be suspended while CMD holds the
+/// lease, so no second holder starts CMD beside the first, and after Ctrl-C the lease goes on
+/// in order. A `lease run` stopped where it cannot refuse (SIGSTOP) owns up afterwards: CMD
+/// may have run beside the next holder, never "stopped before the lease could go to another
+/// holder".
+#[tokio::test]
+async fn ctrl_z_on_lease_run_never_lets_a_second_holder_run_beside_cmd() {
+    use muster_tests::terminal::{CTRL_C, CTRL_Z, Terminal};
+    const IN_TIME: &str = "stopped before the lease could go to another holder";
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (agents, _) = cluster(tmp.path(), &d, "tz").await;
+    let record = tmp.path().join("record");
+    let script = tmp.path().join("cmd.sh");
+    std::fs::write(&script, recording_cmd(&record)).expect("script");
+    let mut tty = Terminal::start(tmp.path(), "holder").expect("terminal");
+    tty.type_line(&format!(
+        "{} lease run job --ttl {TTL_SECS}s --grace 1s --holder tty --data-dir {} -- sh {}",
+        bin_path("muster").display(),
+        agents[0].data_dir.display(),
+        script.display()
+    ))
+    .await
+    .expect("type");
+    tty.wait_output("acquired by tty", FORM)
+        .await
+        .expect("lease run holds the lease");
+    assert_eq!(next_holder(&record, 0, FORM).await, "tty");
+
+    tty.key(CTRL_Z).await.expect("Ctrl-Z");
+    let mut other = lease_run(&agents[1], "other", &record);
+    // The lease would go to `other` one TTL after the last renewal if `lease run` were
+    // stopped: for three TTLs, the first CMD must stay the only one.
+    let watch_until = Instant::now() + Duration::from_secs(3 * TTL_SECS);
+    while Instant::now() < watch_until {
+        let g = grants(&record);
+        assert!(
+            g.len() == 1 && g[0].stop.is_none(),
+            "Ctrl-Z let a second holder start CMD (or stopped the first): {g:?}\nterminal:\n{}",
+            tty.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tty.wait_output("cannot be suspended while", Duration::from_secs(5))
+        .await
+        .expect("the refusal is said");
+
+    // `fg` would resume a `lease run` that was stopped after all (it would then report what
+    // happened); Ctrl-C ends CMD, and the lease is released.
+    tty.type_line("fg").await.expect("type");
+    tty.wait_output("fg", Duration::from_secs(5))
+        .await
+        .expect("fg echoed");
+    tty.key(CTRL_C).await.expect("Ctrl-C");
+    assert_eq!(next_holder(&record, 1, FORM).await, "other");
+    check_history(&grants(&record), 2);
+    assert!(!tty.output().contains(IN_TIME), "{}", tty.output());
+
+    // SIGSTOP cannot be refused: `other` stays stopped until a third holder has the lease, and
+    // says so when it runs again.
+    drop(tty);
+    let said = tmp.path().join("other.err");
+    let mut stopped = lease_run_command(
+        &agents[2].data_dir,
+        "stopped",
+        &record,
+        std::fs::File::create(&said).expect("stderr file").into(),
+    );
+    // SIGTERM goes on to CMD, which ends; `other` releases the lease and `stopped` gets it.
+    signal(other.id().expect("pid"), "TERM").expect("SIGTERM");
+    let _ = tokio::time::timeout(FORM, other.wait()).await;
+    let holder = next_holder(&record, 2, FORM).await;
+    assert_eq!(holder, "stopped");
+    let pid = stopped.id().expect("pid");
+    signal(pid, "STOP").expect("SIGSTOP");
+    let mut third = lease_run(&agents[0], "third", &record);
+    assert_eq!(next_holder(&record, 3, FORM).await, "third");
+    signal(pid, "CONT").expect("SIGCONT");
+    let status = tokio::time::timeout(FORM, stopped.wait())
+        .await
+        .expect("the resumed lease run ends")
+        .expect("status");
+    assert_eq!(status.code(), Some(69));
+    let text = std::fs::read_to_string(&said).unwrap_or_default();
+    assert!(
+        text.contains("may have run beside the next holder") && !text.contains(IN_TIME),
+        "{text}"
+    );
+    signal(third.id().expect("pid"), "TERM").expect("SIGTERM");
+    let _ = tokio::time::timeout(FORM, third.wait()).await;
 }
