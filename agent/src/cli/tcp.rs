@@ -40,7 +40,7 @@ pub enum TcpError {
         /// Each address tried, with why it gave no answer.
         tried: Vec<(String, String)>,
         /// What was remembered for the token's CA.
-        known: Known,
+        known: Box<Known>,
     },
     /// A given address presents another CA than the operator token's: nothing was sent to it.
     #[error("{}", other_ca(.addr, .offered, .token_pin, .known))]
@@ -49,7 +49,7 @@ pub enum TcpError {
         /// The CA pins the address's chain offered.
         offered: Vec<String>,
         token_pin: String,
-        known: Known,
+        known: Box<Known>,
     },
     /// An answer came from another cluster than the one the command acts on.
     #[error(
@@ -122,7 +122,7 @@ impl Cluster {
                         addr,
                         offered,
                         token_pin: pin.to_string(),
-                        known,
+                        known: Box::new(known),
                     });
                 }
                 // A remembered member that now presents another CA, or any address the request
@@ -159,7 +159,10 @@ impl Cluster {
         }
         Err(match no_leader {
             Some(e) => CallError::Api(e).into(),
-            None => TcpError::NoneAnswered { tried, known },
+            None => TcpError::NoneAnswered {
+                tried,
+                known: Box::new(known),
+            },
         })
     }
 }
