@@ -20,6 +20,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use muster_tests::netns::Lab;
+use muster_tests::terminal::Terminal;
 use muster_tests::*;
 use serde_json::Value;
 use tokio::process::{Child, Command};
@@ -1070,7 +1071,7 @@ async fn lease_run_stops_the_children_cmd_leaves_behind() {
 /// holder".
 #[tokio::test]
 async fn ctrl_z_on_lease_run_never_lets_a_second_holder_run_beside_cmd() {
-    use muster_tests::terminal::{CTRL_C, CTRL_Z, Terminal};
+    use muster_tests::terminal::{CTRL_C, CTRL_Z};
     const IN_TIME: &str = "stopped before the lease could go to another holder";
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
@@ -1079,17 +1080,14 @@ async fn ctrl_z_on_lease_run_never_lets_a_second_holder_run_beside_cmd() {
     let script = tmp.path().join("cmd.sh");
     std::fs::write(&script, recording_cmd(&record)).expect("script");
     let mut tty = Terminal::start(tmp.path(), "holder").expect("terminal");
-    tty.type_line(&format!(
-        "{} lease run job --ttl {TTL_SECS}s --grace 1s --holder tty --data-dir {} -- sh {}",
-        bin_path("muster").display(),
-        agents[0].data_dir.display(),
-        script.display()
-    ))
-    .await
-    .expect("type");
-    tty.wait_output("acquired by tty", FORM)
-        .await
-        .expect("lease run holds the lease");
+    type_lease_run(
+        &mut tty,
+        &agents[0].data_dir,
+        "tty",
+        &script,
+        "acquired by tty",
+    )
+    .await;
     assert_eq!(next_holder(&record, 0, FORM).await, "tty");
 
     tty.key(CTRL_Z).await.expect("Ctrl-Z");
@@ -1110,16 +1108,42 @@ async fn ctrl_z_on_lease_run_never_lets_a_second_holder_run_beside_cmd() {
         .await
         .expect("the refusal is said");
 
-    // `fg` would resume a `lease run` that was stopped after all (it would then report what
-    // happened); Ctrl-C ends CMD, and the lease is released.
-    tty.type_line("fg").await.expect("type");
-    tty.wait_output("fg", Duration::from_secs(5))
-        .await
-        .expect("fg echoed");
+    // Ctrl-C ends CMD, and the lease is released.
     tty.key(CTRL_C).await.expect("Ctrl-C");
     assert_eq!(next_holder(&record, 1, FORM).await, "other");
     check_history(&grants(&record), 2);
     assert!(!tty.output().contains(IN_TIME), "{}", tty.output());
+
+    // A `lease run` that only waits holds nothing: Ctrl-Z stops it as usual, `fg` resumes it,
+    // and Ctrl-C ends it (130) without it ever starting CMD.
+    let waits = "waiting: lease job is held by other";
+    type_lease_run(&mut tty, &agents[2].data_dir, "waiter", &script, waits).await;
+    tty.key(CTRL_Z).await.expect("Ctrl-Z");
+    tty.wait_output("Stopped", Duration::from_secs(10))
+        .await
+        .expect("a waiting lease run is suspended");
+    tty.type_line("fg").await.expect("type");
+    // Ctrl-C only once the job runs in the foreground again (else it reaches the shell).
+    let waiter = "--holder waiter";
+    wait_for("the waiting lease run in the foreground", FORM, || async {
+        job(waiter)
+            .is_some_and(|(state, pgrp, tpgid)| state != "T" && pgrp == tpgid)
+            .then_some(())
+    })
+    .await
+    .expect("fg");
+    tty.key(CTRL_C).await.expect("Ctrl-C");
+    // Typed once it has gone, so that the shell reads it.
+    wait_for("the waiting lease run to end", FORM, || async {
+        job(waiter).is_none().then_some(())
+    })
+    .await
+    .expect("Ctrl-C ends a waiting lease run");
+    tty.type_line("echo waited-$?").await.expect("type");
+    tty.wait_output("waited-130", Duration::from_secs(10))
+        .await
+        .expect("Ctrl-C ends a waiting lease run");
+    assert_eq!(grants(&record).len(), 2, "{:?}", grants(&record));
 
     // SIGSTOP cannot be refused: `other` stays stopped until a third holder has the lease, and
     // says so when it runs again.
@@ -1153,4 +1177,40 @@ async fn ctrl_z_on_lease_run_never_lets_a_second_holder_run_beside_cmd() {
     );
     signal(third.id().expect("pid"), "TERM").expect("SIGTERM");
     let _ = tokio::time::timeout(FORM, third.wait()).await;
+}
+
+/// Types `lease run` into a terminal (CMD: the script at `script`) and waits until it shows
+/// `shows`.
+async fn type_lease_run(tty: &mut Terminal, dir: &Path, holder: &str, script: &Path, shows: &str) {
+    let line = format!(
+        "{} lease run job --ttl {TTL_SECS}s --grace 1s --holder {holder} --data-dir {} -- sh {}",
+        bin_path("muster").display(),
+        dir.display(),
+        script.display()
+    );
+    tty.type_line(&line).await.expect("type");
+    tty.wait_output(shows, FORM).await.expect("lease run");
+}
+
+/// The `lease run` whose command line contains `needle`, as /proc shows it: its state (`T`:
+/// stopped), process group and its terminal's foreground process group.
+fn job(needle: &str) -> Option<(String, String, String)> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    dir.flatten().find_map(|entry| {
+        let path = entry.path();
+        let cmdline = std::fs::read(path.join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(needle) || !cmdline.contains("lease run") {
+            return None;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+        // After the command name: state ppid pgrp session tty_nr tpgid …
+        let (_, rest) = stat.rsplit_once(')')?;
+        match rest.split_whitespace().collect::<Vec<_>>()[..] {
+            [state, _, pgrp, _, _, tpgid, ..] if state != "Z" => {
+                Some((state.to_string(), pgrp.to_string(), tpgid.to_string()))
+            }
+            _ => None,
+        }
+    })
 }

@@ -245,17 +245,24 @@ fn refuse_suspend(s: &RunSettings) {
     );
 }
 
-/// Waits `delay` while nothing is held. Ctrl-Z meanwhile stops `lease run` as it stops any
-/// program (the handler is installed before the first claim, so that no Ctrl-Z can fall
-/// between a grant and CMD's start, and would otherwise swallow it); a claim answered after
-/// `fg` is judged by its age, as any late answer is.
-async fn idle(delay: Duration, signals: &mut Signals) {
+/// Waits `delay` while nothing is held. The signals caught for CMD act meanwhile as they act
+/// on any program (the handlers are installed before the first claim, so that none can fall
+/// between a grant and CMD's start, and would otherwise swallow them): Ctrl-Z stops `lease
+/// run`, and a claim answered after `fg` is judged by its age, as any late answer is; the
+/// others end it, as 128 + the signal.
+async fn idle(delay: Duration, signals: &mut Signals) -> Result<(), CliError> {
     let until = Instant::now() + delay;
     loop {
         tokio::select! {
-            () = tokio::time::sleep_until(until) => return,
-            () = signals.suspended() => {
-                let _ = kill_process(getpid(), Signal::STOP);
+            () = tokio::time::sleep_until(until) => return Ok(()),
+            caught = signals.next() => match caught {
+                Caught::Suspend => {
+                    let _ = kill_process(getpid(), Signal::STOP);
+                }
+                Caught::Pass(sig) => {
+                    let code = u8::try_from(128 + sig.as_raw()).unwrap_or(1);
+                    return Err(CliError::CommandExit(code));
+                }
             }
         }
     }
@@ -296,7 +303,7 @@ async fn acquire(
                 if lease.key.is_some() {
                     key = lease.key;
                 }
-                idle(WAIT_POLL, signals).await;
+                idle(WAIT_POLL, signals).await?;
             }
             Ok(mut lease) => {
                 if lease.key.is_none() {
@@ -319,14 +326,14 @@ async fn acquire(
                     eprintln!("muster: waiting: {}", e.message);
                     said = Some(holder);
                 }
-                idle(WAIT_POLL, signals).await;
+                idle(WAIT_POLL, signals).await?;
             }
             Err(e) if transient(&e) => {
                 let backoff = outage.get_or_insert_with(|| {
                     eprintln!("muster: cannot claim lease {} yet ({e}); retrying", s.name);
                     Backoff::new(Duration::from_millis(200), Duration::from_secs(2))
                 });
-                idle(backoff.next_delay(), signals).await;
+                idle(backoff.next_delay(), signals).await?;
             }
             Err(e) => return Err(e),
         }
@@ -475,11 +482,6 @@ impl Signals {
         let suspend = signal(SignalKind::from_raw(Signal::TSTP.as_raw()))
             .map_err(|e| CliError::Failed(format!("cannot catch signal SIGTSTP: {e}")))?;
         Ok(Self { streams, suspend })
-    }
-
-    /// The next Ctrl-Z (SIGTSTP).
-    async fn suspended(&mut self) {
-        self.suspend.recv().await;
     }
 
     /// The next signal that arrives.
