@@ -150,8 +150,11 @@ impl Cluster {
                 Err(CallError::Api(e)) if e.kind == ErrorKind::NoLeader => {
                     servers::forget(pin, &server);
                     tried.push((server, e.message.clone()));
-                    let listed = members.as_deref().map(servers::parse_list);
-                    enqueue(&mut queue, &tried, listed.as_deref().unwrap_or_default());
+                    // Only members of a cluster that said who it is.
+                    if self.meant().is_some() {
+                        let listed = members.as_deref().map(servers::parse_list);
+                        enqueue(&mut queue, &tried, listed.as_deref().unwrap_or_default());
+                    }
                     no_leader = Some(e);
                 }
                 other => return Ok(other?),
@@ -177,19 +180,17 @@ fn judge(
     addr: &str,
     given: bool,
 ) -> Result<Option<String>, TcpError> {
+    let other = |found: &str| TcpError::OtherCluster {
+        addr: addr.to_string(),
+        meant: meant.unwrap_or("(not known yet)").to_string(),
+        found: found.to_string(),
+    };
     match (meant, found) {
-        (Some(meant), Some(found)) if meant != found => Err(TcpError::OtherCluster {
-            addr: addr.to_string(),
-            meant: meant.to_string(),
-            found: found.to_string(),
-        }),
+        (Some(meant), Some(found)) if meant != found => Err(other(found)),
+        (Some(_), Some(_)) => Ok(None),
         (None, Some(found)) => Ok(Some(found.to_string())),
-        (Some(meant), None) if !given => Err(TcpError::OtherCluster {
-            addr: addr.to_string(),
-            meant: meant.to_string(),
-            found: "(it does not say)".to_string(),
-        }),
-        _ => Ok(None),
+        (_, None) if given => Ok(None),
+        (_, None) => Err(other("(it does not say)")),
     }
 }
 
@@ -290,6 +291,7 @@ mod tests {
             (None, None, true, Ok(None)),
             (Some("c1"), None, true, Ok(None)),
             (Some("c1"), None, false, Err(())),
+            (None, None, false, Err(())),
         ];
         for (meant, found, given, want) in table {
             let got = judge(*meant, *found, "a:1", *given)
