@@ -39,7 +39,7 @@ impl Failure {
     }
 
     /// The stable kind printed with `--json`: the agent's own kind for an API error, else one
-    /// of `invalid_argument`, `unreachable`, `refused`, `failed`.
+    /// of `invalid_argument`, `unreachable`, `wrong_cluster`, `refused`, `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Failure::Agent(AgentError::Usage(_)) | Failure::Cli(CliError::Usage(_)) => {
@@ -48,6 +48,7 @@ impl Failure {
             Failure::Agent(AgentError::Refused(_)) => "refused",
             Failure::Agent(AgentError::Failed(_)) | Failure::Cli(CliError::Failed(_)) => "failed",
             Failure::Cli(CliError::Unreachable(_)) => "unreachable",
+            Failure::Cli(CliError::WrongCluster(_)) => "wrong_cluster",
             Failure::Cli(CliError::LeaseLost(_)) => "lease_lost",
             Failure::Cli(CliError::CommandExit(_)) => "command_failed",
             Failure::Cli(CliError::Api(e)) => e.kind.as_str(),

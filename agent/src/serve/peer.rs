@@ -142,6 +142,11 @@ async fn require_operator(
                     .headers_mut()
                     .insert(crate::api::paths::MEMBERS_HEADER, value);
             }
+            if let Ok(value) = header::HeaderValue::from_str(agent.cluster_id()) {
+                answer
+                    .headers_mut()
+                    .insert(crate::api::paths::CLUSTER_HEADER, value);
+            }
             answer
         }
         Err(e) => {
