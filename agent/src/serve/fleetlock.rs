@@ -269,6 +269,7 @@ async fn decide(agent: &Agent, endpoint: Endpoint, req: Request) -> (String, Res
             let (status, kind) = match e.kind {
                 ErrorKind::SemaphoreFull => (StatusCode::CONFLICT, e.kind.as_str()),
                 ErrorKind::UnknownGroup => (StatusCode::BAD_REQUEST, e.kind.as_str()),
+                ErrorKind::TooManyGroups => (StatusCode::SERVICE_UNAVAILABLE, e.kind.as_str()),
                 ErrorKind::NoLeader => (StatusCode::SERVICE_UNAVAILABLE, "no_leader"),
                 ErrorKind::QuorumLost => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),
