@@ -15,8 +15,9 @@ use crate::state::{Request, member_id};
 pub const STALE_AFTER_MS: u64 = 3_600_000;
 
 /// Applies a FleetLock command through the log; `Lock` gets the leader's clock. A lock or
-/// unlock that would change nothing is answered from a linearizable read instead. Between that
-/// read and a write the state may change; the write decides again when it is applied.
+/// unlock that would change nothing is answered from a linearizable read instead (when the
+/// read succeeds). Between that read and a write the state may change; the write decides again
+/// when it is applied.
 pub async fn command(agent: &Agent, mut command: Command) -> Result<Outcome, ApiError> {
     let asked = match &command {
         Command::Lock { group, id, .. } => Some((group.clone(), id.clone(), true)),
@@ -27,11 +28,15 @@ pub async fn command(agent: &Agent, mut command: Command) -> Result<Outcome, Api
         let decided = agent
             .raft()
             .read_linearizable(|s| s.fleetlock.decide(&group, &id, lock))
-            .await?;
+            .await;
         match decided {
-            Ok(Outcome::Locked | Outcome::Unlocked) => {}
-            Ok(unchanged) => return Ok(unchanged),
-            Err(refusal) => return Err(refusal.into()),
+            Ok(Ok(Outcome::Locked | Outcome::Unlocked)) => {}
+            Ok(Ok(unchanged)) => return Ok(unchanged),
+            Ok(Err(refusal)) => return Err(refusal.into()),
+            // One heartbeat round did not confirm the leadership (a new leader, a member
+            // restarting): the write below waits for a quorum as long as a write may, where
+            // the read gives up at once. Only under churn does a no-op cost a log entry.
+            Err(_) => {}
         }
     }
     if let Command::Lock { now_ms: at, .. } = &mut command {
