@@ -1108,7 +1108,15 @@ async fn client_certificates_bind_machines_to_their_ids() {
     .await
     .unwrap_or_else(|e| panic!("{e:#}\n{}", agent.log()));
     let refused_id = (403, "failed_id_not_in_certificate".to_string());
-    let cases: Vec<(&str, Option<&(String, String)>, &str, &str, (u16, String))> = vec![
+    // (what, client certificate and key, path, id, (status, kind))
+    type Case<'a> = (
+        &'a str,
+        Option<&'a (String, String)>,
+        &'a str,
+        &'a str,
+        (u16, String),
+    );
+    let cases: Vec<Case> = vec![
         (
             "own id again",
             Some(&machine_a),

@@ -427,30 +427,26 @@ mod tests {
         // (state built by these locks, then the request, then the outcome) for every answer
         // the leader may give from a read.
         let setup = [lock("default", "a"), lock("typo", "b")];
-        let reject = Command::SetUnknownGroups {
+        let reject = [Command::SetUnknownGroups {
             mode: UnknownGroups::Reject,
-        };
-        let cases: [(&[Command], &str, &str, bool, Result<Outcome, ErrorKind>); 8] = [
+        }];
+        // (commands applied first, group, id, lock?, outcome)
+        type Case<'a> = (
+            &'a [Command],
+            &'a str,
+            &'a str,
+            bool,
+            Result<Outcome, ErrorKind>,
+        );
+        let cases: [Case; 8] = [
             (&setup, "default", "a", true, Ok(Outcome::AlreadyHeld)),
             (&setup, "default", "x", true, Err(ErrorKind::SemaphoreFull)),
             (&setup, "default", "x", false, Ok(Outcome::NotHeld)),
             (&setup, "nowhere", "x", false, Ok(Outcome::NotHeld)),
             (&setup, "default", "a", false, Ok(Outcome::Unlocked)),
             (&setup, "fresh", "x", true, Ok(Outcome::Locked)),
-            (
-                &[reject.clone()],
-                "nowhere",
-                "x",
-                false,
-                Err(ErrorKind::UnknownGroup),
-            ),
-            (
-                &[reject],
-                "nowhere",
-                "x",
-                true,
-                Err(ErrorKind::UnknownGroup),
-            ),
+            (&reject, "nowhere", "x", false, Err(ErrorKind::UnknownGroup)),
+            (&reject, "nowhere", "x", true, Err(ErrorKind::UnknownGroup)),
         ];
         for (i, (before, group, id, is_lock, want)) in cases.into_iter().enumerate() {
             let mut f = FleetLock::default();
