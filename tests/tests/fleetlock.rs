@@ -18,6 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
 const FORM: Duration = Duration::from_secs(60);
+const PRE: &str = "/v1/pre-reboot";
+const STEADY: &str = "/v1/steady-state";
 
 /// An answer as the client saw it: status (0 when none came), `kind` of the JSON body, the
 /// body, and the `Retry-After` header.
@@ -124,13 +126,28 @@ fn body(id: &str, group: &str) -> String {
 
 /// A lock by machine `id`, from its own address.
 async fn lock(addr: &str, id: &str, group: &str) -> (u16, String) {
-    let a = ask_from(addr, source_of(id), "/v1/pre-reboot", id, group).await;
+    let a = lock_answer(addr, id, group).await;
     (a.status, a.kind)
+}
+
+/// [`lock`] with the whole answer.
+async fn lock_answer(addr: &str, id: &str, group: &str) -> Answer {
+    ask_from(addr, source_of(id), PRE, id, group).await
+}
+
+/// Asserts an answer's status and kind, showing its body if they differ.
+fn assert_answer(a: &Answer, status: u16, kind: &str, what: &str) {
+    assert_eq!(
+        (a.status, a.kind.as_str()),
+        (status, kind),
+        "{what}: {}",
+        a.body
+    );
 }
 
 /// An unlock by machine `id`, from its own address.
 async fn unlock(addr: &str, id: &str, group: &str) -> (u16, String) {
-    let a = ask_from(addr, source_of(id), "/v1/steady-state", id, group).await;
+    let a = ask_from(addr, source_of(id), STEADY, id, group).await;
     (a.status, a.kind)
 }
 
@@ -655,6 +672,51 @@ async fn a_partitioned_minority_answers_503_fast_and_never_grants() {
     assert!(s.contains("majority") && !s.contains("minority-"), "{s}");
 }
 
+/// A formed one-member cluster serving FleetLock over TLS with a self-signed certificate for
+/// 127.0.0.1 (its PEM file `cert` under the root, which clients trust), with `extra` arguments.
+struct TlsAgent {
+    agent: AgentProc,
+    fleetlock: String,
+    cert: String,
+}
+
+impl TlsAgent {
+    async fn start(root: &Path, name: &str, extra: &[&str]) -> Self {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        let write = |file: &str, text: String| {
+            let path = root.join(format!("{name}-{file}"));
+            std::fs::write(&path, text).expect("write");
+            path.to_string_lossy().into_owned()
+        };
+        let (cert, key) = (
+            write("fleetlock.crt", cert.pem()),
+            write("fleetlock.key", key.serialize_pem()),
+        );
+        let fleetlock = loopback();
+        let mut args = vec![
+            "--init",
+            "--fleetlock-listen",
+            &fleetlock,
+            "--fleetlock-tls-cert",
+            &cert,
+            "--fleetlock-tls-key",
+            &key,
+        ];
+        args.extend_from_slice(extra);
+        let agent = AgentProc::start(root, name, &args).expect("start");
+        wait_formed(&[&agent], 1, FORM).await.expect("formed");
+        Self {
+            agent,
+            fleetlock,
+            cert,
+        }
+    }
+}
+
 /// `--fleetlock-tls-cert/--fleetlock-tls-key`: FleetLock over TLS with the operator's own
 /// certificate (curl trusting only that certificate gets its slot; plain HTTP gets nothing); a
 /// certificate without its key, or a key file that is not a key, stops the agent with a message
@@ -662,36 +724,9 @@ async fn a_partitioned_minority_answers_503_fast_and_never_grants() {
 #[tokio::test]
 async fn fleetlock_over_tls_with_the_operator_s_certificate() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let key = rcgen::KeyPair::generate().expect("key");
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("params")
-        .self_signed(&key)
-        .expect("certificate");
-    let cert_file = tmp.path().join("fleetlock.crt");
-    let key_file = tmp.path().join("fleetlock.key");
-    std::fs::write(&cert_file, cert.pem()).expect("write cert");
-    std::fs::write(&key_file, key.serialize_pem()).expect("write key");
-    let (cert_path, key_path) = (
-        cert_file.to_str().expect("utf-8"),
-        key_file.to_str().expect("utf-8"),
-    );
-
-    let fl = loopback();
-    let agent = AgentProc::start(
-        tmp.path(),
-        "tls",
-        &[
-            "--init",
-            "--fleetlock-listen",
-            &fl,
-            "--fleetlock-tls-cert",
-            cert_path,
-            "--fleetlock-tls-key",
-            key_path,
-        ],
-    )
-    .expect("start");
-    wait_formed(&[&agent], 1, FORM).await.expect("formed");
+    let tls = TlsAgent::start(tmp.path(), "tls", &[]).await;
+    let (agent, fl) = (&tls.agent, &tls.fleetlock);
+    let cert_path = tls.cert.as_str();
     let curl = |scheme: &str| {
         std::process::Command::new("curl")
             .args([
@@ -777,19 +812,12 @@ async fn a_full_group_s_409_names_no_holder() {
     let (agents, fl) = cluster(&d, tmp.path(), 1).await;
     let holder = "b1946ac92492d2347c6235b4d2611184";
     assert_eq!(lock(&fl[0], holder, "default").await.0, 200);
-    let full = ask_from(
-        &fl[0],
-        source_of("stranger"),
-        "/v1/pre-reboot",
-        "stranger",
-        "default",
-    )
-    .await;
-    assert_eq!(
-        (full.status, full.kind.as_str()),
-        (409, "failed_lock_semaphore_full"),
-        "{}",
-        full.body
+    let full = lock_answer(&fl[0], "stranger", "default").await;
+    assert_answer(
+        &full,
+        409,
+        "failed_lock_semaphore_full",
+        "a stranger's lock",
     );
     assert!(
         !full.body.contains(holder),
@@ -830,17 +858,12 @@ async fn no_op_locks_and_unlocks_add_nothing_to_the_raft_log() {
         let from = Ipv4Addr::new(127, 0, 1, 10 + (i % 20) as u8);
         let at = &fl[i as usize % 3];
         let (path, id, want) = if i % 2 == 0 {
-            ("/v1/pre-reboot", "holder", "lock_already_held")
+            (PRE, "holder", "lock_already_held")
         } else {
-            ("/v1/steady-state", "nobody", "not_held")
+            (STEADY, "nobody", "not_held")
         };
         let a = ask_from(at, from, path, id, "default").await;
-        assert_eq!(
-            (a.status, a.kind.as_str()),
-            (200, want),
-            "request {i}: {}",
-            a.body
-        );
+        assert_answer(&a, 200, want, &format!("request {i}"));
     }
     let after = commit_index(&agents[0]).await;
     eprintln!("commit_index {before} -> {after} over 200 no-op requests");
@@ -883,28 +906,12 @@ async fn made_up_groups_are_capped_apart_from_configured_ones() {
             "{ghost}"
         );
     }
-    let over = ask_from(
-        &fl[0],
-        source_of("one-more"),
-        "/v1/pre-reboot",
-        "one-more",
-        "one-more",
-    )
-    .await;
-    assert_eq!(
-        (over.status, over.kind.as_str()),
-        (503, "failed_too_many_groups"),
-        "{}",
-        over.body
-    );
-    assert_eq!(
-        lock(&fl[0], "m1", "db").await,
-        (200, "lock_acquired".into())
-    );
-    assert_eq!(
-        lock(&fl[0], "m2", "default").await,
-        (200, "lock_acquired".into())
-    );
+    let over = lock_answer(&fl[0], "one-more", "one-more").await;
+    assert_answer(&over, 503, "failed_too_many_groups", "a group over the cap");
+    for (id, group) in [("m1", "db"), ("m2", "default")] {
+        let a = lock_answer(&fl[0], id, group).await;
+        assert_answer(&a, 200, "lock_acquired", group);
+    }
     let groups = |out: String| -> Vec<(String, bool)> {
         let v: serde_json::Value = serde_json::from_str(&out).expect("json");
         v["groups"]
@@ -956,7 +963,7 @@ async fn a_flood_from_one_address_gets_429_with_retry_after() {
     while limited.is_none() && sent < 1_000 {
         let batch = (0..8).map(|_| {
             let at = fl[0].clone();
-            async move { ask_from(&at, flooder, "/v1/steady-state", "x", "default").await }
+            async move { ask_from(&at, flooder, STEADY, "x", "default").await }
         });
         for a in at_once(batch).await {
             assert!(matches!(a.status, 200 | 429), "{} {}", a.status, a.body);
@@ -973,17 +980,10 @@ async fn a_flood_from_one_address_gets_429_with_retry_after() {
         "Retry-After: {:?}",
         limited.retry_after
     );
-    let other = ask_from(
-        &fl[0],
-        Ipv4Addr::new(127, 0, 2, 2),
-        "/v1/steady-state",
-        "x",
-        "default",
-    )
-    .await;
-    assert_eq!((other.status, other.kind.as_str()), (200, "not_held"));
+    let other = ask_from(&fl[0], Ipv4Addr::new(127, 0, 2, 2), STEADY, "x", "default").await;
+    assert_answer(&other, 200, "not_held", "another address");
     wait_for("the flooder to be served again", FORM, || async {
-        let a = ask_from(&fl[0], flooder, "/v1/steady-state", "x", "default").await;
+        let a = ask_from(&fl[0], flooder, STEADY, "x", "default").await;
         (a.status == 200).then_some(())
     })
     .await
@@ -1026,13 +1026,6 @@ async fn client_certificates_bind_machines_to_their_ids() {
         std::fs::write(&path, text).expect("write");
         path.to_string_lossy().into_owned()
     };
-    let server_key = rcgen::KeyPair::generate().expect("key");
-    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("params")
-        .self_signed(&server_key)
-        .expect("server certificate");
-    let server_crt = write("server.crt", server.pem());
-    let server_key = write("server.key", server_key.serialize_pem());
     let ca_key = rcgen::KeyPair::generate().expect("key");
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -1063,28 +1056,17 @@ async fn client_certificates_bind_machines_to_their_ids() {
     let machine_b = client("b", "b-cn", &["machine-b.example"], true);
     let rogue = client("rogue", "machine-a", &[], false);
 
-    let fl = loopback();
-    let agent = AgentProc::start(
+    let tls = TlsAgent::start(
         tmp.path(),
         "bound",
-        &[
-            "--init",
-            "--fleetlock-listen",
-            &fl,
-            "--fleetlock-tls-cert",
-            &server_crt,
-            "--fleetlock-tls-key",
-            &server_key,
-            "--fleetlock-tls-client-ca",
-            &client_ca,
-        ],
+        &["--fleetlock-tls-client-ca", &client_ca],
     )
-    .expect("start");
-    wait_formed(&[&agent], 1, FORM).await.expect("formed");
+    .await;
+    let (agent, fl, server_crt) = (&tls.agent, &tls.fleetlock, &tls.cert);
     // (status, kind) as curl saw it; status 0 when the handshake failed.
     let curl = |cert: Option<&(String, String)>, path: &str, id: &str| {
         let mut command = std::process::Command::new("curl");
-        command.args(["-s", "-w", "\n%{http_code}", "--cacert", &server_crt]);
+        command.args(["-s", "-w", "\n%{http_code}", "--cacert", server_crt]);
         if let Some((crt, key)) = cert {
             command.args(["--cert", crt, "--key", key]);
         }
@@ -1193,6 +1175,3 @@ async fn client_certificates_bind_machines_to_their_ids() {
         "{status}"
     );
 }
-
-const PRE: &str = "/v1/pre-reboot";
-const STEADY: &str = "/v1/steady-state";
