@@ -25,6 +25,21 @@ struct Pending<T> {
     waiters: Vec<oneshot::Sender<T>>,
 }
 
+/// Clears `running` if the task running checks ends without doing so itself (its check
+/// panicked): the next read then starts a new task instead of waiting for one that is gone.
+struct Running<T> {
+    pending: Arc<Mutex<Pending<T>>>,
+    armed: bool,
+}
+
+impl<T> Drop for Running<T> {
+    fn drop(&mut self) {
+        if self.armed {
+            locked(&self.pending).running = false;
+        }
+    }
+}
+
 fn locked<T>(pending: &Mutex<Pending<T>>) -> MutexGuard<'_, Pending<T>> {
     // The lock guards a list: a panic elsewhere leaves it usable.
     pending
@@ -55,11 +70,17 @@ impl<T: Clone + Send + 'static> ReadBatch<T> {
         if start {
             let (check, pending) = (self.check.clone(), self.pending.clone());
             tokio::spawn(async move {
+                let mut running = Running {
+                    pending: pending.clone(),
+                    armed: true,
+                };
                 loop {
                     let batch = {
                         let mut p = locked(&pending);
                         if p.waiters.is_empty() {
+                            // Under the lock: a read that comes after this starts a new task.
                             p.running = false;
+                            running.armed = false;
                             return;
                         }
                         std::mem::take(&mut p.waiters)
@@ -113,5 +134,20 @@ mod tests {
         assert_eq!(started.load(Ordering::SeqCst), 2);
         // Nobody waiting: the next read starts a check of its own.
         assert_eq!(batch.check().await, Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_check_that_panics_does_not_strand_the_reads_after_it() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        let batch = ReadBatch::new(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                assert!(n > 0, "the first check fails");
+                n
+            })
+        });
+        assert_eq!(batch.check().await, None);
+        assert_eq!(batch.check().await, Some(1));
     }
 }
