@@ -307,15 +307,16 @@ fn fleetlock_tls(
         })
     };
     let client_ca_pem = client_ca.map(read).transpose()?;
-    tls::plain_server_config(&read(cert)?, &read(key)?, client_ca_pem.as_deref()).map_err(|e| {
-        AgentError::failed(format!(
-            "FleetLock's TLS certificate {} or key {} (or --fleetlock-tls-client-ca) is not \
+    tls::plain_server_config_with_clients(&read(cert)?, &read(key)?, client_ca_pem.as_deref())
+        .map_err(|e| {
+            AgentError::failed(format!(
+                "FleetLock's TLS certificate {} or key {} (or --fleetlock-tls-client-ca) is not \
              usable: {e}; give a PEM chain to --fleetlock-tls-cert, its PEM private key to \
              --fleetlock-tls-key and PEM CA certificates to --fleetlock-tls-client-ca",
-            cert.display(),
-            key.display()
-        ))
-    })
+                cert.display(),
+                key.display()
+            ))
+        })
 }
 
 /// The node's port between binding and serving. Until the node serves, whoever connects is

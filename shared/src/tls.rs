@@ -595,10 +595,15 @@ pub fn server_config_for(
 }
 
 /// The rustls config for a listener with an operator's own certificate (FleetLock for Zincati on
-/// other machines): presents `cert_pem`'s chain with `key_pem`. With `client_ca_pem`, it asks
-/// for a client certificate from that CA (see [`client_auth`]); without, it asks none.
+/// other machines): presents `cert_pem`'s chain with `key_pem`, asks no client certificate.
 /// ALPN `http/1.1`.
-pub fn plain_server_config(
+pub fn plain_server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
+    plain_server_config_with_clients(cert_pem, key_pem, None)
+}
+
+/// [`plain_server_config`] that, with `client_ca_pem`, asks for a client certificate from that
+/// CA (see [`client_auth`]).
+pub fn plain_server_config_with_clients(
     cert_pem: &str,
     key_pem: &str,
     client_ca_pem: Option<&str>,
