@@ -252,7 +252,11 @@ pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
     ))?;
     let fleetlock_tls = match &config.fleetlock_tls {
         None => None,
-        Some((cert, key)) => Some(fleetlock_tls(cert, key)?),
+        Some((cert, key)) => Some(fleetlock_tls(
+            cert,
+            key,
+            config.fleetlock_client_ca.as_deref(),
+        )?),
     };
     let fleetlock = match config.fleetlock_listen {
         None => None,
@@ -260,6 +264,8 @@ pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
             Ok(listener) => Some(FleetLockListener {
                 listener,
                 tls: fleetlock_tls,
+                bind_ids: config.fleetlock_client_ca.is_some(),
+                rate_limit: config.fleetlock_rate_limit,
             }),
             Err(e) if !config.fleetlock_explicit => {
                 // The default port on a host with several agents (a demo, a test): the first
@@ -292,28 +298,32 @@ pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
     Ok(BoundPort::new(listener, fleetlock, metrics))
 }
 
-/// The operator's certificate and key for FleetLock over TLS, read and checked before anything
-/// else starts.
+/// The operator's certificate and key for FleetLock over TLS, and the CA of the machines'
+/// client certificates if one is set, read and checked before anything else starts.
 fn fleetlock_tls(
     cert: &std::path::Path,
     key: &std::path::Path,
+    client_ca: Option<&std::path::Path>,
 ) -> Result<Arc<rustls::ServerConfig>, AgentError> {
     let read = |path: &std::path::Path| {
         std::fs::read_to_string(path).map_err(|e| {
             AgentError::failed(format!(
-                "cannot read {} for FleetLock's TLS ({e}); check --fleetlock-tls-cert/--fleetlock-tls-key",
+                "cannot read {} for FleetLock's TLS ({e}); check --fleetlock-tls-cert/--fleetlock-tls-key/--fleetlock-tls-client-ca",
                 path.display()
             ))
         })
     };
-    tls::plain_server_config(&read(cert)?, &read(key)?).map_err(|e| {
-        AgentError::failed(format!(
-            "FleetLock's TLS certificate {} or key {} is not usable: {e}; give a PEM chain to \
-             --fleetlock-tls-cert and its PEM private key to --fleetlock-tls-key",
-            cert.display(),
-            key.display()
-        ))
-    })
+    let client_ca_pem = client_ca.map(read).transpose()?;
+    tls::plain_server_config_with_clients(&read(cert)?, &read(key)?, client_ca_pem.as_deref())
+        .map_err(|e| {
+            AgentError::failed(format!(
+                "FleetLock's TLS certificate {} or key {} (or --fleetlock-tls-client-ca) is not \
+             usable: {e}; give a PEM chain to --fleetlock-tls-cert, its PEM private key to \
+             --fleetlock-tls-key and PEM CA certificates to --fleetlock-tls-client-ca",
+                cert.display(),
+                key.display()
+            ))
+        })
 }
 
 /// The node's port between binding and serving. Until the node serves, whoever connects is

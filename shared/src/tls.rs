@@ -44,6 +44,7 @@ use x509_parser::prelude::FromDer;
 
 use crate::token::sha256_hex;
 
+pub mod client_auth;
 mod credentials;
 
 pub use credentials::NodeCredentials;
@@ -597,10 +598,23 @@ pub fn server_config_for(
 /// other machines): presents `cert_pem`'s chain with `key_pem`, asks no client certificate.
 /// ALPN `http/1.1`.
 pub fn plain_server_config(cert_pem: &str, key_pem: &str) -> Result<Arc<ServerConfig>> {
-    let mut config = ServerConfig::builder_with_provider(ring_provider())
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs(cert_pem)?, private_key(key_pem)?)?;
+    plain_server_config_with_clients(cert_pem, key_pem, None)
+}
+
+/// [`plain_server_config`] that, with `client_ca_pem`, asks for a client certificate from that
+/// CA (see [`client_auth`]).
+pub fn plain_server_config_with_clients(
+    cert_pem: &str,
+    key_pem: &str,
+    client_ca_pem: Option<&str>,
+) -> Result<Arc<ServerConfig>> {
+    let builder = ServerConfig::builder_with_provider(ring_provider())
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca_pem {
+        None => builder.with_no_client_auth(),
+        Some(ca) => builder.with_client_cert_verifier(client_auth::verifier(ca)?),
+    };
+    let mut config = builder.with_single_cert(certs(cert_pem)?, private_key(key_pem)?)?;
     config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
     Ok(Arc::new(config))
 }

@@ -266,6 +266,10 @@ async fn fleetlock_on_a_full_disk_answers_internal_error() {
             &addr,
             "--fleetlock-listen",
             &fleetlock,
+            // Thousands of writes from one address fill the disk; the rate limit would
+            // answer 429 first.
+            "--fleetlock-rate-limit",
+            "0",
         ],
         None,
     )

@@ -1,9 +1,13 @@
 //! FleetLock as Zincati uses it: the exact bytes Zincati sends, curl's, every refusal with its
 //! status and kind; slots respected cluster-wide by 20 clients while the leader is killed; the
 //! minority of a partition answering 503 fast and never granting; slots of a removed member
-//! released; force-release, groups, and the unknown-group setting.
+//! released; force-release, groups, and the unknown-group setting. What a stranger on the port
+//! can do: no holder names in a 409, no log entry for a no-op, no crowding out of configured
+//! groups with made-up ones, 429 for a flood, and (with a client CA) no lock or unlock of an id
+//! its certificate does not name.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,22 +15,36 @@ use std::time::{Duration, Instant};
 use muster_tests::netns::Lab;
 use muster_tests::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::TcpSocket;
 
 const FORM: Duration = Duration::from_secs(60);
+const PRE: &str = "/v1/pre-reboot";
+const STEADY: &str = "/v1/steady-state";
+
+/// An answer as the client saw it: status (0 when none came), `kind` of the JSON body, the
+/// body, and the `Retry-After` header.
+#[derive(Debug, Default)]
+struct Answer {
+    status: u16,
+    kind: String,
+    body: String,
+    retry_after: Option<u64>,
+}
 
 /// One FleetLock request the way Zincati sends it (reqwest with `.body(String)`): POST, the
-/// protocol header, `accept: */*`, no Content-Type, a pretty-printed body with `id` first.
-/// `header` overrides the protocol header's value (`None` leaves it out). Returns (status,
-/// `kind` of the JSON answer), or `(0, "client_failed_request")` when no answer came (the agent
-/// was killed, say), as Zincati counts it.
-async fn zincati(
+/// protocol header, `accept: */*`, no Content-Type, a pretty-printed body with `id` first,
+/// from the loopback address `from` when it goes to loopback (all of 127.0.0.0/8 is this
+/// machine, so tests can be many machines, each with its own address as the per-source rate
+/// limit counts them). `header`
+/// overrides the protocol header's value (`None` leaves it out).
+async fn ask(
     addr: &str,
+    from: Ipv4Addr,
     method: &str,
     path: &str,
     header: Option<&str>,
     body: &str,
-) -> (u16, String) {
+) -> Answer {
     let mut request = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\naccept: */*\r\n");
     if let Some(value) = header {
         request.push_str(&format!("fleet-lock-protocol: {value}\r\n"));
@@ -36,30 +54,69 @@ async fn zincati(
         body.len()
     ));
     let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
+        let socket = TcpSocket::new_v4()?;
+        let to: std::net::SocketAddr = addr
+            .parse()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // A loopback address reaches only loopback (the partition test's lab addresses are not).
+        if to.ip().is_loopback() {
+            socket.bind((IpAddr::V4(from), 0).into())?;
+        }
+        let mut stream = socket.connect(to).await?;
         stream.write_all(request.as_bytes()).await?;
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await?;
         Ok::<_, std::io::Error>(answer)
     };
-    let failed = (0, "client_failed_request".to_string());
     let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(10), exchange).await else {
-        return failed;
+        return Answer::default();
     };
     let text = String::from_utf8_lossy(&answer);
-    let Some(status) = text
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse::<u16>().ok())
-    else {
-        return failed;
-    };
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+        .unwrap_or(0);
+    let retry_after = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("retry-after")
+            .then(|| value.trim().parse().ok())?
+    });
     let kind = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v["kind"].as_str().map(String::from))
         .unwrap_or_default();
-    (status, kind)
+    Answer {
+        status,
+        kind,
+        body: body.to_string(),
+        retry_after,
+    }
+}
+
+/// [`ask`] from 127.0.0.1. Returns (status, `kind`), or `(0, "client_failed_request")` when
+/// no answer came (the agent was killed, say), as Zincati counts it.
+async fn zincati(
+    addr: &str,
+    method: &str,
+    path: &str,
+    header: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let answer = ask(addr, Ipv4Addr::LOCALHOST, method, path, header, body).await;
+    if answer.status == 0 {
+        return (0, "client_failed_request".to_string());
+    }
+    (answer.status, answer.kind)
+}
+
+/// The loopback address machine `id` sends from: its own, as each machine has its own.
+fn source_of(id: &str) -> Ipv4Addr {
+    let h = id.bytes().fold(2166136261u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(16777619)
+    });
+    Ipv4Addr::new(127, (h >> 16) as u8, (h >> 8) as u8, (h as u8).max(2))
 }
 
 fn body(id: &str, group: &str) -> String {
@@ -67,26 +124,35 @@ fn body(id: &str, group: &str) -> String {
         .expect("json")
 }
 
+/// A lock by machine `id`, from its own address.
 async fn lock(addr: &str, id: &str, group: &str) -> (u16, String) {
-    zincati(
-        addr,
-        "POST",
-        "/v1/pre-reboot",
-        Some("true"),
-        &body(id, group),
-    )
-    .await
+    let a = lock_answer(addr, id, group).await;
+    (a.status, a.kind)
 }
 
+/// [`lock`] with the whole answer.
+async fn lock_answer(addr: &str, id: &str, group: &str) -> Answer {
+    ask_from(addr, source_of(id), PRE, id, group).await
+}
+
+/// Asserts an answer's status and kind, showing its body if they differ.
+fn assert_answer(a: &Answer, status: u16, kind: &str, what: &str) {
+    assert_eq!(
+        (a.status, a.kind.as_str()),
+        (status, kind),
+        "{what}: {}",
+        a.body
+    );
+}
+
+/// An unlock by machine `id`, from its own address.
 async fn unlock(addr: &str, id: &str, group: &str) -> (u16, String) {
-    zincati(
-        addr,
-        "POST",
-        "/v1/steady-state",
-        Some("true"),
-        &body(id, group),
-    )
-    .await
+    let a = ask_from(addr, source_of(id), STEADY, id, group).await;
+    (a.status, a.kind)
+}
+
+async fn ask_from(addr: &str, from: Ipv4Addr, path: &str, id: &str, group: &str) -> Answer {
+    ask(addr, from, "POST", path, Some("true"), &body(id, group)).await
 }
 
 fn loopback() -> String {
@@ -606,6 +672,51 @@ async fn a_partitioned_minority_answers_503_fast_and_never_grants() {
     assert!(s.contains("majority") && !s.contains("minority-"), "{s}");
 }
 
+/// A formed one-member cluster serving FleetLock over TLS with a self-signed certificate for
+/// 127.0.0.1 (its PEM file `cert` under the root, which clients trust), with `extra` arguments.
+struct TlsAgent {
+    agent: AgentProc,
+    fleetlock: String,
+    cert: String,
+}
+
+impl TlsAgent {
+    async fn start(root: &Path, name: &str, extra: &[&str]) -> Self {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .expect("params")
+            .self_signed(&key)
+            .expect("certificate");
+        let write = |file: &str, text: String| {
+            let path = root.join(format!("{name}-{file}"));
+            std::fs::write(&path, text).expect("write");
+            path.to_string_lossy().into_owned()
+        };
+        let (cert, key) = (
+            write("fleetlock.crt", cert.pem()),
+            write("fleetlock.key", key.serialize_pem()),
+        );
+        let fleetlock = loopback();
+        let mut args = vec![
+            "--init",
+            "--fleetlock-listen",
+            &fleetlock,
+            "--fleetlock-tls-cert",
+            &cert,
+            "--fleetlock-tls-key",
+            &key,
+        ];
+        args.extend_from_slice(extra);
+        let agent = AgentProc::start(root, name, &args).expect("start");
+        wait_formed(&[&agent], 1, FORM).await.expect("formed");
+        Self {
+            agent,
+            fleetlock,
+            cert,
+        }
+    }
+}
+
 /// `--fleetlock-tls-cert/--fleetlock-tls-key`: FleetLock over TLS with the operator's own
 /// certificate (curl trusting only that certificate gets its slot; plain HTTP gets nothing); a
 /// certificate without its key, or a key file that is not a key, stops the agent with a message
@@ -613,36 +724,9 @@ async fn a_partitioned_minority_answers_503_fast_and_never_grants() {
 #[tokio::test]
 async fn fleetlock_over_tls_with_the_operator_s_certificate() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let key = rcgen::KeyPair::generate().expect("key");
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("params")
-        .self_signed(&key)
-        .expect("certificate");
-    let cert_file = tmp.path().join("fleetlock.crt");
-    let key_file = tmp.path().join("fleetlock.key");
-    std::fs::write(&cert_file, cert.pem()).expect("write cert");
-    std::fs::write(&key_file, key.serialize_pem()).expect("write key");
-    let (cert_path, key_path) = (
-        cert_file.to_str().expect("utf-8"),
-        key_file.to_str().expect("utf-8"),
-    );
-
-    let fl = loopback();
-    let agent = AgentProc::start(
-        tmp.path(),
-        "tls",
-        &[
-            "--init",
-            "--fleetlock-listen",
-            &fl,
-            "--fleetlock-tls-cert",
-            cert_path,
-            "--fleetlock-tls-key",
-            key_path,
-        ],
-    )
-    .expect("start");
-    wait_formed(&[&agent], 1, FORM).await.expect("formed");
+    let tls = TlsAgent::start(tmp.path(), "tls", &[]).await;
+    let (agent, fl) = (&tls.agent, &tls.fleetlock);
+    let cert_path = tls.cert.as_str();
     let curl = |scheme: &str| {
         std::process::Command::new("curl")
             .args([
@@ -717,4 +801,383 @@ async fn fleetlock_over_tls_with_the_operator_s_certificate() {
         assert_ne!(code, 0, "{what}: {err}");
         assert!(err.contains("fleetlock-tls"), "{what}: {err}");
     }
+}
+
+/// A 409 tells a stranger that the group is full, never who holds it (a holder's id is all it
+/// takes to unlock in its name); the operator still sees the holder.
+#[tokio::test]
+async fn a_full_group_s_409_names_no_holder() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (agents, fl) = cluster(&d, tmp.path(), 1).await;
+    let holder = "b1946ac92492d2347c6235b4d2611184";
+    assert_eq!(lock(&fl[0], holder, "default").await.0, 200);
+    let full = lock_answer(&fl[0], "stranger", "default").await;
+    assert_answer(
+        &full,
+        409,
+        "failed_lock_semaphore_full",
+        "a stranger's lock",
+    );
+    assert!(
+        !full.body.contains(holder),
+        "the 409 names the holder: {}",
+        full.body
+    );
+    let (code, status, err) = agents[0]
+        .cli(&["fleetlock", "status", "--json"])
+        .await
+        .expect("status");
+    assert!(code == 0 && status.contains(holder), "{status}{err}");
+}
+
+/// `commit_index` of `muster status --json` (the leader's last applied log index).
+async fn commit_index(agent: &AgentProc) -> u64 {
+    wait_for("status", FORM, || async {
+        agent.status().await?["commit_index"].as_u64()
+    })
+    .await
+    .expect("commit_index")
+}
+
+/// Recursive locks and unlocks of nothing, through the leader and through followers, change
+/// nothing and so write nothing: 200 of them leave the raft log as it was (each used to be a
+/// replicated, fsync'd entry on every member).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_op_locks_and_unlocks_add_nothing_to_the_raft_log() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (agents, fl) = cluster(&d, tmp.path(), 3).await;
+    assert_eq!(
+        lock(&fl[0], "holder", "default").await,
+        (200, "lock_acquired".into())
+    );
+    let before = commit_index(&agents[0]).await;
+    for i in 0..200u32 {
+        // Spread over 20 addresses (10 each, within any source's burst) and all three members.
+        let from = Ipv4Addr::new(127, 0, 1, 10 + (i % 20) as u8);
+        let at = &fl[i as usize % 3];
+        let (path, id, want) = if i % 2 == 0 {
+            (PRE, "holder", "lock_already_held")
+        } else {
+            (STEADY, "nobody", "not_held")
+        };
+        // A 503 (no decision within 2 s on a loaded machine) is asked again, as Zincati would.
+        let a = wait_for(&format!("request {i} to be decided"), FORM, || async {
+            let a = ask_from(at, from, path, id, "default").await;
+            (a.status != 503).then_some(a)
+        })
+        .await
+        .expect("decided");
+        assert_answer(&a, 200, want, &format!("request {i}"));
+    }
+    let after = commit_index(&agents[0]).await;
+    eprintln!("commit_index {before} -> {after} over 200 no-op requests");
+    assert!(
+        after - before < 20,
+        "200 no-op requests grew the log from {before} to {after}"
+    );
+    // A real change still goes through the log.
+    assert_eq!(
+        unlock(&fl[1], "holder", "default").await,
+        (200, "unlocked".into())
+    );
+    wait_for("the unlock to be committed", FORM, || async {
+        (commit_index(&agents[0]).await > after).then_some(())
+    })
+    .await
+    .expect("committed");
+}
+
+/// Groups made up by whoever reaches the port are capped apart from configured ones: over the
+/// cap a new one gets 503 `failed_too_many_groups` (it used to be a 500 once 1 000 ghosts
+/// filled the one shared cap), while configured groups and `default` still grant; a made-up
+/// group goes with its last holder.
+#[tokio::test]
+async fn made_up_groups_are_capped_apart_from_configured_ones() {
+    const CAP: usize = 100;
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (agents, fl) = cluster(&d, tmp.path(), 1).await;
+    let (code, _, err) = agents[0]
+        .cli(&["fleetlock", "group", "set", "db", "--slots", "1"])
+        .await
+        .expect("group set");
+    assert_eq!(code, 0, "{err}");
+    for i in 0..CAP {
+        let ghost = format!("ghost{i}");
+        assert_eq!(
+            lock(&fl[0], &ghost, &ghost).await,
+            (200, "lock_acquired".into()),
+            "{ghost}"
+        );
+    }
+    let over = lock_answer(&fl[0], "one-more", "one-more").await;
+    assert_answer(&over, 503, "failed_too_many_groups", "a group over the cap");
+    for (id, group) in [("m1", "db"), ("m2", "default")] {
+        let a = lock_answer(&fl[0], id, group).await;
+        assert_answer(&a, 200, "lock_acquired", group);
+    }
+    let groups = |out: String| -> Vec<(String, bool)> {
+        let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+        v["groups"]
+            .as_array()
+            .expect("groups")
+            .iter()
+            .map(|g| {
+                (
+                    g["name"].as_str().unwrap_or_default().to_string(),
+                    g["configured"].as_bool().unwrap_or(true),
+                )
+            })
+            .collect()
+    };
+    let (_, out, _) = agents[0]
+        .cli(&["fleetlock", "status", "--json"])
+        .await
+        .expect("status");
+    let listed = groups(out);
+    assert!(listed.contains(&("ghost0".into(), false)), "{listed:?}");
+    assert!(listed.contains(&("db".into(), true)), "{listed:?}");
+    // The last holder gone, the made-up group is gone, and there is room for another.
+    assert_eq!(
+        unlock(&fl[0], "ghost0", "ghost0").await,
+        (200, "unlocked".into())
+    );
+    let (_, out, _) = agents[0]
+        .cli(&["fleetlock", "status", "--json"])
+        .await
+        .expect("status");
+    assert!(!groups(out).iter().any(|(name, _)| name == "ghost0"));
+    assert_eq!(
+        lock(&fl[0], "one-more", "one-more").await,
+        (200, "lock_acquired".into())
+    );
+}
+
+/// A flood from one address is answered 429 `failed_rate_limited` with `Retry-After`, before
+/// it reaches the leader; another address is served meanwhile, and the flooder again later.
+#[tokio::test]
+async fn a_flood_from_one_address_gets_429_with_retry_after() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_agents, fl) = cluster(&d, tmp.path(), 1).await;
+    let flooder = Ipv4Addr::new(127, 0, 2, 1);
+    let mut limited = None;
+    let mut sent = 0;
+    // Batches of 8 at once (under the 16 connections one address may hold), until refused.
+    while limited.is_none() && sent < 1_000 {
+        let batch = (0..8).map(|_| {
+            let at = fl[0].clone();
+            async move { ask_from(&at, flooder, STEADY, "x", "default").await }
+        });
+        for a in at_once(batch).await {
+            assert!(matches!(a.status, 200 | 429), "{} {}", a.status, a.body);
+            if a.status == 429 {
+                limited = Some(a);
+            }
+        }
+        sent += 8;
+    }
+    let limited = limited.unwrap_or_else(|| panic!("{sent} requests from one address, no 429"));
+    assert_eq!(limited.kind, "failed_rate_limited", "{}", limited.body);
+    assert!(
+        limited.retry_after.is_some_and(|s| s >= 1),
+        "Retry-After: {:?}",
+        limited.retry_after
+    );
+    let other = ask_from(&fl[0], Ipv4Addr::new(127, 0, 2, 2), STEADY, "x", "default").await;
+    assert_answer(&other, 200, "not_held", "another address");
+    wait_for("the flooder to be served again", FORM, || async {
+        let a = ask_from(&fl[0], flooder, STEADY, "x", "default").await;
+        (a.status == 200).then_some(())
+    })
+    .await
+    .expect("served again");
+    let metrics = get(&format!("http://{}/metrics", fl[0]))
+        .await
+        .expect("metrics");
+    assert!(
+        metrics
+            .body
+            .contains("endpoint=\"steady-state\",kind=\"failed_rate_limited\""),
+        "{}",
+        metrics.body
+    );
+}
+
+/// Runs the requests at once.
+async fn at_once<F: std::future::Future<Output = Answer> + Send + 'static>(
+    requests: impl Iterator<Item = F>,
+) -> Vec<Answer> {
+    let tasks: Vec<_> = requests.map(tokio::spawn).collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.expect("request"));
+    }
+    answers
+}
+
+/// With `--fleetlock-tls-client-ca`, a machine's client certificate binds it to the ids it
+/// names (CN or DNS SAN): its own id gets its slot; another id, locked or unlocked, gets 403
+/// `failed_id_not_in_certificate` (so a stranger cannot free a machine's slot and let two
+/// machines of a one-slot group reboot at once); no certificate gets 403
+/// `failed_client_certificate_required`; a certificate from another CA is refused at the
+/// handshake. Without a client CA, a client certificate is not asked for.
+#[tokio::test]
+async fn client_certificates_bind_machines_to_their_ids() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let write = |name: &str, text: String| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_string_lossy().into_owned()
+    };
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("CA");
+    let client_ca = write("clients.crt", ca.pem());
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    // (file stem, CN, DNS SANs, signed by the client CA?)
+    let client = |stem: &str, cn: &str, dns: &[&str], by_ca: bool| {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params =
+            rcgen::CertificateParams::new(dns.iter().map(|d| d.to_string()).collect::<Vec<_>>())
+                .expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        let cert = if by_ca {
+            params.signed_by(&key, &issuer)
+        } else {
+            params.self_signed(&key)
+        }
+        .expect("client certificate");
+        (
+            write(&format!("{stem}.crt"), cert.pem()),
+            write(&format!("{stem}.key"), key.serialize_pem()),
+        )
+    };
+    let machine_a = client("a", "machine-a", &[], true);
+    let machine_b = client("b", "b-cn", &["machine-b.example"], true);
+    let rogue = client("rogue", "machine-a", &[], false);
+
+    let tls = TlsAgent::start(
+        tmp.path(),
+        "bound",
+        &["--fleetlock-tls-client-ca", &client_ca],
+    )
+    .await;
+    let (agent, fl, server_crt) = (&tls.agent, &tls.fleetlock, &tls.cert);
+    // (status, kind) as curl saw it; status 0 when the handshake failed.
+    let curl = |cert: Option<&(String, String)>, path: &str, id: &str| {
+        let mut command = std::process::Command::new("curl");
+        command.args(["-s", "-w", "\n%{http_code}", "--cacert", server_crt]);
+        if let Some((crt, key)) = cert {
+            command.args(["--cert", crt, "--key", key]);
+        }
+        let out = command
+            .args(["-H", "fleet-lock-protocol: true", "--data-binary"])
+            .arg(body(id, "default"))
+            .arg(format!("https://{fl}{path}"))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (answer, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let kind = serde_json::from_str::<serde_json::Value>(answer)
+            .ok()
+            .and_then(|v| v["kind"].as_str().map(String::from))
+            .unwrap_or_default();
+        (code.trim().parse::<u16>().unwrap_or(0), kind)
+    };
+    wait_for("FleetLock over TLS to answer", FORM, || async {
+        (curl(Some(&machine_a), PRE, "machine-a").0 == 200).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", agent.log()));
+    let refused_id = (403, "failed_id_not_in_certificate".to_string());
+    // (what, client certificate and key, path, id, (status, kind))
+    type Case<'a> = (
+        &'a str,
+        Option<&'a (String, String)>,
+        &'a str,
+        &'a str,
+        (u16, String),
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "own id again",
+            Some(&machine_a),
+            PRE,
+            "machine-a",
+            (200, "lock_already_held".into()),
+        ),
+        (
+            "a stranger frees a's slot",
+            Some(&machine_b),
+            STEADY,
+            "machine-a",
+            refused_id.clone(),
+        ),
+        (
+            "b locks in a's name",
+            Some(&machine_b),
+            PRE,
+            "machine-a",
+            refused_id.clone(),
+        ),
+        (
+            "a locks another id",
+            Some(&machine_a),
+            PRE,
+            "made-up",
+            refused_id.clone(),
+        ),
+        (
+            "no certificate",
+            None,
+            STEADY,
+            "machine-a",
+            (403, "failed_client_certificate_required".into()),
+        ),
+        (
+            "another CA's certificate",
+            Some(&rogue),
+            STEADY,
+            "machine-a",
+            (0, String::new()),
+        ),
+        (
+            "b by its DNS name, the group full",
+            Some(&machine_b),
+            PRE,
+            "machine-b.example",
+            (409, "failed_lock_semaphore_full".into()),
+        ),
+        (
+            "a unlocks its own",
+            Some(&machine_a),
+            STEADY,
+            "machine-a",
+            (200, "unlocked".into()),
+        ),
+        (
+            "b by its DNS name",
+            Some(&machine_b),
+            PRE,
+            "machine-b.example",
+            (200, "lock_acquired".into()),
+        ),
+    ];
+    for (what, cert, path, id, want) in cases {
+        assert_eq!(curl(cert, path, id), want, "{what}");
+    }
+    let (_, status, _) = agent
+        .cli(&["fleetlock", "status", "--json"])
+        .await
+        .expect("status");
+    assert!(
+        status.contains("machine-b.example") && !status.contains("made-up"),
+        "{status}"
+    );
 }

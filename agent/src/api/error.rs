@@ -49,6 +49,8 @@ pub enum ErrorKind {
     SemaphoreFull,
     /// FleetLock: the group is not configured and unknown groups are refused.
     UnknownGroup,
+    /// FleetLock: a lock would create a group on first use, and as many as allowed exist.
+    TooManyGroups,
     /// A lease is held by another holder.
     LeaseHeld,
     /// A compare-and-set found the key at another revision (or absent, or present).
@@ -87,6 +89,7 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::Unavailable, "unavailable", 503),
     (ErrorKind::SemaphoreFull, "failed_lock_semaphore_full", 409),
     (ErrorKind::UnknownGroup, "unknown_group", 400),
+    (ErrorKind::TooManyGroups, "failed_too_many_groups", 503),
     (ErrorKind::LeaseHeld, "lease_held", 409),
     (ErrorKind::RevisionMismatch, "revision_mismatch", 409),
     (ErrorKind::Compacted, "compacted", 410),

@@ -44,6 +44,9 @@ pub const DEFAULT_METRICS_PORT: u16 = 7003;
 /// (each member keeps a couple of connections to each peer), far below a descriptor limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_MAX_CONNECTIONS_PER_SOURCE: usize = 256;
+/// FleetLock requests per second from one source: one Zincati sends one every few seconds at
+/// most, and a flood of them is cut down to this.
+pub const DEFAULT_FLEETLOCK_RATE_LIMIT: usize = 10;
 const MAX_PROMOTE_AFTER: Duration = Duration::from_secs(3600);
 /// Node certificates last a year unless `--cert-validity` says otherwise.
 pub const DEFAULT_CERT_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -181,6 +184,16 @@ pub struct AgentFlags {
     /// The private key (PEM) of --fleetlock-tls-cert [env: MUSTER_FLEETLOCK_TLS_KEY]
     #[arg(long)]
     pub fleetlock_tls_key: Option<String>,
+    /// CA certificates (PEM) of the machines' client certificates on FleetLock over TLS: a
+    /// client then locks and unlocks only the ids its certificate names (CN or DNS SAN)
+    /// [env: MUSTER_FLEETLOCK_TLS_CLIENT_CA]
+    #[arg(long)]
+    pub fleetlock_tls_client_ca: Option<String>,
+    /// FleetLock requests per second from one source address (IPv6: /64), with twice that as
+    /// a burst; more are answered 429; 0 for no limit [default: 10]
+    /// [env: MUSTER_FLEETLOCK_RATE_LIMIT]
+    #[arg(long)]
+    pub fleetlock_rate_limit: Option<String>,
 }
 
 /// The TOML file: the same settings, spelled with underscores (`data_dir = "/var/lib/muster"`).
@@ -215,6 +228,8 @@ pub(super) struct FileConfig {
     metrics_listen: Option<String>,
     fleetlock_tls_cert: Option<String>,
     fleetlock_tls_key: Option<String>,
+    fleetlock_tls_client_ca: Option<String>,
+    fleetlock_rate_limit: Option<u32>,
 }
 
 /// The merged, validated configuration.
@@ -259,6 +274,10 @@ pub struct AgentConfig {
     pub metrics_explicit: bool,
     /// FleetLock over TLS with an operator's certificate: (certificate chain, key) PEM files.
     pub fleetlock_tls: Option<(PathBuf, PathBuf)>,
+    /// The CA (PEM file) of FleetLock clients' certificates, which bind ids to machines.
+    pub fleetlock_client_ca: Option<PathBuf>,
+    /// FleetLock requests per second per source (0: no limit).
+    pub fleetlock_rate_limit: u32,
     /// Settings that work but are probably not what was meant; logged at start.
     pub warnings: Vec<String>,
 }
@@ -599,6 +618,14 @@ pub fn resolve(
         DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
         4..=1_000_000,
     )?;
+    let fleetlock_rate_limit = count(
+        "fleetlock-rate-limit",
+        &flags.fleetlock_rate_limit,
+        "MUSTER_FLEETLOCK_RATE_LIMIT",
+        file.fleetlock_rate_limit,
+        DEFAULT_FLEETLOCK_RATE_LIMIT,
+        0..=1_000_000,
+    )? as u32;
     let automation = Automation {
         replace_after,
         cleanup_dead_after,
@@ -750,6 +777,21 @@ pub fn resolve(
             });
         }
     };
+    let fleetlock_client_ca = pick(
+        "fleetlock-tls-client-ca",
+        &flags.fleetlock_tls_client_ca,
+        "MUSTER_FLEETLOCK_TLS_CLIENT_CA",
+        &file.fleetlock_tls_client_ca,
+    )?
+    .map(PathBuf::from);
+    if fleetlock_client_ca.is_some() && fleetlock_tls.is_none() {
+        return Err(ConfigError::Invalid {
+            setting: "fleetlock-tls-client-ca",
+            message: "client certificates need FleetLock over TLS: give --fleetlock-tls-cert \
+                      and --fleetlock-tls-key too"
+                .into(),
+        });
+    }
     if init && (discovery.is_some() || !join.is_empty() || !initial_cluster.is_empty()) {
         return Err(ConfigError::Invalid {
             setting: "init",
@@ -794,6 +836,8 @@ pub fn resolve(
         max_connections,
         max_connections_per_source,
         fleetlock_tls,
+        fleetlock_client_ca,
+        fleetlock_rate_limit,
         warnings,
     })
 }

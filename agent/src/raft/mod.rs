@@ -7,6 +7,7 @@ mod log_store;
 mod network;
 mod node;
 mod pacemaker;
+mod read_batch;
 mod state_machine;
 mod stats;
 pub(crate) mod store;

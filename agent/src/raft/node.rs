@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use super::TypeConfig;
 use super::network::{Network, PeerLiveness};
 use super::pacemaker::{LeaderContact, Pacemaker, PreVote, TimerPlan, answer_prevote};
+use super::read_batch::ReadBatch;
 use super::stats::{RaftStats, StatsSnapshot};
 use super::store::{self, StateMachineStore, StoreError};
 use crate::api::{ApiError, ErrorKind, paths};
@@ -119,7 +120,13 @@ pub struct RaftNode {
     leader_watch: tokio::task::JoinHandle<()>,
     /// Concurrent membership changes can leave a joint config behind; one at a time.
     membership_lock: tokio::sync::Mutex<()>,
+    /// Leadership checks shared by concurrent linearizable reads.
+    reads: ReadBatch<LeadershipCheck>,
 }
+
+/// What a leadership check for linearizable reads came to.
+type LeadershipCheck =
+    Result<Option<openraft::LogId<NodeId>>, RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>>;
 
 impl RaftNode {
     /// Opens the raft store in `dir` and starts the raft core. Nothing is initialized here.
@@ -178,6 +185,13 @@ impl RaftNode {
         );
         let stats = Arc::new(RaftStats::default());
         let leader_watch = tokio::spawn(count_leader_changes(raft.clone(), stats.clone()));
+        let reads = {
+            let raft = raft.clone();
+            ReadBatch::new(move || {
+                let raft = raft.clone();
+                Box::pin(async move { raft.ensure_linearizable().await })
+            })
+        };
         Ok(Self {
             id,
             raft,
@@ -189,6 +203,7 @@ impl RaftNode {
             stats,
             leader_watch,
             membership_lock: tokio::sync::Mutex::new(()),
+            reads,
         })
     }
 
@@ -308,9 +323,11 @@ impl RaftNode {
         f: impl FnOnce(&ClusterState) -> R,
     ) -> Result<R, RaftNodeError> {
         self.check_quorum_contact()?;
-        let checked = tokio::time::timeout(WRITE_TIMEOUT, self.raft.ensure_linearizable())
+        let checked = tokio::time::timeout(WRITE_TIMEOUT, self.reads.check())
             .await
-            .map_err(|_| RaftNodeError::Timeout("the linearizable read"))?;
+            .ok()
+            .flatten()
+            .ok_or(RaftNodeError::Timeout("the linearizable read"))?;
         if let Err(e) = checked {
             return Err(match e.forward_to_leader::<Node>() {
                 Some(fwd) => RaftNodeError::NotLeader {

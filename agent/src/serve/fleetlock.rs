@@ -5,9 +5,11 @@
 //! Requests are taken exactly as Zincati sends them: `POST {base}/v1/pre-reboot` (lock) or
 //! `{base}/v1/steady-state` (unlock), the header `fleet-lock-protocol: true`, a JSON body
 //! `{"client_params":{"id","group"}}` with no `Content-Type` (curl's form type is fine too). Any
-//! base path is accepted, and doubled slashes; nothing is ever redirected. Every decision is a
-//! write on the leader; an answer comes within [`DECISION_TIMEOUT`], 200 only when a slot was
-//! granted or released, else JSON `{kind, value}` with a 4xx/5xx status.
+//! base path is accepted, and doubled slashes; nothing is ever redirected. Every decision is
+//! made on the leader (a write only when it changes a slot); an answer comes within
+//! [`DECISION_TIMEOUT`], 200 when the caller holds (or no longer holds) a slot, else JSON
+//! `{kind, value}` with a 4xx/5xx status. Before that, `fleetlock_access` decides who may ask:
+//! a per-source rate limit, and the ids a client certificate binds.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 
 use super::accept::{self, Gate, serve_http1};
+use super::fleetlock_access::{self, Caller, Limiter, Refused, may_act_for};
 use super::limits::ConnectionLimits;
 use crate::agent::Agent;
 use crate::api::fleetlock::{ProtocolAnswer, ProtocolRequest};
@@ -61,12 +64,18 @@ impl Counters {
 struct FleetLockState {
     agent: Arc<Agent>,
     counters: Arc<Counters>,
+    limiter: Arc<Limiter>,
 }
 
 /// FleetLock's bound port, and the operator's TLS certificate if it is served over TLS.
 pub struct FleetLockListener {
     pub listener: TcpListener,
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The TLS config verifies client certificates from the operator's client CA, and a
+    /// client acts only for the ids its certificate names.
+    pub bind_ids: bool,
+    /// Requests per second per source (0: no limit).
+    pub rate_limit: u32,
 }
 
 /// Serves FleetLock and `/metrics` until `stop` flips.
@@ -78,7 +87,9 @@ pub async fn serve_fleetlock(
     let state = FleetLockState {
         agent,
         counters: Arc::default(),
+        limiter: Arc::new(Limiter::new(port.rate_limit)),
     };
+    let bind_ids = port.bind_ids;
     let app = Router::new().fallback(handle).with_state(state.clone());
     let acceptor = port.tls.map(tokio_rustls::TlsAcceptor::from);
     let limits = ConnectionLimits::new(
@@ -99,17 +110,23 @@ pub async fn serve_fleetlock(
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
             let _admitted = accepted.admitted;
-            let service =
+            let service = |caller: Caller| {
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    tower::ServiceExt::oneshot(app.clone(), req.map(Body::new))
-                });
+                    let mut req = req.map(Body::new);
+                    req.extensions_mut().insert(caller.clone());
+                    tower::ServiceExt::oneshot(app.clone(), req)
+                })
+            };
             let Some(acceptor) = acceptor else {
-                return serve_http1(accepted.stream, service, HEADER_TIMEOUT).await;
+                let caller = fleetlock_access::caller(accepted.remote, None);
+                return serve_http1(accepted.stream, service(caller), HEADER_TIMEOUT).await;
             };
             if let Ok(Ok(stream)) =
                 tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(accepted.stream)).await
             {
-                serve_http1(stream, service, HEADER_TIMEOUT).await;
+                let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+                let caller = fleetlock_access::caller(accepted.remote, bind_ids.then_some(chain));
+                serve_http1(stream, service(caller), HEADER_TIMEOUT).await;
             }
         });
     }
@@ -128,6 +145,18 @@ impl Endpoint {
             Endpoint::SteadyState => "steady-state",
         }
     }
+}
+
+/// The answer to a request refused before it was decided; a rate-limited one says when to
+/// come back.
+fn refused(refusal: &Refused, id: &str) -> Response {
+    let mut response = answer(refusal.status(), refusal.kind(), refusal.value(id));
+    if let Refused::RateLimited { retry_after_secs } = refusal {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+    }
+    response
 }
 
 fn answer(status: StatusCode, kind: &str, value: impl Into<String>) -> Response {
@@ -169,14 +198,31 @@ async fn handle(State(state): State<FleetLockState>, req: Request) -> Response {
             ),
         );
     };
-    let (kind, response) = decide(&state.agent, endpoint, req).await;
+    // Set by the accept loop on every connection; a request without it cannot come in.
+    let Some(caller) = req.extensions().get::<Caller>().cloned() else {
+        return answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "a request without its connection",
+        );
+    };
+    if let Err(limited) = state.limiter.check(&caller) {
+        state.counters.count(endpoint.name(), limited.kind());
+        return refused(&limited, "");
+    }
+    let (kind, response) = decide(&state.agent, endpoint, &caller, req).await;
     state.counters.count(endpoint.name(), &kind);
     response
 }
 
 /// Checks the request in the protocol's order (method, header, body, group, id), then decides
 /// on the leader. Returns the answer's kind (for the counters) and the answer.
-async fn decide(agent: &Agent, endpoint: Endpoint, req: Request) -> (String, Response) {
+async fn decide(
+    agent: &Agent,
+    endpoint: Endpoint,
+    caller: &Caller,
+    req: Request,
+) -> (String, Response) {
     let refuse =
         |status, kind: &str, value: String| (kind.to_string(), answer(status, kind, value));
     if req.method() != Method::POST {
@@ -237,6 +283,9 @@ async fn decide(agent: &Agent, endpoint: Endpoint, req: Request) -> (String, Res
             "id must be 1 to 253 printable characters".into(),
         );
     }
+    if let Err(refusal) = may_act_for(&caller.binding, &id) {
+        return (refusal.kind().to_string(), refused(&refusal, &id));
+    }
     let command = match endpoint {
         Endpoint::PreReboot => Command::Lock {
             group: group.clone(),
@@ -269,6 +318,7 @@ async fn decide(agent: &Agent, endpoint: Endpoint, req: Request) -> (String, Res
             let (status, kind) = match e.kind {
                 ErrorKind::SemaphoreFull => (StatusCode::CONFLICT, e.kind.as_str()),
                 ErrorKind::UnknownGroup => (StatusCode::BAD_REQUEST, e.kind.as_str()),
+                ErrorKind::TooManyGroups => (StatusCode::SERVICE_UNAVAILABLE, e.kind.as_str()),
                 ErrorKind::NoLeader => (StatusCode::SERVICE_UNAVAILABLE, "no_leader"),
                 ErrorKind::QuorumLost => (StatusCode::SERVICE_UNAVAILABLE, "no_quorum"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error"),

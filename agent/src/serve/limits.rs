@@ -65,7 +65,7 @@ impl ConnectionLimits {
 
 /// The source a connection is counted under: IPv4 as it is (IPv4-mapped IPv6 too), IPv6 by
 /// its /64.
-fn source_of(address: IpAddr) -> IpAddr {
+pub(super) fn source_of(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V4(_) => address,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

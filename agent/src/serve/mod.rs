@@ -6,6 +6,7 @@
 
 pub mod accept;
 mod fleetlock;
+mod fleetlock_access;
 mod http;
 pub mod limits;
 mod observe;

@@ -36,6 +36,8 @@ fn config() -> AgentConfig {
         max_connections: 4096,
         max_connections_per_source: 256,
         fleetlock_tls: None,
+        fleetlock_client_ca: None,
+        fleetlock_rate_limit: 10,
         warnings: Vec::new(),
     }
 }

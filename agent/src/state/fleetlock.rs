@@ -1,7 +1,9 @@
 //! FleetLock's reboot semaphores in the replicated state: per group, a number of slots and the
 //! machines holding them. Recursive and owned, as Zincati's protocol asks: a holder locking again
 //! keeps its one slot; an unlock by a non-holder changes nothing. Pure functions, decided the
-//! same way on every node (the clock is in the command).
+//! same way on every node (the clock is in the command). [`FleetLock::decide`] says what a lock
+//! or unlock would come to without changing anything, so that the leader answers the ones that
+//! change nothing from a read instead of a log entry.
 
 use std::collections::BTreeMap;
 
@@ -17,8 +19,11 @@ pub const DEFAULT_GROUP: &str = "default";
 pub const DEFAULT_SLOTS: u32 = 1;
 /// Longest group or id, as other FleetLock servers cap them.
 pub const MAX_NAME: usize = 253;
-/// Most groups: a bound on replicated state.
+/// Most configured groups (`muster fleetlock group set`): a bound on replicated state.
 pub const MAX_GROUPS: usize = 1_000;
+/// Most groups created on first use, counted apart from configured ones: anyone who can reach
+/// the FleetLock port can make these up, and they must never crowd out the operator's groups.
+pub const MAX_GROUPS_ON_FIRST_USE: usize = 100;
 
 /// What happens to a lock or unlock for a group nobody configured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +52,10 @@ pub struct Group {
     pub slots: u32,
     #[serde(default)]
     pub holders: BTreeMap<String, Holder>,
+    /// Created by a lock (not by the operator): removed again when its last holder unlocks,
+    /// and counted under [`MAX_GROUPS_ON_FIRST_USE`]. Absent (false) in state written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub on_first_use: bool,
 }
 
 /// All of FleetLock's replicated state.
@@ -115,8 +124,8 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 impl FleetLock {
-    /// Slots of `group`: its own if configured, [`DEFAULT_SLOTS`] for `default` or (in create
-    /// mode) any other group.
+    /// Slots of `group`: its own if it exists, [`DEFAULT_SLOTS`] for `default` or (in create
+    /// mode) any other group, which is then one created on first use.
     fn group_or_default(&self, group: &str) -> Option<Group> {
         match self.groups.get(group) {
             Some(g) => Some(g.clone()),
@@ -124,6 +133,7 @@ impl FleetLock {
                 Some(Group {
                     slots: DEFAULT_SLOTS,
                     holders: BTreeMap::new(),
+                    on_first_use: true,
                 })
             }
             None => None,
@@ -141,6 +151,66 @@ impl FleetLock {
         )
     }
 
+    /// What a lock (`lock == true`) or unlock of `id` in `group` comes to against this state,
+    /// changing nothing. Only [`Outcome::Locked`] and [`Outcome::Unlocked`] change the state;
+    /// every other answer, refusals included, may be given from a linearizable read.
+    pub fn decide(&self, group: &str, id: &str, lock: bool) -> Result<Outcome, Refusal> {
+        let existing = self.groups.get(group);
+        if !lock {
+            if existing.is_none() && self.group_or_default(group).is_none() {
+                return Err(Self::unknown(group));
+            }
+            let held = existing.is_some_and(|g| g.holders.contains_key(id));
+            return Ok(if held {
+                Outcome::Unlocked
+            } else {
+                Outcome::NotHeld
+            });
+        }
+        let g = match existing {
+            Some(g) => g,
+            None => {
+                if self.group_or_default(group).is_none() {
+                    return Err(Self::unknown(group));
+                }
+                let made_up = self
+                    .groups
+                    .iter()
+                    .filter(|(name, g)| g.on_first_use && *name != DEFAULT_GROUP)
+                    .count();
+                if group != DEFAULT_GROUP && made_up >= MAX_GROUPS_ON_FIRST_USE {
+                    return Err(Refusal::new(
+                        ErrorKind::TooManyGroups,
+                        format!(
+                            "{MAX_GROUPS_ON_FIRST_USE} groups created on first use hold slots \
+                             already; configure this group (`muster fleetlock group set \
+                             {group} --slots N`), or release stale slots (`muster fleetlock \
+                             status`)"
+                        ),
+                    ));
+                }
+                // A new group with one free slot: the lock takes it.
+                return Ok(Outcome::Locked);
+            }
+        };
+        if g.holders.contains_key(id) {
+            return Ok(Outcome::AlreadyHeld);
+        }
+        if g.holders.len() >= g.slots as usize {
+            // Never who holds them: the protocol port is open to anyone who can reach it, and
+            // a holder's id is all it takes to unlock in its name. Operators see the holders in
+            // `muster fleetlock status`.
+            return Err(Refusal::new(
+                ErrorKind::SemaphoreFull,
+                format!(
+                    "all {} slots of group {group} are held; try again later",
+                    g.slots
+                ),
+            ));
+        }
+        Ok(Outcome::Locked)
+    }
+
     /// Applies `command`; a refusal leaves everything as it was.
     pub fn apply(&mut self, command: &Command) -> Result<Outcome, Refusal> {
         match command {
@@ -150,52 +220,27 @@ impl FleetLock {
                 via,
                 now_ms,
             } => {
-                let mut g = self
-                    .group_or_default(group)
-                    .ok_or_else(|| Self::unknown(group))?;
-                if g.holders.contains_key(id) {
-                    return Ok(Outcome::AlreadyHeld);
+                let outcome = self.decide(group, id, true)?;
+                if outcome == Outcome::Locked
+                    && let Some(mut g) = self.group_or_default(group)
+                {
+                    g.holders.insert(
+                        id.clone(),
+                        Holder {
+                            since_ms: *now_ms,
+                            via: *via,
+                        },
+                    );
+                    self.groups.insert(group.clone(), g);
                 }
-                if g.holders.len() >= g.slots as usize {
-                    let holders: Vec<&str> = g.holders.keys().map(String::as_str).collect();
-                    return Err(Refusal::new(
-                        ErrorKind::SemaphoreFull,
-                        format!(
-                            "all {} slots of group {group} are held (by {}); try again later",
-                            g.slots,
-                            holders.join(", ")
-                        ),
-                    ));
-                }
-                if !self.groups.contains_key(group) && self.groups.len() >= MAX_GROUPS {
-                    return Err(Refusal::new(
-                        ErrorKind::InvalidArgument,
-                        format!("at most {MAX_GROUPS} groups"),
-                    ));
-                }
-                g.holders.insert(
-                    id.clone(),
-                    Holder {
-                        since_ms: *now_ms,
-                        via: *via,
-                    },
-                );
-                self.groups.insert(group.clone(), g);
-                Ok(Outcome::Locked)
+                Ok(outcome)
             }
             Command::Unlock { group, id } => {
-                if self.group_or_default(group).is_none() {
-                    return Err(Self::unknown(group));
+                let outcome = self.decide(group, id, false)?;
+                if outcome == Outcome::Unlocked {
+                    self.release(group, id);
                 }
-                let released = self
-                    .groups
-                    .get_mut(group)
-                    .is_some_and(|g| g.holders.remove(id).is_some());
-                Ok(if released {
-                    Outcome::Unlocked
-                } else {
-                    Outcome::NotHeld
-                })
+                Ok(outcome)
             }
             Command::SetGroup { name, slots } => {
                 if !valid_group(name) || *slots == 0 || *slots > 1_000 {
@@ -204,20 +249,26 @@ impl FleetLock {
                         "a group name is 1..=253 chars of [a-zA-Z0-9.-] and has 1..=1000 slots",
                     ));
                 }
-                if !self.groups.contains_key(name) && self.groups.len() >= MAX_GROUPS {
+                let configured = self.groups.values().filter(|g| !g.on_first_use).count();
+                let is_configured = self.groups.get(name).is_some_and(|g| !g.on_first_use);
+                if !is_configured && configured >= MAX_GROUPS {
                     return Err(Refusal::new(
                         ErrorKind::InvalidArgument,
-                        format!("at most {MAX_GROUPS} groups"),
+                        format!("at most {MAX_GROUPS} configured groups"),
                     ));
                 }
                 // Fewer slots than holders: nobody loses a slot; new locks wait until enough
-                // holders have unlocked.
+                // holders have unlocked. A group created on first use becomes a configured one.
                 self.groups
                     .entry(name.clone())
-                    .and_modify(|g| g.slots = *slots)
+                    .and_modify(|g| {
+                        g.slots = *slots;
+                        g.on_first_use = false;
+                    })
                     .or_insert(Group {
                         slots: *slots,
                         holders: BTreeMap::new(),
+                        on_first_use: false,
                     });
                 Ok(Outcome::Done)
             }
@@ -246,18 +297,32 @@ impl FleetLock {
         }
     }
 
+    /// Releases `id`'s slot of `group`; a group created on first use goes with its last
+    /// holder, so that made-up groups do not pile up in the replicated state.
+    fn release(&mut self, group: &str, id: &str) {
+        if let Some(g) = self.groups.get_mut(group) {
+            g.holders.remove(id);
+            if g.on_first_use && g.holders.is_empty() {
+                self.groups.remove(group);
+            }
+        }
+    }
+
     /// Releases every slot held through `member` (it was removed from the cluster); returns
     /// what was released as `(group, id)`.
     pub fn release_member(&mut self, member: NodeId) -> Vec<(String, String)> {
-        let mut released = Vec::new();
-        for (name, g) in &mut self.groups {
-            g.holders.retain(|id, h| {
-                let keep = h.via != member;
-                if !keep {
-                    released.push((name.clone(), id.clone()));
-                }
-                keep
-            });
+        let released: Vec<(String, String)> = self
+            .groups
+            .iter()
+            .flat_map(|(name, g)| {
+                g.holders
+                    .iter()
+                    .filter(|(_, h)| h.via == member)
+                    .map(|(id, _)| (name.clone(), id.clone()))
+            })
+            .collect();
+        for (group, id) in &released {
+            self.release(group, id);
         }
         released
     }
@@ -355,6 +420,104 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn decide_changes_nothing_and_agrees_with_apply() {
+        // (state built by these locks, then the request, then the outcome) for every answer
+        // the leader may give from a read.
+        let setup = [lock("default", "a"), lock("typo", "b")];
+        let reject = [Command::SetUnknownGroups {
+            mode: UnknownGroups::Reject,
+        }];
+        // (commands applied first, group, id, lock?, outcome)
+        type Case<'a> = (
+            &'a [Command],
+            &'a str,
+            &'a str,
+            bool,
+            Result<Outcome, ErrorKind>,
+        );
+        let cases: [Case; 8] = [
+            (&setup, "default", "a", true, Ok(Outcome::AlreadyHeld)),
+            (&setup, "default", "x", true, Err(ErrorKind::SemaphoreFull)),
+            (&setup, "default", "x", false, Ok(Outcome::NotHeld)),
+            (&setup, "nowhere", "x", false, Ok(Outcome::NotHeld)),
+            (&setup, "default", "a", false, Ok(Outcome::Unlocked)),
+            (&setup, "fresh", "x", true, Ok(Outcome::Locked)),
+            (&reject, "nowhere", "x", false, Err(ErrorKind::UnknownGroup)),
+            (&reject, "nowhere", "x", true, Err(ErrorKind::UnknownGroup)),
+        ];
+        for (i, (before, group, id, is_lock, want)) in cases.into_iter().enumerate() {
+            let mut f = FleetLock::default();
+            for c in before {
+                f.apply(c).expect("setup");
+            }
+            let snapshot = f.clone();
+            assert_eq!(kind(f.decide(group, id, is_lock)), want, "case {i}");
+            assert_eq!(f, snapshot, "case {i}: decide changed the state");
+            let command = if is_lock {
+                lock(group, id)
+            } else {
+                unlock(group, id)
+            };
+            assert_eq!(kind(f.apply(&command)), want, "case {i}: apply disagrees");
+        }
+    }
+
+    #[test]
+    fn the_refusal_of_a_full_group_names_no_holder() {
+        let mut f = FleetLock::default();
+        f.apply(&lock("default", "secret-machine-id"))
+            .expect("lock");
+        let refusal = f
+            .apply(&lock("default", "other"))
+            .expect_err("the group is full");
+        assert_eq!(refusal.kind, ErrorKind::SemaphoreFull);
+        assert!(
+            !refusal.message.contains("secret-machine-id"),
+            "{}",
+            refusal.message
+        );
+    }
+
+    #[test]
+    fn groups_made_on_first_use_are_capped_apart_and_go_with_their_last_holder() {
+        let mut f = FleetLock::default();
+        for i in 0..MAX_GROUPS_ON_FIRST_USE {
+            f.apply(&lock(&format!("ghost{i}"), "x")).expect("ghost");
+        }
+        // Over the cap: a new made-up group is refused with its own kind ...
+        assert_eq!(
+            kind(f.apply(&lock("one-more", "x"))),
+            Err(ErrorKind::TooManyGroups)
+        );
+        // ... while `default`, configured groups and the existing ghosts still work.
+        assert_eq!(kind(f.apply(&lock("default", "y"))), Ok(Outcome::Locked));
+        let set = Command::SetGroup {
+            name: "db".into(),
+            slots: 1,
+        };
+        assert_eq!(kind(f.apply(&set)), Ok(Outcome::Done));
+        assert_eq!(kind(f.apply(&lock("db", "y"))), Ok(Outcome::Locked));
+        assert_eq!(
+            kind(f.apply(&lock("ghost0", "x"))),
+            Ok(Outcome::AlreadyHeld)
+        );
+        // A made-up group leaves with its last holder, which frees room for another.
+        assert_eq!(kind(f.apply(&unlock("ghost0", "x"))), Ok(Outcome::Unlocked));
+        assert!(!f.groups.contains_key("ghost0"));
+        assert_eq!(kind(f.apply(&lock("one-more", "x"))), Ok(Outcome::Locked));
+        // A configured group stays when empty; setting a made-up group's slots configures it.
+        assert_eq!(kind(f.apply(&unlock("db", "y"))), Ok(Outcome::Unlocked));
+        assert!(f.groups.contains_key("db"));
+        let adopt = Command::SetGroup {
+            name: "ghost1".into(),
+            slots: 2,
+        };
+        assert_eq!(kind(f.apply(&adopt)), Ok(Outcome::Done));
+        assert_eq!(kind(f.apply(&unlock("ghost1", "x"))), Ok(Outcome::Unlocked));
+        assert!(f.groups.contains_key("ghost1"));
     }
 
     #[test]

@@ -68,7 +68,16 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
             AgentProc::start(
                 tmp.path(),
                 &format!("b{i}"),
-                &["--discovery", &url, "--fleetlock-listen", f],
+                // One client from one address, as fast as it can: the per-source rate limit
+                // would measure itself, not the decisions.
+                &[
+                    "--discovery",
+                    &url,
+                    "--fleetlock-listen",
+                    f,
+                    "--fleetlock-rate-limit",
+                    "0",
+                ],
             )
         })
         .collect::<Result<Vec<_>>>()?;
