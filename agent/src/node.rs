@@ -109,9 +109,11 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             agent.clone(),
             listener,
             server_tls,
+            // Within half of the process's descriptors whatever the flags say: the raft log,
+            // fjall and the other listeners need the rest.
             crate::serve::limits::ConnectionLimits::new(
-                config.max_connections,
-                config.max_connections_per_source,
+                crate::serve::accept::budget(config.max_connections, 2),
+                crate::serve::accept::budget(config.max_connections_per_source, 4),
             ),
             stop_rx.clone(),
         )),

@@ -261,9 +261,11 @@ fn other_ca(addr: &str, offered: &[String], token_pin: &str, known: &Known) -> S
         format!("CA {}", offered.join(", "))
     };
     format!(
-        "{addr} belongs to another cluster: it presents {theirs}, but the operator token is for \
-         the cluster with CA {}{}. The token was not sent to {addr} and nothing was done: give \
-         --server a member of the token's cluster, or use an operator token of {addr}'s cluster",
+        "{addr} belongs to another cluster, or to this one after a CA rotation: it presents \
+         {theirs}, but the operator token is for the cluster with CA {}{}. The token was not \
+         sent to {addr} and nothing was done: give --server a member of the token's cluster, or \
+         use an operator token of {addr}'s cluster (tokens made before a finished CA rotation \
+         are revoked: make a new one on a member's socket)",
         short(token_pin),
         remembered(known)
     )

@@ -135,9 +135,14 @@ fn parse_descriptor_limit(limits: &str) -> Option<usize> {
 }
 
 /// A listener's budget as a share of the descriptors the process may open: `share` of the
-/// limit, never above `most` (nor below 8, so that a listener always serves someone).
+/// limit, never above `most` (nor below 8 when `most` allows, so that a listener always
+/// serves someone).
 pub fn budget(most: usize, share: usize) -> usize {
-    descriptor_limit().map_or(most, |limit| (limit / share).clamp(8, most))
+    descriptor_limit().map_or(most, |limit| share_of(limit, share, most))
+}
+
+fn share_of(limit: usize, share: usize, most: usize) -> usize {
+    (limit / share.max(1)).max(8).min(most)
 }
 
 #[cfg(test)]
@@ -155,6 +160,20 @@ mod tests {
         assert_eq!(parse_descriptor_limit(unlimited), Some(usize::MAX));
         assert_eq!(parse_descriptor_limit("nothing here"), None);
         assert!(descriptor_limit().is_some(), "this process has a limit");
+    }
+
+    #[test]
+    fn a_budget_is_a_share_of_the_limit_within_its_bounds() {
+        // (descriptor limit, share, most, budget)
+        for (limit, share, most, want) in [
+            (1024, 8, 256, 128),
+            (65536, 8, 256, 256),
+            (16, 8, 256, 8),
+            (1024, 2, 4, 4),
+            (usize::MAX, 2, 4096, 4096),
+        ] {
+            assert_eq!(share_of(limit, share, most), want, "{limit}/{share} ≤ {most}");
+        }
     }
 
     #[test]

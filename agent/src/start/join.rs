@@ -13,6 +13,7 @@ use muster_shared::tls;
 use muster_shared::token::SecretToken;
 use serde::Serialize;
 
+use crate::api::ErrorKind;
 use crate::api::join::{JoinResponse, TokenJoinRequest};
 use crate::api::paths;
 use crate::client::{self, Backoff, CallError};
@@ -93,6 +94,16 @@ impl<'a, B: Serialize> Joiner<'a, B> {
                 .json(self.request);
             match client::send_json::<JoinResponse>(peer, request).await {
                 Ok(response) => return Ok(Round::Admitted(response, peer.clone())),
+                // A replacement machine on a dead member's address: the leader frees it when it
+                // removes that member (`--cleanup-dead-after`, or `muster node remove`), so
+                // this waits, and a supervisor may start it again (exit 1, not 2).
+                Err(CallError::Api(e)) if e.kind == ErrorKind::AddressTaken => {
+                    last = format!(
+                        "{peer}: {} ({}; waiting: the address is freed when that member is \
+                         removed, by `muster node remove` or after --cleanup-dead-after)",
+                        e.message, e.kind
+                    );
+                }
                 // Final unless another peer admits us this round: one odd member (one being
                 // removed, say) must not end a join the others would allow.
                 Err(CallError::Api(e)) if !e.kind.is_transient() => {
