@@ -1,0 +1,196 @@
+//! `etcdserverpb.KV`: Range over one token's keys (its size key comes from the token's
+//! metadata, shared with v2) and Put of member keys and size keys.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::proto::etcdserverpb::kv_server::Kv;
+use super::proto::etcdserverpb::{PutRequest, PutResponse, RangeRequest, RangeResponse};
+use super::proto::mvccpb::KeyValue;
+use super::status::{key_refused, limited, no_v3, store_error, v3_error};
+use super::{Grpc, MAX_RANGE_KEYS, client_of, header};
+use crate::keys::validate_member_value;
+use crate::limits::{LimitKind, Limited};
+use crate::model::EXTRA_REGISTRATIONS;
+use crate::store::{Adopted, Store, StoreError};
+use crate::v3::keys::{WriteKey, in_range, members_prefix, size_key, token_of_range, write_key};
+use crate::v3::state::{Entry, FIRST_REVISION};
+
+/// The revision the size key reads back at: it lives in the token's metadata, which has no
+/// revision of its own, so it reads as older than every member (see docs/discovery.md).
+const SIZE_REVISION: u64 = FIRST_REVISION;
+
+fn key_value(key: String, e: Entry, keys_only: bool) -> KeyValue {
+    KeyValue {
+        key: key.into_bytes(),
+        create_revision: e.create_revision as i64,
+        mod_revision: e.mod_revision as i64,
+        version: e.version as i64,
+        value: if keys_only {
+            Vec::new()
+        } else {
+            e.value.into_bytes()
+        },
+        lease: 0,
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> Kv for Grpc<S> {
+    async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        let r = req.into_inner();
+        if r.revision > 0 {
+            return Err(Status::unimplemented(
+                "reads at a past revision are not served; omit --rev",
+            ));
+        }
+        let token = token_of_range(&r.key, &r.range_end).map_err(|e| key_refused(&e))?;
+        let v3 = self.app.store.v3().ok_or_else(no_v3)?;
+        let size = match self.app.store.read(&token, |s| s.meta.size).await {
+            Ok(size) => Some(size),
+            // An unknown token reads as empty, as a missing key does in etcd; etcd's discovery
+            // client then reports "size key not found".
+            Err(StoreError::TokenNotFound) => None,
+            Err(e) => return Err(store_error(&self.app.metrics, e)),
+        };
+        let (mut found, revision) = v3.range(&r.key, &r.range_end, 0);
+        if size.is_none() {
+            found = Default::default();
+        }
+        let mut kvs = found.kvs;
+        if let Some(size) = size {
+            let key = size_key(&token);
+            if in_range(key.as_bytes(), &r.key, &r.range_end) {
+                let entry = Entry {
+                    value: size.to_string(),
+                    create_revision: SIZE_REVISION,
+                    mod_revision: SIZE_REVISION,
+                    version: 1,
+                };
+                let at = kvs.partition_point(|(k, _)| k < &key);
+                kvs.insert(at, (key, entry));
+            }
+        }
+        let count = kvs.len() as i64;
+        let asked = usize::try_from(r.limit).ok().filter(|l| *l > 0);
+        let cap = asked.map_or(MAX_RANGE_KEYS, |l| l.min(MAX_RANGE_KEYS));
+        let more = kvs.len() > cap;
+        if more {
+            if asked.is_none_or(|l| l > MAX_RANGE_KEYS) {
+                self.app.metrics.grpc_limited("range_truncated");
+            }
+            kvs.truncate(cap);
+        }
+        let kvs = if r.count_only {
+            Vec::new()
+        } else {
+            kvs.into_iter()
+                .map(|(k, e)| key_value(k, e, r.keys_only))
+                .collect()
+        };
+        Ok(Response::new(RangeResponse {
+            header: Some(header(revision)),
+            kvs,
+            more,
+            count,
+        }))
+    }
+
+    async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        let client = client_of(&req);
+        let metrics = &self.app.metrics;
+        if self.app.write_limiter.check(client.0).is_err() {
+            let l = Limited::new(
+                LimitKind::RateLimited,
+                format!("{client} writes faster than --write-rate allows; retry later"),
+            );
+            return Err(limited(metrics, &l));
+        }
+        let p = req.into_inner();
+        if p.lease != 0 || p.ignore_lease || p.ignore_value {
+            return Err(Status::invalid_argument(
+                "leases, ignore_lease and ignore_value are not served: discovery keys live as long as their token",
+            ));
+        }
+        let v3 = self.app.store.v3().ok_or_else(no_v3)?;
+        let key = write_key(&p.key).map_err(|e| key_refused(&e))?;
+        let value = String::from_utf8(p.value)
+            .map_err(|_| Status::invalid_argument("the value is not UTF-8 text"))?;
+        let revision = match key {
+            WriteKey::Size { token } => {
+                self.put_size(&token, &value, client).await?;
+                v3.revision()
+            }
+            WriteKey::Member { token, .. } => {
+                validate_member_value(&value).map_err(|why| {
+                    Status::invalid_argument(format!(
+                        "member value {why}; etcd writes name=peerURL[,name=peerURL…]"
+                    ))
+                })?;
+                let size = self
+                    .app
+                    .store
+                    .read(&token, |s| s.meta.size)
+                    .await
+                    .map_err(|e| store_error(metrics, e))?;
+                let most = size as usize + EXTRA_REGISTRATIONS;
+                let key = String::from_utf8_lossy(&p.key).into_owned();
+                let cap = Some((members_prefix(&token), most, EXTRA_REGISTRATIONS));
+                let record = v3
+                    .put(key, value, cap)
+                    .await
+                    .map_err(|e| v3_error(metrics, e))?;
+                record.revision()
+            }
+        };
+        Ok(Response::new(PutResponse {
+            header: Some(header(revision)),
+            prev_kv: None,
+        }))
+    }
+}
+
+impl<S: Store> Grpc<S> {
+    /// `etcdctl put /_etcd/registry/<T>/_config/size N`: creates the token as `/new` would.
+    async fn put_size(
+        &self,
+        token: &str,
+        value: &str,
+        client: crate::limits::ClientKey,
+    ) -> Result<(), Status> {
+        let max = self.app.config.max_size;
+        let size = match value.trim().parse::<u32>() {
+            Ok(n) if (1..=max).contains(&n) => n,
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "size {:?} is not allowed: use a whole number from 1 to {max} (--max-size)",
+                    value.chars().take(20).collect::<String>()
+                )));
+            }
+        };
+        let metrics = &self.app.metrics;
+        if self.app.limiter.check(client.0).is_err() {
+            let l = Limited::new(
+                LimitKind::RateLimited,
+                format!("{client} creates tokens faster than --new-rate allows; retry later"),
+            );
+            return Err(limited(metrics, &l));
+        }
+        let ttl = self.app.config.token_ttl;
+        match self.app.store.adopt_token(token, size, ttl, client).await {
+            Ok(Adopted::Created | Adopted::Unchanged | Adopted::Resized) => Ok(()),
+            Ok(Adopted::HasMembers { size }) => Err(Status::failed_precondition(format!(
+                "members registered under this token already; its size stays {size}"
+            ))),
+            Err(e) => Err(store_error(metrics, e)),
+        }
+    }
+}
+
+/// The shared handle the generated server needs.
+pub fn server<S: Store>(
+    grpc: Arc<Grpc<S>>,
+) -> super::proto::etcdserverpb::kv_server::KvServer<Grpc<S>> {
+    super::proto::etcdserverpb::kv_server::KvServer::from_arc(grpc)
+}

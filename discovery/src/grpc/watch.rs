@@ -1,0 +1,308 @@
+//! `etcdserverpb.Watch`: one bidirectional stream per client carries its watches. Each watch
+//! answers `created` (with a header) first, then replays the log from its start revision, then
+//! follows new revisions; a stream with no watch for [`STREAM_IDLE`] is closed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::proto::etcdserverpb::watch_request::RequestUnion;
+use super::proto::etcdserverpb::watch_server::Watch;
+use super::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
+use super::proto::mvccpb::{Event, KeyValue};
+use super::status::{key_refused, limited, no_v3, store_error};
+use super::{
+    Grpc, MAX_EVENTS_PER_RESPONSE, MAX_WATCHES_PER_STREAM, STREAM_IDLE, client_of, header,
+};
+use crate::limits::{ClientKey, LimitKind, Limited, Slot};
+use crate::store::fjall::v3::LogRead;
+use crate::store::{Store, StoreError};
+use crate::v3::keys::token_of_range;
+use crate::v3::state::Record;
+
+type Outbound = mpsc::Sender<Result<WatchResponse, Status>>;
+
+/// etcd's `WatchCreateRequest.FilterType` NOPUT: the watcher wants no PUT events.
+const FILTER_NOPUT: i32 = 0;
+
+#[tonic::async_trait]
+impl<S: Store> Watch for Grpc<S> {
+    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        req: Request<Streaming<WatchRequest>>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.app.store.v3().ok_or_else(no_v3)?;
+        let client = client_of(&req);
+        // A few answers of slack: a client that stops reading stalls its own watches only.
+        let (tx, rx) = mpsc::channel(8);
+        let grpc = self.self_arc();
+        tokio::spawn(async move { grpc.serve_stream(client, req.into_inner(), tx).await });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+impl<S: Store> Grpc<S> {
+    async fn serve_stream(
+        self: Arc<Self>,
+        client: ClientKey,
+        mut inbound: Streaming<WatchRequest>,
+        tx: Outbound,
+    ) {
+        let mut watches: HashMap<i64, JoinHandle<()>> = HashMap::new();
+        let mut next_id = 0i64;
+        let mut idle_since = tokio::time::Instant::now();
+        loop {
+            watches.retain(|_, task| !task.is_finished());
+            if !watches.is_empty() {
+                idle_since = tokio::time::Instant::now();
+            }
+            let request = tokio::select! {
+                m = inbound.message() => m,
+                _ = tokio::time::sleep_until(idle_since + STREAM_IDLE), if watches.is_empty() => {
+                    self.app.metrics.grpc_limited("idle_stream");
+                    let _ = tx.send(Err(Status::deadline_exceeded(format!(
+                        "no watch on this stream for {STREAM_IDLE:?}; closing it"
+                    )))).await;
+                    break;
+                }
+                _ = tx.closed() => break,
+            };
+            let union = match request {
+                Ok(Some(WatchRequest { request_union })) => request_union,
+                Ok(None) => break,
+                Err(status) => {
+                    if status.code() == tonic::Code::ResourceExhausted {
+                        self.app.metrics.grpc_limited("message_too_large");
+                    }
+                    break;
+                }
+            };
+            match union {
+                Some(RequestUnion::CreateRequest(create)) => {
+                    if watches.len() >= MAX_WATCHES_PER_STREAM {
+                        self.app.metrics.grpc_limited("too_many_watches_per_stream");
+                        let _ = tx
+                            .send(Err(Status::resource_exhausted(format!(
+                                "a stream carries at most {MAX_WATCHES_PER_STREAM} watches"
+                            ))))
+                            .await;
+                        break;
+                    }
+                    let id = if create.watch_id > 0 {
+                        create.watch_id
+                    } else {
+                        next_id
+                    };
+                    if watches.contains_key(&id) {
+                        let _ = tx
+                            .send(Err(Status::already_exists(format!(
+                                "watch id {id} is in use on this stream"
+                            ))))
+                            .await;
+                        break;
+                    }
+                    next_id = next_id.max(id + 1);
+                    match self.start_watch(client, id, create, tx.clone()).await {
+                        Ok(task) => {
+                            watches.insert(id, task);
+                        }
+                        Err(status) => {
+                            let _ = tx.send(Err(status)).await;
+                            break;
+                        }
+                    }
+                }
+                Some(RequestUnion::CancelRequest(cancel)) => {
+                    if let Some(task) = watches.remove(&cancel.watch_id) {
+                        task.abort();
+                        let revision = self.app.store.v3().map_or(0, |v3| v3.revision());
+                        let answer = WatchResponse {
+                            header: Some(header(revision)),
+                            watch_id: cancel.watch_id,
+                            canceled: true,
+                            ..Default::default()
+                        };
+                        if tx.send(Ok(answer)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                Some(RequestUnion::ProgressRequest(_)) => {
+                    let revision = self.app.store.v3().map_or(0, |v3| v3.revision());
+                    let answer = WatchResponse {
+                        header: Some(header(revision)),
+                        watch_id: -1,
+                        ..Default::default()
+                    };
+                    if tx.send(Ok(answer)).await.is_err() {
+                        break;
+                    }
+                }
+                None => {}
+            }
+        }
+        for task in watches.into_values() {
+            task.abort();
+        }
+    }
+
+    /// Checks a create request and starts its watch.
+    async fn start_watch(
+        self: &Arc<Self>,
+        client: ClientKey,
+        id: i64,
+        create: WatchCreateRequest,
+        tx: Outbound,
+    ) -> Result<JoinHandle<()>, Status> {
+        let token = token_of_range(&create.key, &create.range_end).map_err(|e| key_refused(&e))?;
+        self.app
+            .store
+            .read(&token, |_| ())
+            .await
+            .map_err(|e| store_error(&self.app.metrics, e))?;
+        let Some(slot) = self.app.watches_per_client.acquire(client) else {
+            let l = Limited::new(
+                LimitKind::TooManyWatches,
+                format!(
+                    "{client} holds {} watches, the most one client may (--max-watches-per-client)",
+                    self.app.watches_per_client.cap()
+                ),
+            );
+            return Err(limited(&self.app.metrics, &l));
+        };
+        let grpc = self.clone();
+        Ok(tokio::spawn(async move {
+            grpc.app.metrics.v3_watch_started();
+            grpc.follow(id, token, create, tx, slot).await;
+            grpc.app.metrics.v3_watch_ended();
+        }))
+    }
+
+    /// Sends `created`, then every matching record from the start revision on, until the
+    /// stream closes or the token goes away.
+    async fn follow(
+        &self,
+        id: i64,
+        token: String,
+        create: WatchCreateRequest,
+        tx: Outbound,
+        _slot: Slot,
+    ) {
+        let Some(v3) = self.app.store.v3() else {
+            return;
+        };
+        let mut newer = v3.subscribe();
+        let current = *newer.borrow_and_update();
+        let mut next = match u64::try_from(create.start_revision) {
+            Ok(rev) if rev > 0 => rev,
+            _ => current + 1,
+        };
+        let created = WatchResponse {
+            header: Some(header(current)),
+            watch_id: id,
+            created: true,
+            ..Default::default()
+        };
+        if tx.send(Ok(created)).await.is_err() {
+            return;
+        }
+        let wants_puts = !create.filters.contains(&FILTER_NOPUT);
+        loop {
+            let read = v3.read_log(
+                next,
+                &create.key,
+                &create.range_end,
+                MAX_EVENTS_PER_RESPONSE,
+            );
+            let answer = match read {
+                Ok(LogRead::Compacted(compacted)) => {
+                    let _ = tx
+                        .send(Ok(WatchResponse {
+                            header: Some(header(v3.revision())),
+                            watch_id: id,
+                            canceled: true,
+                            compact_revision: compacted as i64,
+                            cancel_reason: "mvcc: required revision has been compacted".into(),
+                            ..Default::default()
+                        }))
+                        .await;
+                    return;
+                }
+                Ok(LogRead::Records {
+                    records,
+                    scanned_to,
+                }) => {
+                    let full = records.len() >= MAX_EVENTS_PER_RESPONSE;
+                    next = scanned_to + 1;
+                    let events: Vec<Event> = if wants_puts {
+                        records.into_iter().map(event).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let answer = (!events.is_empty()).then(|| WatchResponse {
+                        header: Some(header(scanned_to)),
+                        watch_id: id,
+                        events,
+                        ..Default::default()
+                    });
+                    if full {
+                        if let Some(answer) = answer
+                            && tx.send(Ok(answer)).await.is_err()
+                        {
+                            return;
+                        }
+                        continue;
+                    }
+                    answer
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+                    return;
+                }
+            };
+            if let Some(answer) = answer
+                && tx.send(Ok(answer)).await.is_err()
+            {
+                return;
+            }
+            tokio::select! {
+                changed = newer.changed() => if changed.is_err() { return },
+                _ = tx.closed() => return,
+            }
+            if let Err(StoreError::TokenNotFound) = self.app.store.read(&token, |_| ()).await {
+                let _ = tx
+                    .send(Ok(WatchResponse {
+                        header: Some(header(v3.revision())),
+                        watch_id: id,
+                        canceled: true,
+                        cancel_reason: "the discovery token expired".into(),
+                        ..Default::default()
+                    }))
+                    .await;
+                return;
+            }
+        }
+    }
+}
+
+fn event(record: Record) -> Event {
+    let revision = record.revision();
+    Event {
+        r#type: 0,
+        kv: Some(KeyValue {
+            key: record.key.into_bytes(),
+            create_revision: record.entry.create_revision as i64,
+            mod_revision: revision as i64,
+            version: record.entry.version as i64,
+            value: record.entry.value.into_bytes(),
+            lease: 0,
+        }),
+        prev_kv: None,
+    }
+}
