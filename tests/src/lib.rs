@@ -8,6 +8,7 @@ pub mod etcd_cluster;
 pub mod history;
 pub mod netns;
 pub mod peer_client;
+pub mod v3_client;
 pub mod workload;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,7 @@
 //! statuses; other etcd RPCs answer Unimplemented naming the subset served.
 
 mod kv;
+mod observe;
 pub mod proto;
 mod status;
 mod watch;
@@ -81,6 +82,12 @@ pub fn is_grpc<B>(req: &hyper::Request<B>) -> bool {
         .is_some_and(|v| v.starts_with("application/grpc"))
 }
 
+/// Whether a status message is tonic's "message over the decoding limit" (it answers
+/// OutOfRange with this text).
+fn is_too_large(message: &str) -> bool {
+    message.contains("message length too large")
+}
+
 /// Dispatches gRPC calls to the served methods and answers the rest Unimplemented.
 pub struct GrpcRouter<S: Store> {
     kv: proto::etcdserverpb::kv_server::KvServer<Grpc<S>>,
@@ -146,22 +153,6 @@ impl<S: Store> GrpcRouter<S> {
                 tonic::Status::unimplemented(status::SERVED).into_http(),
             ),
         };
-        let code = response
-            .headers()
-            .get("grpc-status")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<i32>().ok())
-            .map_or(tonic::Code::Ok, tonic::Code::from);
-        if code == tonic::Code::ResourceExhausted
-            && response
-                .headers()
-                .get("grpc-message")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|m| m.contains("message length too large"))
-        {
-            self.app.metrics.grpc_limited("message_too_large");
-        }
-        self.app.metrics.grpc_call(method, status::code_name(code));
-        Ok(response)
+        Ok(observe::observe(self.app, method, response))
     }
 }

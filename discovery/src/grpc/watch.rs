@@ -77,7 +77,7 @@ impl<S: Store> Grpc<S> {
                 Ok(Some(WatchRequest { request_union })) => request_union,
                 Ok(None) => break,
                 Err(status) => {
-                    if status.code() == tonic::Code::ResourceExhausted {
+                    if super::is_too_large(status.message()) {
                         self.app.metrics.grpc_limited("message_too_large");
                     }
                     break;

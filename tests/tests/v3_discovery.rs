@@ -1,0 +1,278 @@
+//! etcd v3 discovery (etcd 3.6/3.7: `--discovery-token T --discovery-endpoints URL`) against the
+//! real `muster-discovery` binary: etcd's join sequence over a real etcd v3 client library
+//! ([`muster_tests::v3_client`]), etcdctl 3.4 from Debian, and the service's own refusals.
+
+use std::time::Duration;
+
+use muster_tests::v3_client::{JoinError, Joiner};
+use muster_tests::{Discovery, discovery_store_is_etcd, token_of, wait_for};
+
+const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn endpoint(d: &Discovery) -> String {
+    format!("http://{}", d.addr)
+}
+
+fn joiner(endpoint: &str, token: &str, i: usize) -> Joiner {
+    Joiner {
+        endpoints: vec![endpoint.to_string()],
+        tls: None,
+        token: token.to_string(),
+        name: format!("m{i}"),
+        peer_url: format!("http://10.0.0.{i}:2380"),
+    }
+}
+
+/// A fresh v3-style token (an operator's `tr -d - < /proc/sys/kernel/random/uuid`).
+fn fresh_token() -> String {
+    muster_shared::token::new_discovery_token()
+}
+
+async fn client(d: &Discovery) -> etcd_client::Client {
+    etcd_client::Client::connect([endpoint(d)], None)
+        .await
+        .expect("connect")
+}
+
+async fn put_size(d: &Discovery, token: &str, size: &str) -> Result<(), etcd_client::Error> {
+    client(d)
+        .await
+        .put(format!("/_etcd/registry/{token}/_config/size"), size, None)
+        .await
+        .map(|_| ())
+}
+
+/// The members registered under a token, as a Range shows them.
+async fn registered(d: &Discovery, token: &str) -> usize {
+    let mut c = client(d).await;
+    let resp = c
+        .get(
+            format!("/_etcd/registry/{token}/members"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .expect("range");
+    resp.kvs().len()
+}
+
+async fn join_all(joiners: Vec<Joiner>) -> Vec<Result<String, JoinError>> {
+    let tasks: Vec<_> = joiners
+        .into_iter()
+        .map(|j| tokio::spawn(async move { j.join(JOIN_TIMEOUT).await }))
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("task").expect("join within the deadline"));
+    }
+    out
+}
+
+/// The gRPC status code the tests expect (numbers from the gRPC spec).
+mod tonic_code {
+    pub const INVALID_ARGUMENT: i32 = 3;
+}
+
+/// The gRPC status code of a failed call.
+fn grpc_code(e: &etcd_client::Error) -> Option<i32> {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => Some(s.code() as i32),
+        _ => None,
+    }
+}
+
+/// `--store etcd` keeps no v3 keys in this version; these tests are for the embedded store.
+fn v3_store() -> bool {
+    if discovery_store_is_etcd() {
+        eprintln!("v3 discovery runs on --store fjall only; see docs/discovery.md");
+        return false;
+    }
+    true
+}
+
+#[tokio::test]
+async fn sizes_1_3_5_join_at_once_and_agree() {
+    if !v3_store() {
+        return;
+    }
+    let d = Discovery::start(&[]).await.expect("discovery");
+    for size in [1usize, 3, 5] {
+        let token = fresh_token();
+        put_size(&d, &token, &size.to_string()).await.expect("size");
+        let joiners: Vec<_> = (1..=size)
+            .map(|i| joiner(&endpoint(&d), &token, i))
+            .collect();
+        let results = join_all(joiners).await;
+        let first = results[0].clone().expect("joined");
+        assert_eq!(first.split(',').count(), size, "{first}");
+        for r in &results {
+            assert_eq!(r.as_ref(), Ok(&first), "every member gets the same cluster");
+        }
+    }
+}
+
+#[tokio::test]
+async fn staggered_then_a_fourth_is_full_and_a_rejoin_gets_the_same_cluster() {
+    if !v3_store() {
+        return;
+    }
+    let d = Discovery::start(&[]).await.expect("discovery");
+    // A token from /new serves v3 as well: its size key reads back over gRPC.
+    let token = token_of(&d.new_token(3).await.expect("token")).to_string();
+    let ep = endpoint(&d);
+    let mut tasks = Vec::new();
+    for i in 1..=3 {
+        let j = joiner(&ep, &token, i);
+        tasks.push(tokio::spawn(async move { j.join(JOIN_TIMEOUT).await }));
+        let want = i;
+        wait_for("the registration", Duration::from_secs(20), || async {
+            (registered(&d, &token).await == want).then_some(())
+        })
+        .await
+        .expect("registered");
+    }
+    let mut clusters = Vec::new();
+    for t in tasks {
+        clusters.push(t.await.expect("task").expect("deadline").expect("joined"));
+    }
+    assert!(clusters.iter().all(|c| c == &clusters[0]), "{clusters:?}");
+    assert_eq!(
+        clusters[0], "m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380,m3=http://10.0.0.3:2380",
+        "create-revision order"
+    );
+    let fourth = joiner(&ep, &token, 4)
+        .join(JOIN_TIMEOUT)
+        .await
+        .expect("deadline");
+    assert_eq!(fourth, Err(JoinError::FullCluster));
+    assert_eq!(
+        registered(&d, &token).await,
+        3,
+        "a full cluster takes no registration"
+    );
+    let again = joiner(&ep, &token, 2)
+        .join(JOIN_TIMEOUT)
+        .await
+        .expect("deadline");
+    assert_eq!(
+        again,
+        Ok(clusters[0].clone()),
+        "a re-join overwrites its key"
+    );
+    // The v2 view of the same token still answers (its own member list is separate).
+    let v2 = muster_tests::get(&format!("{}/{token}/_config/size", d.base))
+        .await
+        .expect("v2");
+    assert_eq!(v2.json()["node"]["value"], "3");
+}
+
+#[tokio::test]
+async fn missing_and_bad_size_are_fatal() {
+    if !v3_store() {
+        return;
+    }
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let token = fresh_token();
+    let r = joiner(&endpoint(&d), &token, 1)
+        .join(JOIN_TIMEOUT)
+        .await
+        .expect("deadline");
+    assert_eq!(r, Err(JoinError::SizeNotFound));
+    // The service never stores a size etcd would call bad: the Put is refused instead.
+    let bad = put_size(&d, &token, "abc").await.expect_err("refused");
+    assert_eq!(grpc_code(&bad), Some(tonic_code::INVALID_ARGUMENT), "{bad}");
+    let r = joiner(&endpoint(&d), &token, 1)
+        .join(JOIN_TIMEOUT)
+        .await
+        .expect("deadline");
+    assert_eq!(r, Err(JoinError::SizeNotFound));
+    assert_eq!(registered(&d, &token).await, 0);
+}
+
+#[tokio::test]
+async fn two_watchers_finish_after_a_kill_9_and_restart() {
+    if !v3_store() {
+        return;
+    }
+    let mut d = Discovery::start(&[]).await.expect("discovery");
+    let token = fresh_token();
+    put_size(&d, &token, "3").await.expect("size");
+    let ep = endpoint(&d);
+    let waiting: Vec<_> = (1..=2)
+        .map(|i| {
+            let j = joiner(&ep, &token, i);
+            tokio::spawn(async move { j.join(JOIN_TIMEOUT).await })
+        })
+        .collect();
+    wait_for("two registrations", Duration::from_secs(20), || async {
+        (registered(&d, &token).await == 2).then_some(())
+    })
+    .await
+    .expect("registered");
+    d.kill9().await.expect("kill");
+    d.restart().await.expect("restart");
+    assert_eq!(
+        registered(&d, &token).await,
+        2,
+        "registrations survive kill -9"
+    );
+    let third = joiner(&ep, &token, 3)
+        .join(JOIN_TIMEOUT)
+        .await
+        .expect("deadline");
+    let cluster = third.expect("third joined");
+    for w in waiting {
+        let got = w.await.expect("task").expect("deadline");
+        assert_eq!(got, Ok(cluster.clone()));
+    }
+}
+
+#[tokio::test]
+async fn tls_with_a_ca_file_negotiates_h2() {
+    if !v3_store() {
+        return;
+    }
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+    let cert = params.signed_by(&key, &issuer).expect("leaf");
+    let (cert_path, key_path) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.pem()).expect("cert");
+    std::fs::write(&key_path, key.serialize_pem()).expect("key");
+    let d = Discovery::start(&[
+        "--tls-cert",
+        cert_path.to_str().expect("path"),
+        "--tls-key",
+        key_path.to_str().expect("path"),
+    ])
+    .await
+    .expect("discovery");
+    let token = fresh_token();
+    let ep = format!("https://localhost:{}", d.addr.port());
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(ca.pem()))
+        .domain_name("localhost");
+    let mut c = etcd_client::Client::connect(
+        [ep.as_str()],
+        Some(etcd_client::ConnectOptions::new().with_tls(tls.clone())),
+    )
+    .await
+    .expect("connect");
+    c.put(format!("/_etcd/registry/{token}/_config/size"), "2", None)
+        .await
+        .expect("size over TLS");
+    let joiners: Vec<_> = (1..=2)
+        .map(|i| Joiner {
+            tls: Some(tls.clone()),
+            ..joiner(&ep, &token, i)
+        })
+        .collect();
+    let results = join_all(joiners).await;
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].as_ref().map(|c| c.split(',').count()), Ok(2));
+}
