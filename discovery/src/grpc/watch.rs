@@ -57,6 +57,7 @@ impl<S: Store> Grpc<S> {
         let mut watches: HashMap<i64, JoinHandle<()>> = HashMap::new();
         let mut next_id = 0i64;
         let mut idle_since = tokio::time::Instant::now();
+        let mut shutdown = self.app.shutdown.subscribe();
         loop {
             watches.retain(|_, task| !task.is_finished());
             if !watches.is_empty() {
@@ -72,6 +73,12 @@ impl<S: Store> Grpc<S> {
                     break;
                 }
                 _ = tx.closed() => break,
+                // SIGTERM: end the stream so the connection can drain; etcd's client
+                // reconnects and resumes its watch from the last revision it saw.
+                _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() } => {
+                    let _ = tx.send(Err(Status::unavailable("muster-discovery is shutting down"))).await;
+                    break;
+                }
             };
             let union = match request {
                 Ok(Some(WatchRequest { request_union })) => request_union,

@@ -4,6 +4,7 @@
 
 mod pages;
 mod token;
+mod v3view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -109,7 +109,7 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
 }
 
 /// The URL prefix of minted tokens: `--public-url`, else this request's Host, else the listener.
-fn public_base<S: Store>(app: &Arc<App<S>>, req: &Request) -> String {
+pub(super) fn public_base<S: Store>(app: &Arc<App<S>>, req: &Request) -> String {
     if let Some(url) = &app.config.public_url {
         return url.trim_end_matches('/').to_string();
     }
@@ -212,8 +212,10 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 code,pre{background:#f4f4f4;padding:.1rem .3rem}.ok{color:#1a7f37}.wait{color:#9a6700}</style>";
 
 /// The page a person sees when opening a discovery URL in a browser.
-pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
+pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str, base: &str) -> Response {
     let now = now_ms();
+    let v3 = super::v3view::members_html(app, token);
+    let flags = super::v3view::Flags::new(base, token).html();
     let page = app.store.read(token, |s| {
         let members = s.members();
         let size = s.size();
@@ -262,7 +264,7 @@ pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
 <h1>Discovery token <code>{short}…</code></h1>\
 <p>Size <strong>{size}</strong> · state <strong class=\"{class}\">{state}</strong> · index {index} · created {age} · expires in {expires}</p>\
 {cluster}<table><tr><th>#</th><th>member id</th><th>name</th><th>peer URLs</th><th>role</th><th>registered</th></tr>{rows}</table>\
-<p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
+{v3}{flags}<p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
 </body></html>",
             short = crate::keys::short(token),
             index = s.index,
@@ -299,7 +301,7 @@ fn humanize_ms(ms: u64) -> String {
     }
 }
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
