@@ -67,9 +67,10 @@ async fn join_all(joiners: Vec<Joiner>) -> Vec<Result<String, JoinError>> {
     out
 }
 
-/// The gRPC status code the tests expect (numbers from the gRPC spec).
+/// gRPC status codes the tests expect (numbers from the gRPC spec).
 mod tonic_code {
     pub const INVALID_ARGUMENT: i32 = 3;
+    pub const UNIMPLEMENTED: i32 = 12;
 }
 
 /// The gRPC status code of a failed call.
@@ -275,4 +276,218 @@ async fn tls_with_a_ca_file_negotiates_h2() {
     let results = join_all(joiners).await;
     assert_eq!(results[0], results[1]);
     assert_eq!(results[0].as_ref().map(|c| c.split(',').count()), Ok(2));
+}
+
+/// `etcdctl` (3.4, Debian's etcd-client package) on PATH, or a failure unless
+/// `MUSTER_ALLOW_SKIP` names `etcd`.
+fn etcdctl(test: &str) -> Option<std::path::PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("etcdctl"))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        muster_tests::missing_prerequisite(
+            test,
+            "etcd",
+            "MUSTER_REQUIRE_ETCD",
+            "etcdctl is not installed (no `etcdctl` on PATH)",
+            "install it with `apt-get install etcd-client`",
+        );
+    }
+    found
+}
+
+/// Runs `etcdctl` (API v3) against the service; returns stdout, or stderr as the error.
+async fn ctl(bin: &std::path::Path, d: &Discovery, args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new(bin)
+        .env("ETCDCTL_API", "3")
+        .arg("--endpoints")
+        .arg(endpoint(d))
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .map_err(|_| format!("etcdctl {args:?} hung"))?
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[tokio::test]
+async fn etcdctl_puts_the_size_gets_the_prefix_and_watches_from_a_revision() {
+    if !v3_store() {
+        return;
+    }
+    let Some(bin) = etcdctl("etcdctl_puts_the_size") else {
+        return;
+    };
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let token = fresh_token();
+    let size_key = format!("/_etcd/registry/{token}/_config/size");
+    assert_eq!(
+        ctl(&bin, &d, &["put", &size_key, "2"]).await,
+        Ok("OK\n".into())
+    );
+    let members = format!("/_etcd/registry/{token}/members/");
+    for (id, value) in [
+        ("8e9e05c52164694d", "n1=http://10.0.0.1:2380"),
+        ("91bc3c398fb3c146", "n2=http://10.0.0.2:2380"),
+    ] {
+        let key = format!("{members}{id}");
+        ctl(&bin, &d, &["put", &key, value])
+            .await
+            .expect("member put");
+    }
+    let got = ctl(
+        &bin,
+        &d,
+        &["get", "--prefix", &format!("/_etcd/registry/{token}")],
+    )
+    .await
+    .expect("get");
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            size_key.as_str(),
+            "2",
+            &format!("{members}8e9e05c52164694d"),
+            "n1=http://10.0.0.1:2380",
+            &format!("{members}91bc3c398fb3c146"),
+            "n2=http://10.0.0.2:2380",
+        ],
+        "{got}"
+    );
+    // The v2 page of the same token shows the v3 flags.
+    let page = muster_tests::get_with(&format!("{}/{token}", d.base), &[("Accept", "text/html")])
+        .await
+        .expect("page");
+    assert!(
+        page.body.contains(&format!("--discovery-token {token}")),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains(&format!("--discovery-endpoints {}", endpoint(&d)))
+    );
+    let view = muster_tests::get(&format!("{}/{token}?view=muster", d.base))
+        .await
+        .expect("view")
+        .json();
+    assert_eq!(
+        view["v3_registrations"].as_array().map(Vec::len),
+        Some(2),
+        "{view}"
+    );
+    assert_eq!(view["v3_endpoints"], endpoint(&d));
+
+    // A watch from revision 1 replays both registrations, then follows a new write.
+    let mut watch = tokio::process::Command::new(&bin)
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &endpoint(&d),
+            "watch",
+            "--prefix",
+            &members,
+            "--rev",
+            "1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("etcdctl watch");
+    let stdout = watch.stdout.take().expect("stdout");
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let mut seen = Vec::new();
+    let replayed = tokio::time::timeout(Duration::from_secs(20), async {
+        while seen.len() < 6 {
+            match lines.next_line().await {
+                Ok(Some(l)) => seen.push(l),
+                _ => break,
+            }
+        }
+    })
+    .await;
+    assert!(replayed.is_ok(), "watch replay: {seen:?}");
+    assert_eq!(seen[0], "PUT");
+    assert!(seen[1].ends_with("8e9e05c52164694d"), "{seen:?}");
+    assert!(seen[4].ends_with("91bc3c398fb3c146"), "{seen:?}");
+    let key = format!("{members}8e9e05c52164694d");
+    ctl(&bin, &d, &["put", &key, "n1=http://10.0.0.9:2380"])
+        .await
+        .expect("overwrite");
+    let live = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            match lines.next_line().await {
+                Ok(Some(l)) => got.push(l),
+                _ => break,
+            }
+        }
+        got
+    })
+    .await
+    .expect("live event");
+    assert_eq!(
+        live,
+        vec!["PUT".to_string(), key, "n1=http://10.0.0.9:2380".into()]
+    );
+    let _ = watch.start_kill();
+    let _ = watch.wait().await;
+}
+
+#[tokio::test]
+async fn the_join_sequence_also_forms_on_real_etcd() {
+    // The same client against etcd 3.4 itself: proof that the client behaves as etcd's does,
+    // so what it shows about muster-discovery holds for etcd members too.
+    let Some(bin) = muster_tests::etcd_binary("the_join_sequence_also_forms_on_real_etcd") else {
+        return;
+    };
+    let etcd = muster_tests::etcd_cluster::EtcdCluster::start(&bin, 1)
+        .await
+        .expect("etcd");
+    let ep = etcd.endpoints();
+    let token = fresh_token();
+    let mut c = etcd_client::Client::connect([ep.as_str()], None)
+        .await
+        .expect("connect");
+    c.put(format!("/_etcd/registry/{token}/_config/size"), "3", None)
+        .await
+        .expect("size");
+    let results = join_all((1..=3).map(|i| joiner(&ep, &token, i)).collect()).await;
+    let first = results[0].clone().expect("joined");
+    assert!(
+        results.iter().all(|r| r.as_ref() == Ok(&first)),
+        "{results:?}"
+    );
+    let fourth = joiner(&ep, &token, 4)
+        .join(JOIN_TIMEOUT)
+        .await
+        .expect("deadline");
+    assert_eq!(fourth, Err(JoinError::FullCluster));
+}
+
+#[tokio::test]
+async fn store_etcd_refuses_v3_clearly() {
+    let Some(bin) = muster_tests::etcd_binary("store_etcd_refuses_v3_clearly") else {
+        return;
+    };
+    let backing = muster_tests::etcd_cluster::EtcdCluster::start(&bin, 1)
+        .await
+        .expect("etcd");
+    let ep = backing.endpoints();
+    let d = Discovery::start(&["--store", "etcd", "--etcd-endpoints", &ep])
+        .await
+        .expect("discovery");
+    let token = token_of(&d.new_token(3).await.expect("token")).to_string();
+    let e = put_size(&d, &token, "3").await.expect_err("refused");
+    assert_eq!(grpc_code(&e), Some(tonic_code::UNIMPLEMENTED), "{e}");
+    assert!(e.to_string().contains("--store fjall"), "{e}");
 }
