@@ -5,16 +5,16 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::check::{self, PutCheck};
 use super::proto::etcdserverpb::kv_server::Kv;
 use super::proto::etcdserverpb::{PutRequest, PutResponse, RangeRequest, RangeResponse};
 use super::proto::mvccpb::KeyValue;
-use super::status::{key_refused, limited, no_v3, store_error, v3_error};
+use super::status::{limited, no_v3, store_error, v3_error};
 use super::{Grpc, MAX_RANGE_KEYS, client_of, header};
-use crate::keys::validate_member_value;
 use crate::limits::{LimitKind, Limited};
 use crate::model::EXTRA_REGISTRATIONS;
 use crate::store::{Adopted, Store, StoreError};
-use crate::v3::keys::{WriteKey, in_range, members_prefix, size_key, token_of_range, write_key};
+use crate::v3::keys::{in_range, members_prefix, size_key};
 use crate::v3::state::{Entry, FIRST_REVISION};
 
 /// The revision the size key reads back at: it lives in the token's metadata, which has no
@@ -40,12 +40,7 @@ fn key_value(key: String, e: Entry, keys_only: bool) -> KeyValue {
 impl<S: Store> Kv for Grpc<S> {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
         let r = req.into_inner();
-        if r.revision > 0 {
-            return Err(Status::unimplemented(
-                "reads at a past revision are not served; omit --rev",
-            ));
-        }
-        let token = token_of_range(&r.key, &r.range_end).map_err(|e| key_refused(&e))?;
+        let token = check::range(&r)?;
         let v3 = self.app.store.v3().ok_or_else(no_v3)?;
         let size = match self.app.store.read(&token, |s| s.meta.size).await {
             Ok(size) => Some(size),
@@ -108,26 +103,13 @@ impl<S: Store> Kv for Grpc<S> {
             return Err(limited(metrics, &l));
         }
         let p = req.into_inner();
-        if p.lease != 0 || p.ignore_lease || p.ignore_value {
-            return Err(Status::invalid_argument(
-                "leases, ignore_lease and ignore_value are not served: discovery keys live as long as their token",
-            ));
-        }
         let v3 = self.app.store.v3().ok_or_else(no_v3)?;
-        let key = write_key(&p.key).map_err(|e| key_refused(&e))?;
-        let value = String::from_utf8(p.value)
-            .map_err(|_| Status::invalid_argument("the value is not UTF-8 text"))?;
-        let revision = match key {
-            WriteKey::Size { token } => {
-                self.put_size(&token, &value, client).await?;
+        let revision = match check::put(&p, self.app.config.max_size)? {
+            PutCheck::Size { token, size } => {
+                self.put_size(&token, size, client).await?;
                 v3.revision()
             }
-            WriteKey::Member { token, .. } => {
-                validate_member_value(&value).map_err(|why| {
-                    Status::invalid_argument(format!(
-                        "member value {why}; etcd writes name=peerURL[,name=peerURL…]"
-                    ))
-                })?;
+            PutCheck::Member { token, key, value } => {
                 let size = self
                     .app
                     .store
@@ -135,7 +117,6 @@ impl<S: Store> Kv for Grpc<S> {
                     .await
                     .map_err(|e| store_error(metrics, e))?;
                 let most = size as usize + EXTRA_REGISTRATIONS;
-                let key = String::from_utf8_lossy(&p.key).into_owned();
                 let cap = Some((members_prefix(&token), most, EXTRA_REGISTRATIONS));
                 let record = v3
                     .put(key, value, cap)
@@ -156,19 +137,9 @@ impl<S: Store> Grpc<S> {
     async fn put_size(
         &self,
         token: &str,
-        value: &str,
+        size: u32,
         client: crate::limits::ClientKey,
     ) -> Result<(), Status> {
-        let max = self.app.config.max_size;
-        let size = match value.trim().parse::<u32>() {
-            Ok(n) if (1..=max).contains(&n) => n,
-            _ => {
-                return Err(Status::invalid_argument(format!(
-                    "size {:?} is not allowed: use a whole number from 1 to {max} (--max-size)",
-                    value.chars().take(20).collect::<String>()
-                )));
-            }
-        };
         let metrics = &self.app.metrics;
         if self.app.limiter.check(client.0).is_err() {
             let l = Limited::new(

@@ -2,9 +2,10 @@
 //! the same listener as the v2 API: the server loop hands HTTP/2 requests whose content type is
 //! `application/grpc` to [`GrpcRouter`]; everything else still goes to the axum router.
 //!
-//! [`kv`] serves Range and Put, [`watch`] serves Watch, [`status`] maps refusals to gRPC
-//! statuses; other etcd RPCs answer Unimplemented naming the subset served.
+//! [`check`] decides what a request may do, [`kv`] serves Range and Put, [`watch`] serves Watch,
+//! [`status`] maps refusals to gRPC statuses, [`observe`] counts outcomes; other etcd RPCs answer Unimplemented naming the subset served.
 
+pub mod check;
 mod kv;
 mod observe;
 pub mod proto;

@@ -14,14 +14,13 @@ use super::proto::etcdserverpb::watch_request::RequestUnion;
 use super::proto::etcdserverpb::watch_server::Watch;
 use super::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use super::proto::mvccpb::{Event, KeyValue};
-use super::status::{key_refused, limited, no_v3, store_error};
+use super::status::{limited, no_v3, store_error};
 use super::{
     Grpc, MAX_EVENTS_PER_RESPONSE, MAX_WATCHES_PER_STREAM, STREAM_IDLE, client_of, header,
 };
 use crate::limits::{ClientKey, LimitKind, Limited, Slot};
 use crate::store::fjall::v3::LogRead;
 use crate::store::{Store, StoreError};
-use crate::v3::keys::token_of_range;
 use crate::v3::state::Record;
 
 type Outbound = mpsc::Sender<Result<WatchResponse, Status>>;
@@ -167,7 +166,7 @@ impl<S: Store> Grpc<S> {
         create: WatchCreateRequest,
         tx: Outbound,
     ) -> Result<JoinHandle<()>, Status> {
-        let token = token_of_range(&create.key, &create.range_end).map_err(|e| key_refused(&e))?;
+        let token = super::check::watch_create(&create)?;
         self.app
             .store
             .read(&token, |_| ())
