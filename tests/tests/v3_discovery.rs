@@ -29,9 +29,7 @@ fn fresh_token() -> String {
 }
 
 async fn client(d: &Discovery) -> etcd_client::Client {
-    etcd_client::Client::connect([endpoint(d)], None)
-        .await
-        .expect("connect")
+    d.v3_client().await.expect("connect")
 }
 
 async fn put_size(d: &Discovery, token: &str, size: &str) -> Result<(), etcd_client::Error> {
@@ -242,17 +240,9 @@ async fn tls_with_a_ca_file_negotiates_h2() {
     let key = rcgen::KeyPair::generate().expect("key");
     let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
     let cert = params.signed_by(&key, &issuer).expect("leaf");
-    let (cert_path, key_path) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
-    std::fs::write(&cert_path, cert.pem()).expect("cert");
-    std::fs::write(&key_path, key.serialize_pem()).expect("key");
-    let d = Discovery::start(&[
-        "--tls-cert",
-        cert_path.to_str().expect("path"),
-        "--tls-key",
-        key_path.to_str().expect("path"),
-    ])
-    .await
-    .expect("discovery");
+    let d = Discovery::start_tls(tmp.path(), &cert.pem(), &key.serialize_pem(), &[])
+        .await
+        .expect("discovery");
     let token = fresh_token();
     let ep = format!("https://localhost:{}", d.addr.port());
     let tls = etcd_client::TlsOptions::new()

@@ -21,9 +21,7 @@ fn code(e: &etcd_client::Error) -> Option<i32> {
 }
 
 async fn client(d: &Discovery) -> etcd_client::Client {
-    etcd_client::Client::connect([format!("http://{}", d.addr)], None)
-        .await
-        .expect("connect")
+    d.v3_client().await.expect("connect")
 }
 
 /// Resident memory of the service, from /proc.

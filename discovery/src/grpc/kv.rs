@@ -11,7 +11,7 @@ use super::proto::etcdserverpb::{PutRequest, PutResponse, RangeRequest, RangeRes
 use super::proto::mvccpb::KeyValue;
 use super::status::{limited, no_v3, store_error, v3_error};
 use super::{Grpc, MAX_RANGE_KEYS, client_of, header};
-use crate::limits::{LimitKind, Limited};
+use crate::limits::{ClientKey, LimitKind, Limited};
 use crate::model::EXTRA_REGISTRATIONS;
 use crate::store::{Adopted, Store, StoreError};
 use crate::v3::keys::{in_range, members_prefix, size_key};
@@ -95,13 +95,7 @@ impl<S: Store> Kv for Grpc<S> {
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         let client = client_of(&req);
         let metrics = &self.app.metrics;
-        if self.app.write_limiter.check(client.0).is_err() {
-            let l = Limited::new(
-                LimitKind::RateLimited,
-                format!("{client} writes faster than --write-rate allows; retry later"),
-            );
-            return Err(limited(metrics, &l));
-        }
+        self.within_rate(&self.app.write_limiter, client, "writes", "--write-rate")?;
         let p = req.into_inner();
         let v3 = self.app.store.v3().ok_or_else(no_v3)?;
         let revision = match check::put(&p, self.app.config.max_size)? {
@@ -133,21 +127,28 @@ impl<S: Store> Kv for Grpc<S> {
 }
 
 impl<S: Store> Grpc<S> {
-    /// `etcdctl put /_etcd/registry/<T>/_config/size N`: creates the token as `/new` would.
-    async fn put_size(
+    /// Refuses (and counts) a call over a per-client rate limit.
+    fn within_rate(
         &self,
-        token: &str,
-        size: u32,
-        client: crate::limits::ClientKey,
+        limiter: &muster_shared::ratelimit::RateLimiter,
+        client: ClientKey,
+        doing: &str,
+        flag: &str,
     ) -> Result<(), Status> {
-        let metrics = &self.app.metrics;
-        if self.app.limiter.check(client.0).is_err() {
-            let l = Limited::new(
-                LimitKind::RateLimited,
-                format!("{client} creates tokens faster than --new-rate allows; retry later"),
-            );
-            return Err(limited(metrics, &l));
+        if limiter.check(client.0).is_ok() {
+            return Ok(());
         }
+        let l = Limited::new(
+            LimitKind::RateLimited,
+            format!("{client} {doing} faster than {flag} allows; retry later"),
+        );
+        Err(limited(&self.app.metrics, &l))
+    }
+
+    /// `etcdctl put /_etcd/registry/<T>/_config/size N`: creates the token as `/new` would.
+    async fn put_size(&self, token: &str, size: u32, client: ClientKey) -> Result<(), Status> {
+        let metrics = &self.app.metrics;
+        self.within_rate(&self.app.limiter, client, "creates tokens", "--new-rate")?;
         let ttl = self.app.config.token_ttl;
         match self.app.store.adopt_token(token, size, ttl, client).await {
             Ok(Adopted::Created | Adopted::Unchanged | Adopted::Resized) => Ok(()),

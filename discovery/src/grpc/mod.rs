@@ -22,7 +22,7 @@ use tower::ServiceExt;
 
 use self::proto::etcdserverpb::ResponseHeader;
 use self::proto::etcdserverpb::watch_server::WatchServer;
-use crate::http::{App, ClientAddr};
+use crate::http::App;
 use crate::limits::ClientKey;
 use crate::store::Store;
 
@@ -65,14 +65,9 @@ fn header(revision: u64) -> ResponseHeader {
     }
 }
 
-/// The client a call counts against (loopback when the server loop did not say).
+/// The client a call counts against.
 fn client_of<T>(req: &tonic::Request<T>) -> ClientKey {
-    let ip = req
-        .extensions()
-        .get::<ClientAddr>()
-        .map(|c| c.0.ip())
-        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
-    ClientKey::of(ip)
+    crate::http::client_in(req.extensions())
 }
 
 /// Whether an HTTP request is a gRPC call.

@@ -212,10 +212,9 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 code,pre{background:#f4f4f4;padding:.1rem .3rem}.ok{color:#1a7f37}.wait{color:#9a6700}</style>";
 
 /// The page a person sees when opening a discovery URL in a browser.
-pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str, base: &str) -> Response {
+/// `more` is markup shown below the registrations (the v3 ones and the etcd flags).
+pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str, more: &str) -> Response {
     let now = now_ms();
-    let v3 = super::v3view::members_html(app, token);
-    let flags = super::v3view::Flags::new(base, token).html();
     let page = app.store.read(token, |s| {
         let members = s.members();
         let size = s.size();
@@ -264,7 +263,7 @@ pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str, base: &str) ->
 <h1>Discovery token <code>{short}…</code></h1>\
 <p>Size <strong>{size}</strong> · state <strong class=\"{class}\">{state}</strong> · index {index} · created {age} · expires in {expires}</p>\
 {cluster}<table><tr><th>#</th><th>member id</th><th>name</th><th>peer URLs</th><th>role</th><th>registered</th></tr>{rows}</table>\
-{v3}{flags}<p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
+{more}<p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
 </body></html>",
             short = crate::keys::short(token),
             index = s.index,

@@ -111,8 +111,13 @@ async fn get<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
     if path.key.is_empty() && plain_get && super::wants_html(&req) {
         // Also renders the "unknown or expired token" page for people.
         let base = super::pages::public_base(app, &req);
+        let more = format!(
+            "{}{}",
+            super::v3view::members_html(app, &path.token),
+            super::v3view::Flags::new(&base, &path.token).html()
+        );
         return labelled(
-            super::pages::token_page(app, &path.token, &base).await,
+            super::pages::token_page(app, &path.token, &more).await,
             "token_page",
         );
     }

@@ -8,6 +8,7 @@
 //! from disk under its stripe lock, so a load never races a write of the same token.
 
 mod commit;
+mod tokens;
 mod usage;
 pub mod v3;
 
@@ -189,39 +190,6 @@ impl FjallStore {
         Ok(cell)
     }
 
-    /// Stores a new token's metadata durably and caches it, under the token caps.
-    async fn insert_token(
-        &self,
-        token: &str,
-        size: u32,
-        ttl: Duration,
-        client: ClientKey,
-    ) -> Result<(), StoreError> {
-        let client = client.to_string();
-        let reservation = self.usage.reserve_token(&self.caps, &client)?;
-        let created_ms = now_ms();
-        let meta = TokenMeta {
-            size,
-            created_ms,
-            expires_ms: created_ms.saturating_add(ttl.as_millis() as u64),
-            client: Some(client),
-        };
-        let value = serde_json::to_vec(&meta).map_err(unavailable)?;
-        self.commit(vec![Op::Insert(
-            Tree::Tokens,
-            token.as_bytes().to_vec(),
-            value,
-        )])
-        .await?;
-        reservation.keep();
-        let state =
-            TokenState::new(token.to_string(), meta).with_byte_cap(self.caps.token_byte_cap());
-        let size = cached_size(&state);
-        self.cache.insert(token, Arc::new(RwLock::new(state)), size);
-        self.tokens_created.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
     async fn delete_token(&self, token: &str) -> Result<bool, StoreError> {
         let _guard = self.stripe(token).lock().await;
         let Some(meta) = self
@@ -297,43 +265,7 @@ impl Store for FjallStore {
         ttl: Duration,
         client: ClientKey,
     ) -> Result<Adopted, StoreError> {
-        let guard = self.stripe(token).lock().await;
-        let cell = match self.cell_locked(token) {
-            Ok(cell) => live(cell)?,
-            Err(StoreError::TokenNotFound) => {
-                drop(guard);
-                self.insert_token(token, size, ttl, client).await?;
-                return Ok(Adopted::Created);
-            }
-            Err(e) => return Err(e),
-        };
-        let (meta, v2_members) = {
-            let state = cell
-                .read()
-                .map_err(|_| unavailable("token lock poisoned"))?;
-            (state.meta.clone(), state.member_count())
-        };
-        if meta.size == size {
-            return Ok(Adopted::Unchanged);
-        }
-        let v3_members = self
-            .v3
-            .count_prefix(&crate::v3::keys::members_prefix(token));
-        if v2_members + v3_members > 0 {
-            return Ok(Adopted::HasMembers { size: meta.size });
-        }
-        let meta = TokenMeta { size, ..meta };
-        let value = serde_json::to_vec(&meta).map_err(unavailable)?;
-        self.commit(vec![Op::Insert(
-            Tree::Tokens,
-            token.as_bytes().to_vec(),
-            value,
-        )])
-        .await?;
-        cell.write()
-            .map_err(|_| unavailable("token lock poisoned"))?
-            .meta = meta;
-        Ok(Adopted::Resized)
+        self.adopt(token, size, ttl, client).await
     }
 
     fn v3(&self) -> Option<&V3Log> {
