@@ -49,7 +49,10 @@ impl<S: Store> Kv for Grpc<S> {
             Err(StoreError::TokenNotFound) => None,
             Err(e) => return Err(store_error(&self.app.metrics, e)),
         };
-        let (mut found, revision) = v3.range(&r.key, &r.range_end, 0);
+        let (mut found, revision) = v3
+            .range(&token, &r.key, &r.range_end)
+            .await
+            .map_err(|e| v3_error(&self.app.metrics, e))?;
         if size.is_none() {
             found = Default::default();
         }
@@ -101,7 +104,7 @@ impl<S: Store> Kv for Grpc<S> {
         let revision = match check::put(&p, self.app.config.max_size)? {
             PutCheck::Size { token, size } => {
                 self.put_size(&token, size, client).await?;
-                v3.revision()
+                v3.revision().await.map_err(|e| v3_error(metrics, e))?
             }
             PutCheck::Member { token, key, value } => {
                 let size = self
@@ -111,9 +114,9 @@ impl<S: Store> Kv for Grpc<S> {
                     .await
                     .map_err(|e| store_error(metrics, e))?;
                 let most = size as usize + EXTRA_REGISTRATIONS;
-                let cap = Some((members_prefix(&token), most, EXTRA_REGISTRATIONS));
+                let cap = (members_prefix(&token), most, EXTRA_REGISTRATIONS);
                 let record = v3
-                    .put(key, value, cap)
+                    .put(&token, key, value, cap)
                     .await
                     .map_err(|e| v3_error(metrics, e))?;
                 record.revision()

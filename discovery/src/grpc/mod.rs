@@ -32,8 +32,6 @@ pub const MAX_MESSAGE: usize = 64 * 1024;
 pub const MAX_SEND_MESSAGE: usize = 4 << 20;
 /// Most keys one Range answers; `more` says when there were more.
 pub const MAX_RANGE_KEYS: usize = 1024;
-/// Most events in one watch answer.
-pub const MAX_EVENTS_PER_RESPONSE: usize = 256;
 /// Most watches one stream carries (etcd's client uses one per discovery).
 pub const MAX_WATCHES_PER_STREAM: usize = 16;
 /// A Watch stream without any watch is closed after this long.

@@ -5,7 +5,7 @@ use tonic::{Code, Status};
 
 use crate::limits::Limited;
 use crate::metrics::Metrics;
-use crate::store::fjall::v3::V3StoreError;
+use crate::store::v3::V3StoreError;
 use crate::store::{StoreError, V3_NEEDS_FJALL};
 use crate::v3::keys::KeyError;
 

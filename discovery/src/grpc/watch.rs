@@ -15,11 +15,9 @@ use super::proto::etcdserverpb::watch_server::Watch;
 use super::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
 use super::proto::mvccpb::{Event, KeyValue};
 use super::status::{limited, no_v3, store_error};
-use super::{
-    Grpc, MAX_EVENTS_PER_RESPONSE, MAX_WATCHES_PER_STREAM, STREAM_IDLE, client_of, header,
-};
+use super::{Grpc, MAX_WATCHES_PER_STREAM, STREAM_IDLE, client_of, header};
 use crate::limits::{ClientKey, LimitKind, Limited, Slot};
-use crate::store::fjall::v3::LogRead;
+use crate::store::v3::WatchItem;
 use crate::store::{Store, StoreError};
 use crate::v3::state::Record;
 
@@ -127,9 +125,8 @@ impl<S: Store> Grpc<S> {
                 Some(RequestUnion::CancelRequest(cancel)) => {
                     if let Some(task) = watches.remove(&cancel.watch_id) {
                         task.abort();
-                        let revision = self.app.store.v3().map_or(0, |v3| v3.revision());
                         let answer = WatchResponse {
-                            header: Some(header(revision)),
+                            header: Some(header(self.current_revision().await)),
                             watch_id: cancel.watch_id,
                             canceled: true,
                             ..Default::default()
@@ -140,9 +137,8 @@ impl<S: Store> Grpc<S> {
                     }
                 }
                 Some(RequestUnion::ProgressRequest(_)) => {
-                    let revision = self.app.store.v3().map_or(0, |v3| v3.revision());
                     let answer = WatchResponse {
-                        header: Some(header(revision)),
+                        header: Some(header(self.current_revision().await)),
                         watch_id: -1,
                         ..Default::default()
                     };
@@ -190,6 +186,14 @@ impl<S: Store> Grpc<S> {
         }))
     }
 
+    /// The newest revision, for headers that report no data (0 if the store cannot say).
+    async fn current_revision(&self) -> u64 {
+        match self.app.store.v3() {
+            Some(v3) => v3.revision().await.unwrap_or(0),
+            None => 0,
+        }
+    }
+
     /// Sends `created`, then every matching record from the start revision on, until the
     /// stream closes or the token goes away.
     async fn follow(
@@ -203,11 +207,17 @@ impl<S: Store> Grpc<S> {
         let Some(v3) = self.app.store.v3() else {
             return;
         };
-        let mut newer = v3.subscribe();
-        let current = *newer.borrow_and_update();
-        let mut next = match u64::try_from(create.start_revision) {
-            Ok(rev) if rev > 0 => rev,
-            _ => current + 1,
+        let from = u64::try_from(create.start_revision).ok().filter(|r| *r > 0);
+        let wants_puts = !create.filters.contains(&FILTER_NOPUT);
+        let (current, mut feed) = match v3
+            .watch(token.clone(), create.key, create.range_end, from)
+            .await
+        {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
+                return;
+            }
         };
         let created = WatchResponse {
             header: Some(header(current)),
@@ -218,19 +228,20 @@ impl<S: Store> Grpc<S> {
         if tx.send(Ok(created)).await.is_err() {
             return;
         }
-        let wants_puts = !create.filters.contains(&FILTER_NOPUT);
         loop {
-            let read = v3.read_log(
-                next,
-                &create.key,
-                &create.range_end,
-                MAX_EVENTS_PER_RESPONSE,
-            );
-            let answer = match read {
-                Ok(LogRead::Compacted(compacted)) => {
+            let item = tokio::select! {
+                item = feed.recv() => item,
+                _ = tx.closed() => return,
+            };
+            let answer = match item {
+                None => Err(Status::unavailable(
+                    "the store ended the watch; watch again",
+                )),
+                Some(Err(e)) => Err(Status::unavailable(e.to_string())),
+                Some(Ok(WatchItem::Compacted(compacted))) => {
                     let _ = tx
                         .send(Ok(WatchResponse {
-                            header: Some(header(v3.revision())),
+                            header: Some(header(self.current_revision().await)),
                             watch_id: id,
                             canceled: true,
                             compact_revision: compacted as i64,
@@ -240,57 +251,35 @@ impl<S: Store> Grpc<S> {
                         .await;
                     return;
                 }
-                Ok(LogRead::Records {
-                    records,
-                    scanned_to,
-                }) => {
-                    let full = records.len() >= MAX_EVENTS_PER_RESPONSE;
-                    next = scanned_to + 1;
-                    let events: Vec<Event> = if wants_puts {
-                        records.into_iter().map(event).collect()
-                    } else {
-                        Vec::new()
-                    };
-                    let answer = (!events.is_empty()).then(|| WatchResponse {
-                        header: Some(header(scanned_to)),
-                        watch_id: id,
-                        events,
-                        ..Default::default()
-                    });
-                    if full {
-                        if let Some(answer) = answer
-                            && tx.send(Ok(answer)).await.is_err()
+                Some(Ok(WatchItem::Records { records, revision })) => {
+                    if records.is_empty() || !wants_puts {
+                        // Nothing to send; the moment to notice an expired token.
+                        if let Err(StoreError::TokenNotFound) =
+                            self.app.store.read(&token, |_| ()).await
                         {
+                            let _ = tx
+                                .send(Ok(WatchResponse {
+                                    header: Some(header(revision)),
+                                    watch_id: id,
+                                    canceled: true,
+                                    cancel_reason: "the discovery token expired".into(),
+                                    ..Default::default()
+                                }))
+                                .await;
                             return;
                         }
                         continue;
                     }
-                    answer
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
-                    return;
+                    Ok(WatchResponse {
+                        header: Some(header(revision)),
+                        watch_id: id,
+                        events: records.into_iter().map(event).collect(),
+                        ..Default::default()
+                    })
                 }
             };
-            if let Some(answer) = answer
-                && tx.send(Ok(answer)).await.is_err()
-            {
-                return;
-            }
-            tokio::select! {
-                changed = newer.changed() => if changed.is_err() { return },
-                _ = tx.closed() => return,
-            }
-            if let Err(StoreError::TokenNotFound) = self.app.store.read(&token, |_| ()).await {
-                let _ = tx
-                    .send(Ok(WatchResponse {
-                        header: Some(header(v3.revision())),
-                        watch_id: id,
-                        canceled: true,
-                        cancel_reason: "the discovery token expired".into(),
-                        ..Default::default()
-                    }))
-                    .await;
+            let ended = answer.is_err();
+            if tx.send(answer).await.is_err() || ended {
                 return;
             }
         }

@@ -113,7 +113,7 @@ async fn get<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
         let base = super::pages::public_base(app, &req);
         let more = format!(
             "{}{}",
-            super::v3view::members_html(app, &path.token),
+            super::v3view::members_html(app, &path.token).await,
             super::v3view::Flags::new(&base, &path.token).html()
         );
         return labelled(

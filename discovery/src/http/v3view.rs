@@ -71,13 +71,15 @@ struct View {
 }
 
 /// The v3 registrations of a token, in create-revision order (the order etcd picks members in).
-pub fn v3_members<S: Store>(app: &App<S>, token: &str) -> Vec<(String, String, u64)> {
+pub async fn v3_members<S: Store>(app: &App<S>, token: &str) -> Vec<(String, String, u64)> {
     let Some(v3) = app.store.v3() else {
         return Vec::new();
     };
     let prefix = members_prefix(token);
     let end = crate::v3::keys::prefix_end(prefix.as_bytes());
-    let (found, _) = v3.range(prefix.as_bytes(), &end, 0);
+    let Ok((found, _)) = v3.range(token, prefix.as_bytes(), &end).await else {
+        return Vec::new();
+    };
     let mut members: Vec<(String, String, u64)> = found
         .kvs
         .into_iter()
@@ -91,8 +93,8 @@ pub fn v3_members<S: Store>(app: &App<S>, token: &str) -> Vec<(String, String, u
 }
 
 /// The token page's table of v3 registrations (empty when there are none).
-pub fn members_html<S: Store>(app: &App<S>, token: &str) -> String {
-    let members = v3_members(app, token);
+pub async fn members_html<S: Store>(app: &App<S>, token: &str) -> String {
+    let members = v3_members(app, token).await;
     if members.is_empty() {
         return String::new();
     }
@@ -126,6 +128,7 @@ pub async fn json<S: Store>(app: &Arc<App<S>>, token: &str, base: &str) -> Respo
                 size,
                 v2_registrations,
                 v3_registrations: v3_members(app, token)
+                    .await
                     .into_iter()
                     .map(|(key, value, create_revision)| V3Member {
                         key,

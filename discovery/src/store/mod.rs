@@ -9,6 +9,7 @@ pub mod cache;
 pub mod etcd;
 pub mod fjall;
 pub mod notify;
+pub mod v3;
 
 use std::future::Future;
 use std::time::Duration;
@@ -128,7 +129,7 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// The etcd v3 discovery keys, where this store keeps them.
-    fn v3(&self) -> Option<&fjall::v3::V3Log> {
+    fn v3(&self) -> Option<&dyn v3::V3Keys> {
         None
     }
 

@@ -11,6 +11,7 @@ mod commit;
 mod tokens;
 mod usage;
 pub mod v3;
+mod v3keys;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,6 +27,7 @@ use self::usage::Usage;
 use self::v3::V3Log;
 use super::cache::Cache;
 use super::notify::Notifier;
+use super::v3::V3Keys;
 use super::{Adopted, Caps, Store, StoreError, StoreStats, WatchOutcome, now_ms, put_status};
 use crate::limits::ClientKey;
 use crate::model::{Event, PutPlan, PutRequest, TokenMeta, TokenState, event_bytes, is_member_key};
@@ -51,7 +53,7 @@ pub struct FjallStore {
     tokens_created: AtomicU64,
     registrations: AtomicU64,
     expired: AtomicU64,
-    v3: V3Log,
+    v3: Arc<V3Log>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -117,7 +119,7 @@ impl FjallStore {
             .name("fjall-commit".into())
             .spawn(move || commit_loop(thread_db, thread_trees, rx, thread_healthy))
             .map_err(OpenError::Thread)?;
-        let v3 = V3Log::open(&db, healthy.clone()).map_err(OpenError::V3)?;
+        let v3 = Arc::new(V3Log::open(&db, healthy.clone()).map_err(OpenError::V3)?);
 
         Ok(Self {
             caps,
@@ -268,7 +270,7 @@ impl Store for FjallStore {
         self.adopt(token, size, ttl, client).await
     }
 
-    fn v3(&self) -> Option<&V3Log> {
+    fn v3(&self) -> Option<&dyn V3Keys> {
         Some(&self.v3)
     }
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, RwLock};
 use muster_shared::storage::{self, Database, Keyspace, PersistMode};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::store::v3::V3StoreError;
 use crate::v3::keys::in_range;
 use crate::v3::state::{Entry, FIRST_REVISION, RangeResult, Record, V3State};
 
@@ -21,14 +22,6 @@ use crate::v3::state::{Entry, FIRST_REVISION, RangeResult, Record, V3State};
 pub const HISTORY: u64 = 100_000;
 /// Largest number of waiting writes folded into one fsync.
 const MAX_GROUP: usize = 1024;
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum V3StoreError {
-    #[error("the token has {held} member keys, the most it may (its size plus {extra})")]
-    TooManyMembers { held: usize, extra: usize },
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
-}
 
 /// What a watch finds after a revision.
 #[derive(Debug)]
