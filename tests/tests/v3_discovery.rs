@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use muster_tests::v3_client::{JoinError, Joiner};
-use muster_tests::{Discovery, discovery_store_is_etcd, token_of, wait_for};
+use muster_tests::{Discovery, token_of, wait_for};
 
 const JOIN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -65,10 +65,9 @@ async fn join_all(joiners: Vec<Joiner>) -> Vec<Result<String, JoinError>> {
     out
 }
 
-/// gRPC status codes the tests expect (numbers from the gRPC spec).
+/// The gRPC status code the tests expect (numbers from the gRPC spec).
 mod tonic_code {
     pub const INVALID_ARGUMENT: i32 = 3;
-    pub const UNIMPLEMENTED: i32 = 12;
 }
 
 /// The gRPC status code of a failed call.
@@ -79,20 +78,8 @@ fn grpc_code(e: &etcd_client::Error) -> Option<i32> {
     }
 }
 
-/// `--store etcd` keeps no v3 keys in this version; these tests are for the embedded store.
-fn v3_store() -> bool {
-    if discovery_store_is_etcd() {
-        eprintln!("v3 discovery runs on --store fjall only; see docs/discovery.md");
-        return false;
-    }
-    true
-}
-
 #[tokio::test]
 async fn sizes_1_3_5_join_at_once_and_agree() {
-    if !v3_store() {
-        return;
-    }
     let d = Discovery::start(&[]).await.expect("discovery");
     for size in [1usize, 3, 5] {
         let token = fresh_token();
@@ -111,9 +98,6 @@ async fn sizes_1_3_5_join_at_once_and_agree() {
 
 #[tokio::test]
 async fn staggered_then_a_fourth_is_full_and_a_rejoin_gets_the_same_cluster() {
-    if !v3_store() {
-        return;
-    }
     let d = Discovery::start(&[]).await.expect("discovery");
     // A token from /new serves v3 as well: its size key reads back over gRPC.
     let token = token_of(&d.new_token(3).await.expect("token")).to_string();
@@ -166,9 +150,6 @@ async fn staggered_then_a_fourth_is_full_and_a_rejoin_gets_the_same_cluster() {
 
 #[tokio::test]
 async fn missing_and_bad_size_are_fatal() {
-    if !v3_store() {
-        return;
-    }
     let d = Discovery::start(&[]).await.expect("discovery");
     let token = fresh_token();
     let r = joiner(&endpoint(&d), &token, 1)
@@ -189,9 +170,6 @@ async fn missing_and_bad_size_are_fatal() {
 
 #[tokio::test]
 async fn two_watchers_finish_after_a_kill_9_and_restart() {
-    if !v3_store() {
-        return;
-    }
     let mut d = Discovery::start(&[]).await.expect("discovery");
     let token = fresh_token();
     put_size(&d, &token, "3").await.expect("size");
@@ -227,9 +205,6 @@ async fn two_watchers_finish_after_a_kill_9_and_restart() {
 
 #[tokio::test]
 async fn tls_with_a_ca_file_negotiates_h2() {
-    if !v3_store() {
-        return;
-    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tmp = tempfile::tempdir().expect("tmp");
     let ca_key = rcgen::KeyPair::generate().expect("key");
@@ -310,9 +285,6 @@ async fn ctl(bin: &std::path::Path, d: &Discovery, args: &[&str]) -> Result<Stri
 
 #[tokio::test]
 async fn etcdctl_puts_the_size_gets_the_prefix_and_watches_from_a_revision() {
-    if !v3_store() {
-        return;
-    }
     let Some(bin) = etcdctl("etcdctl_puts_the_size") else {
         return;
     };
@@ -465,19 +437,51 @@ async fn the_join_sequence_also_forms_on_real_etcd() {
 }
 
 #[tokio::test]
-async fn store_etcd_refuses_v3_clearly() {
-    let Some(bin) = muster_tests::etcd_binary("store_etcd_refuses_v3_clearly") else {
+async fn store_etcd_serves_v3_with_the_backing_etcds_revisions() {
+    let Some(bin) = muster_tests::etcd_binary("store_etcd_serves_v3") else {
         return;
     };
     let backing = muster_tests::etcd_cluster::EtcdCluster::start(&bin, 1)
         .await
         .expect("etcd");
     let ep = backing.endpoints();
-    let d = Discovery::start(&["--store", "etcd", "--etcd-endpoints", &ep])
+    let args = ["--store", "etcd", "--etcd-endpoints", ep.as_str()];
+    let (a, b) = (
+        Discovery::start(&args).await.expect("replica a"),
+        Discovery::start(&args).await.expect("replica b"),
+    );
+    let token = fresh_token();
+    put_size(&a, &token, "3").await.expect("size on replica a");
+    // Members join through two replicas; they agree, as the revisions are the backing etcd's.
+    let joiners: Vec<_> = (1..=3)
+        .map(|i| joiner(&endpoint(if i == 2 { &b } else { &a }), &token, i))
+        .collect();
+    let results = join_all(joiners).await;
+    let first = results[0].clone().expect("joined");
+    assert!(
+        results.iter().all(|r| r.as_ref() == Ok(&first)),
+        "{results:?}"
+    );
+    let mut etcd = etcd_client::Client::connect([ep.as_str()], None)
         .await
-        .expect("discovery");
-    let token = token_of(&d.new_token(3).await.expect("token")).to_string();
-    let e = put_size(&d, &token, "3").await.expect_err("refused");
-    assert_eq!(grpc_code(&e), Some(tonic_code::UNIMPLEMENTED), "{e}");
-    assert!(e.to_string().contains("--store fjall"), "{e}");
+        .expect("etcd");
+    let etcd_rev = etcd
+        .get("x", Some(etcd_client::GetOptions::new().with_count_only()))
+        .await
+        .expect("backing revision")
+        .header()
+        .map(|h| h.revision())
+        .expect("header");
+    let ours = client(&b)
+        .await
+        .get(
+            format!("/_etcd/registry/{token}/members"),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .expect("range");
+    assert_eq!(ours.kvs().len(), 3);
+    assert!(ours.header().map(|h| h.revision()) >= Some(etcd_rev - 1));
+    let e = put_size(&b, &token, "5").await.expect_err("size is fixed");
+    assert!(e.to_string().contains("fixed at creation"), "{e}");
 }

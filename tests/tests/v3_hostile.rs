@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use muster_tests::{Discovery, discovery_store_is_etcd, get, wait_for};
+use muster_tests::{Discovery, get, wait_for};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PERMISSION_DENIED: i32 = 7;
@@ -35,15 +35,8 @@ fn rss_kib(d: &Discovery) -> u64 {
         .expect("VmRSS")
 }
 
-fn embedded_store() -> bool {
-    !discovery_store_is_etcd()
-}
-
 #[tokio::test]
 async fn writes_outside_member_and_size_keys_are_denied_and_nothing_is_stored() {
-    if !embedded_store() {
-        return;
-    }
     let d = Discovery::start(&[]).await.expect("discovery");
     let token = muster_shared::token::new_discovery_token();
     let mut c = client(&d).await;
@@ -100,9 +93,6 @@ async fn writes_outside_member_and_size_keys_are_denied_and_nothing_is_stored() 
 
 #[tokio::test]
 async fn a_watch_outside_one_token_is_denied() {
-    if !embedded_store() {
-        return;
-    }
     let d = Discovery::start(&[]).await.expect("discovery");
     let mut c = client(&d).await;
     let mut stream = c
@@ -125,9 +115,6 @@ async fn a_watch_outside_one_token_is_denied() {
 
 #[tokio::test]
 async fn huge_messages_and_many_watches_are_refused_and_counted() {
-    if !embedded_store() {
-        return;
-    }
     let d = Discovery::start(&["--max-watches-per-client", "4"])
         .await
         .expect("discovery");

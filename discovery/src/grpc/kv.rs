@@ -158,6 +158,9 @@ impl<S: Store> Grpc<S> {
             Ok(Adopted::HasMembers { size }) => Err(Status::failed_precondition(format!(
                 "members registered under this token already; its size stays {size}"
             ))),
+            Ok(Adopted::SizeFixed { size }) => Err(Status::failed_precondition(format!(
+                "the token exists with size {size}; on --store etcd a size is fixed at creation"
+            ))),
             Err(e) => Err(store_error(metrics, e)),
         }
     }

@@ -5,8 +5,8 @@ use tonic::{Code, Status};
 
 use crate::limits::Limited;
 use crate::metrics::Metrics;
+use crate::store::StoreError;
 use crate::store::v3::V3StoreError;
-use crate::store::{StoreError, V3_NEEDS_FJALL};
 use crate::v3::keys::KeyError;
 
 /// The etcd RPCs this service serves; named in every Unimplemented answer.
@@ -33,7 +33,6 @@ pub fn store_error(metrics: &Metrics, e: StoreError) -> Status {
         ),
         StoreError::Rejected(e) => Status::failed_precondition(e.to_string()),
         StoreError::Limited(l) => limited(metrics, &l),
-        StoreError::Unavailable(why) if why == V3_NEEDS_FJALL => Status::unimplemented(why),
         StoreError::Unavailable(why) => Status::unavailable(why),
     }
 }
@@ -48,9 +47,9 @@ pub fn v3_error(metrics: &Metrics, e: V3StoreError) -> Status {
     }
 }
 
-/// Stores that keep no v3 keys (`--store etcd` in this version).
+/// A store that keeps no v3 keys.
 pub fn no_v3() -> Status {
-    Status::unimplemented(V3_NEEDS_FJALL)
+    Status::unimplemented("this store serves no etcd v3 discovery")
 }
 
 /// The name `/metrics` uses for a status code.

@@ -18,9 +18,6 @@ use crate::limits::{ClientKey, Limited};
 use crate::model::{PutRequest, TokenState};
 use crate::v2::{Response, V2Error};
 
-/// Why a store without v3 keys refuses etcd v3 discovery.
-pub const V3_NEEDS_FJALL: &str = "etcd v3 discovery (gRPC) is served with --store fjall only in this version; use the v2 URL or --store fjall";
-
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Unknown or expired token (answered like etcd's "Key not found").
@@ -103,6 +100,8 @@ pub enum Adopted {
     Resized,
     /// Members registered already; the size stays `size`.
     HasMembers { size: u32 },
+    /// This store fixes a token's size at creation (`--store etcd`); it stays `size`.
+    SizeFixed { size: u32 },
 }
 
 /// Durable discovery state. Every method that writes returns only after the write is durable.
@@ -125,7 +124,11 @@ pub trait Store: Send + Sync + 'static {
         client: ClientKey,
     ) -> impl Future<Output = Result<Adopted, StoreError>> + Send {
         let _ = (token, size, ttl, client);
-        async { Err(StoreError::Unavailable(V3_NEEDS_FJALL.to_string())) }
+        async {
+            Err(StoreError::Unavailable(
+                "this store keeps no etcd v3 discovery keys".into(),
+            ))
+        }
     }
 
     /// The etcd v3 discovery keys, where this store keeps them.
