@@ -485,3 +485,45 @@ async fn store_etcd_serves_v3_with_the_backing_etcds_revisions() {
     let e = put_size(&b, &token, "5").await.expect_err("size is fixed");
     assert!(e.to_string().contains("fixed at creation"), "{e}");
 }
+
+#[tokio::test]
+async fn keepalive_pings_do_not_end_a_held_watch() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let token = fresh_token();
+    put_size(&d, &token, "3").await.expect("size");
+    // Pings far more often than etcd's 10 s: the server must answer them without a GOAWAY.
+    let options = etcd_client::ConnectOptions::new()
+        .with_keep_alive(Duration::from_millis(500), Duration::from_secs(2))
+        .with_keep_alive_while_idle(true);
+    let mut c = etcd_client::Client::connect([endpoint(&d)], Some(options))
+        .await
+        .expect("connect");
+    let members = format!("/_etcd/registry/{token}/members");
+    let mut stream = c
+        .watch(
+            members.as_str(),
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+        .expect("watch");
+    let created = stream.message().await.expect("created").expect("message");
+    assert!(created.created());
+    // Let a few pings pass on the idle stream.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let key = format!("{members}/8e9e05c52164694d");
+    client(&d)
+        .await
+        .put(key.as_str(), "m1=http://10.0.0.1:2380", None)
+        .await
+        .expect("put");
+    let event = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("the event within 10 s")
+        .expect("the stream is still open")
+        .expect("a message");
+    assert_eq!(event.events().len(), 1);
+    assert_eq!(
+        event.events()[0].kv().map(|kv| kv.key_str().ok()),
+        Some(Some(key.as_str()))
+    );
+}

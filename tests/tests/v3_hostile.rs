@@ -179,6 +179,16 @@ async fn huge_messages_and_many_watches_are_refused_and_counted() {
         .metric(r#"muster_discovery_limited_total{kind="too_many_watches"}"#)
         .await;
     assert!(limited.is_some_and(|n| n >= 1.0), "{limited:?}");
+    // Closing the streams gives every slot back.
+    drop(held);
+    drop(c);
+    wait_for("no open watches", Duration::from_secs(10), || async {
+        let v3 = d.metric("muster_discovery_v3_watches").await;
+        let held = d.metric("muster_discovery_held_watches").await;
+        (v3 == Some(0.0) && held == Some(0.0)).then_some(())
+    })
+    .await
+    .expect("watch gauges back to 0");
     let after = rss_kib(&d);
     assert!(
         after < before + 64 * 1024,

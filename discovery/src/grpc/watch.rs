@@ -178,11 +178,24 @@ impl<S: Store> Grpc<S> {
             );
             return Err(limited(&self.app.metrics, &l));
         };
+        // One global cap for the watches of both protocols (--max-watches).
+        let held = self.app.metrics.watch_started();
+        if held as usize > self.app.config.max_watches {
+            self.app.metrics.watch_ended();
+            let l = Limited::new(
+                LimitKind::TooManyWatches,
+                format!(
+                    "{} watches are held, the configured most (--max-watches)",
+                    self.app.config.max_watches
+                ),
+            );
+            return Err(limited(&self.app.metrics, &l));
+        }
+        let counted = Counted::new(self.app.clone());
         let grpc = self.clone();
         Ok(tokio::spawn(async move {
-            grpc.app.metrics.v3_watch_started();
+            let _counted = counted;
             grpc.follow(id, token, create, tx, slot).await;
-            grpc.app.metrics.v3_watch_ended();
         }))
     }
 
@@ -283,6 +296,26 @@ impl<S: Store> Grpc<S> {
                 return;
             }
         }
+    }
+}
+
+/// Counts a watch in `/metrics` (the v3 gauge and the held watches of both protocols) for as
+/// long as it lives, however it ends: a watch task is aborted when its stream goes away, even
+/// before it first runs.
+struct Counted<S: Store>(Arc<crate::http::App<S>>);
+
+impl<S: Store> Counted<S> {
+    /// The watch was already counted as held by the cap check; this adds the v3 gauge.
+    fn new(app: Arc<crate::http::App<S>>) -> Self {
+        app.metrics.v3_watch_started();
+        Self(app)
+    }
+}
+
+impl<S: Store> Drop for Counted<S> {
+    fn drop(&mut self) {
+        self.0.metrics.v3_watch_ended();
+        self.0.metrics.watch_ended();
     }
 }
 
