@@ -129,3 +129,69 @@ pub fn decode_call(
         _ => Err(Status::unimplemented(super::status::SERVED)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: &str = "0123456789abcdef0123456789abcdef";
+
+    fn frame(message: &impl Message) -> Vec<u8> {
+        let body = message.encode_to_vec();
+        let mut out = vec![0];
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn put_call(key: &str, value: &str) -> Result<PutCheck, Status> {
+        let req = PutRequest {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        match decode_call("/etcdserverpb.KV/Put", &frame(&req), 1024, 9) {
+            Ok(Call::Put(r)) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn puts_are_size_keys_and_member_keys_only() {
+        let size = format!("/_etcd/registry/{T}/_config/size");
+        assert_eq!(
+            put_call(&size, "3").ok(),
+            Some(PutCheck::Size {
+                token: T.into(),
+                size: 3
+            })
+        );
+        for bad in ["0", "10", "abc", ""] {
+            let e = put_call(&size, bad).expect_err(bad);
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+        }
+        let member = format!("/_etcd/registry/{T}/members/8e9e05c52164694d");
+        assert!(matches!(
+            put_call(&member, "n1=http://10.0.0.1:2380"),
+            Ok(PutCheck::Member { .. })
+        ));
+        let e = put_call(&member, "no-url").expect_err("bad value");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        let e = put_call("/foo", "x").expect_err("outside");
+        assert_eq!(e.code(), tonic::Code::PermissionDenied);
+    }
+
+    #[test]
+    fn frames_are_bounded_and_unserved_paths_named() {
+        let mut too_big = vec![0];
+        too_big.extend_from_slice(&2048u32.to_be_bytes());
+        let e = decode_call("/etcdserverpb.KV/Range", &too_big, 1024, 9).expect_err("big");
+        assert_eq!(e.code(), tonic::Code::OutOfRange);
+        let e = decode_call("/etcdserverpb.KV/Txn", &[0, 0, 0, 0, 0], 1024, 9).expect_err("txn");
+        assert_eq!(e.code(), tonic::Code::Unimplemented);
+        assert!(e.message().contains("KV/Range"));
+        let e =
+            decode_call("/etcdserverpb.KV/Range", &[0, 0, 0, 0, 9, 1], 1024, 9).expect_err("short");
+        assert_eq!(e.code(), tonic::Code::Internal);
+    }
+}
