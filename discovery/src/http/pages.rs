@@ -137,6 +137,8 @@ Mint a discovery URL for a 3-member cluster:
 Start every member with that URL, e.g. etcd:
     etcd --name n1 --initial-advertise-peer-urls http://10.0.0.1:2380 \\
          --listen-peer-urls http://10.0.0.1:2380 --discovery <URL>
+etcd 3.6/3.7 (v3 discovery; <TOKEN> is the URL's last segment):
+    etcd ... --discovery-token <TOKEN> --discovery-endpoints {BASE}
 or a Muster agent:
     muster agent --name n1 --advertise 10.0.0.1:7000 --discovery <URL>
 
