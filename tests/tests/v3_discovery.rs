@@ -207,21 +207,14 @@ async fn two_watchers_finish_after_a_kill_9_and_restart() {
 async fn tls_with_a_ca_file_negotiates_h2() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let tmp = tempfile::tempdir().expect("tmp");
-    let ca_key = rcgen::KeyPair::generate().expect("key");
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).expect("ca");
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().expect("key");
-    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
-    let cert = params.signed_by(&key, &issuer).expect("leaf");
-    let d = Discovery::start_tls(tmp.path(), &cert.pem(), &key.serialize_pem(), &[])
+    let (ca, cert, key) = ca_and_localhost_leaf();
+    let d = Discovery::start_tls(tmp.path(), &cert, &key, &[])
         .await
         .expect("discovery");
     let token = fresh_token();
     let ep = format!("https://localhost:{}", d.addr.port());
     let tls = etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(ca.pem()))
+        .ca_certificate(etcd_client::Certificate::from_pem(ca.clone()))
         .domain_name("localhost");
     let mut c = etcd_client::Client::connect(
         [ep.as_str()],
@@ -241,6 +234,19 @@ async fn tls_with_a_ca_file_negotiates_h2() {
     let results = join_all(joiners).await;
     assert_eq!(results[0], results[1]);
     assert_eq!(results[0].as_ref().map(|c| c.split(',').count()), Ok(2));
+}
+
+/// A CA (PEM) and a certificate for `localhost` it signed, with its key (PEM).
+fn ca_and_localhost_leaf() -> (String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().expect("key");
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().expect("key");
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).expect("params");
+    let cert = params.signed_by(&key, &issuer).expect("leaf");
+    (ca.pem(), cert.pem(), key.serialize_pem())
 }
 
 /// `etcdctl` (3.4, Debian's etcd-client package) on PATH, or a failure unless
@@ -526,4 +532,132 @@ async fn keepalive_pings_do_not_end_a_held_watch() {
         event.events()[0].kv().map(|kv| kv.key_str().ok()),
         Some(Some(key.as_str()))
     );
+}
+
+/// Builds `tests/go/v3join` (etcd's v3 discovery join over etcd 3.4's Go clientv3, i.e. over
+/// grpc-go, as a stock etcd member talks) offline against Debian's Go sources. Missing Go or
+/// clientv3 fails the test unless `MUSTER_ALLOW_SKIP` names `go`.
+async fn go_v3join(test: &str) -> Option<std::path::PathBuf> {
+    let gopath = std::path::Path::new("/usr/share/gocode");
+    let has_go = std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok();
+    if !has_go || !gopath.join("src/go.etcd.io/etcd/clientv3").is_dir() {
+        muster_tests::missing_prerequisite(
+            test,
+            "go",
+            "MUSTER_REQUIRE_GO",
+            "Go or etcd's Go client sources are not installed",
+            "install them with `apt-get install golang-go golang-etcd-server-dev`",
+        );
+        return None;
+    }
+    let out_dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let bin = out_dir.join("v3join");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("go/v3join");
+    let built = tokio::process::Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .current_dir(&src)
+        .env("GO111MODULE", "off")
+        .env("GOPATH", gopath)
+        .env("GOCACHE", out_dir.join("gocache"))
+        .env("GOFLAGS", "")
+        .output();
+    let built = tokio::time::timeout(Duration::from_secs(300), built)
+        .await
+        .expect("go build within 5 min")
+        .expect("go build runs");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    Some(bin)
+}
+
+/// Runs one Go member; returns its answer line (`cluster …` or `error …`).
+async fn go_join(
+    bin: &std::path::Path,
+    endpoint: &str,
+    token: &str,
+    i: usize,
+    extra: &[&str],
+) -> String {
+    let out = tokio::process::Command::new(bin)
+        .args(["-endpoints", endpoint, "-token", token, "-timeout", "60s"])
+        .args([
+            "-name",
+            &format!("m{i}"),
+            "-peer",
+            &format!("http://10.0.0.{i}:2380"),
+        ])
+        .args(extra)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(90), out)
+        .await
+        .expect("the member ends")
+        .expect("v3join runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn etcds_go_client_joins_over_h2c_and_over_tls() {
+    let Some(bin) = go_v3join("etcds_go_client_joins_over_h2c_and_over_tls").await else {
+        return;
+    };
+    // Plain: h2c with prior knowledge, as grpc-go dials http:// endpoints.
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let token = token_of(&d.new_token(3).await.expect("token")).to_string();
+    let ep = endpoint(&d);
+    let members: Vec<_> = (1..=3)
+        .map(|i| {
+            let (bin, ep, token) = (bin.clone(), ep.clone(), token.clone());
+            tokio::spawn(async move { go_join(&bin, &ep, &token, i, &[]).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for m in members {
+        answers.push(m.await.expect("member"));
+    }
+    assert!(answers[0].starts_with("cluster "), "{answers:?}");
+    assert_eq!(answers[0].split(',').count(), 3, "{answers:?}");
+    assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
+    let fourth = go_join(&bin, &ep, &token, 4, &[]).await;
+    assert_eq!(fourth, "error discovery: cluster is full");
+
+    // TLS with a CA file: grpc-go needs ALPN h2 from the server.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (ca, cert, key) = ca_and_localhost_leaf();
+    let ca_path = tmp.path().join("ca.pem");
+    std::fs::write(&ca_path, &ca).expect("ca file");
+    let tls = Discovery::start_tls(tmp.path(), &cert, &key, &[])
+        .await
+        .expect("tls discovery");
+    let token = fresh_token();
+    let ep = format!("https://localhost:{}", tls.addr.port());
+    let options = etcd_client::ConnectOptions::new().with_tls(
+        etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(ca.clone()))
+            .domain_name("localhost"),
+    );
+    etcd_client::Client::connect([ep.as_str()], Some(options))
+        .await
+        .expect("connect")
+        .put(format!("/_etcd/registry/{token}/_config/size"), "1", None)
+        .await
+        .expect("size over TLS");
+    let answer = go_join(
+        &bin,
+        &ep,
+        &token,
+        1,
+        &["-cacert", ca_path.to_str().expect("path")],
+    )
+    .await;
+    assert_eq!(answer, "cluster m1=http://10.0.0.1:2380");
 }
