@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::types::MembershipEvent;
 use crate::client::PeerClients;
+use crate::clock::TermClock;
 use crate::policy::Automation;
 use crate::raft::RaftNode;
 use crate::state::{FormationRecord, Node, NodeId};
@@ -34,6 +35,8 @@ pub struct AgentInit {
     pub automation: Automation,
     /// Node ids the node port refuses at the handshake (shared with its TLS verifier).
     pub revoked: muster_shared::tls::RevokedIds,
+    /// Ids refused whatever the applied state says yet (see `NodeSpec::revoked_at_start`).
+    pub revoked_at_start: std::collections::BTreeSet<NodeId>,
     /// This node's certificate and trusted CAs, as its listener and clients use them.
     pub credentials: muster_shared::tls::NodeCredentials,
     /// `--cert-validity`: lifetime of the certificates this node issues as leader.
@@ -51,6 +54,7 @@ pub struct Agent {
     promote_after: Duration,
     automation: Automation,
     revoked: muster_shared::tls::RevokedIds,
+    revoked_at_start: std::collections::BTreeSet<NodeId>,
     credentials: muster_shared::tls::NodeCredentials,
     cert_validity: Duration,
     membership_log: Mutex<MembershipLog>,
@@ -65,7 +69,8 @@ pub struct Agent {
     /// line says it.
     refusals_logged: Mutex<std::collections::HashSet<(NodeId, &'static str)>>,
     membership_ops: tokio::sync::Mutex<()>,
-    lease_clock: LeaseClock,
+    lease_clock: TermClock,
+    token_clock: TermClock,
 }
 
 impl Agent {
@@ -81,6 +86,7 @@ impl Agent {
             promote_after: init.promote_after,
             automation: init.automation,
             revoked: init.revoked,
+            revoked_at_start: init.revoked_at_start,
             credentials: init.credentials,
             cert_validity: init.cert_validity,
             membership_log: Mutex::default(),
@@ -91,7 +97,8 @@ impl Agent {
             over_limit_logged_ms: AtomicU64::new(0),
             refusals_logged: Mutex::default(),
             membership_ops: tokio::sync::Mutex::new(()),
-            lease_clock: LeaseClock::default(),
+            lease_clock: TermClock::default(),
+            token_clock: TermClock::default(),
         }
     }
 
@@ -126,10 +133,13 @@ impl Agent {
             return;
         }
         if let Ok(removed) = self.raft.read_local(|s| s.removed.clone()) {
+            // Ids are never reused, so what the admission listed stays refused even while
+            // this node's state has not caught up with it.
             self.revoked.replace(
                 removed
                     .into_iter()
                     .filter(|id| !view.nodes.contains_key(id))
+                    .chain(self.revoked_at_start.iter().copied())
                     .collect(),
             );
         }
@@ -278,44 +288,14 @@ impl Agent {
     }
 
     /// This node's count of the lease clock while it leads (see `leader::lease`).
-    pub fn lease_clock(&self) -> &LeaseClock {
+    pub fn lease_clock(&self) -> &TermClock {
         &self.lease_clock
     }
-}
 
-/// Where this node's lease clock stands in its current term as leader: the committed reading
-/// it started from, and the monotonic instant it started at.
-#[derive(Default)]
-pub struct LeaseClock {
-    epoch: Mutex<Option<(u64, u64, Instant)>>,
-}
-
-impl LeaseClock {
-    /// The clock now, if it was started in `term`.
-    pub fn reading(&self, term: u64) -> Option<u64> {
-        let epoch = self.epoch.lock().ok()?;
-        let (t, base, started) = (*epoch)?;
-        (t == term).then(|| base.saturating_add(millis(started.elapsed())))
+    /// This node's count of the token clock while it leads (see `leader::cluster_now`).
+    pub fn token_clock(&self) -> &TermClock {
+        &self.token_clock
     }
-
-    /// Starts the clock for `term` at `base` (kept if another caller started it first in the
-    /// same term); returns its reading.
-    pub fn start(&self, term: u64, base: u64) -> u64 {
-        let Ok(mut epoch) = self.epoch.lock() else {
-            return base;
-        };
-        match *epoch {
-            Some((t, b, started)) if t == term => b.saturating_add(millis(started.elapsed())),
-            _ => {
-                *epoch = Some((term, base, Instant::now()));
-                base
-            }
-        }
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// What this node knows of its own removal: whether it has learnt it, and when a leader last

@@ -182,6 +182,8 @@ mod tests {
                 consumed_ms: None,
                 revoked_ms: None,
                 last_used_by: None,
+                ca_pin: None,
+                verify_key: None,
             },
         );
         BackupSnapshot {
@@ -227,6 +229,7 @@ mod tests {
             created_ms: 9,
             revoked_ms: None,
             scopes: crate::state::scope::admin_only(),
+            ca_pin: None,
         };
         let state = restored_state(snap.state.clone(), "c2", 9, ("op".into(), op));
         assert_eq!(state.cluster_id.as_deref(), Some("c2"));

@@ -22,9 +22,10 @@ pub enum CallError {
     /// The server answered with an error.
     #[error("{0} ({kind})", kind = .0.kind)]
     Api(ApiError),
-    /// The server presented another CA than the one pinned; nothing was sent to it.
+    /// The server presented another CA than the one pinned; nothing was sent to it. `offered`:
+    /// the pins of the CAs its chain did hold (another cluster's, normally one).
     #[error("{addr} does not present the pinned cluster CA (ca_pin_mismatch)")]
-    PinMismatch { addr: String },
+    PinMismatch { addr: String, offered: Vec<String> },
     /// No answer: refused, timed out, cut off. `connect` is true when the request never left
     /// this machine, so sending it again cannot apply it twice.
     #[error("{addr}: {reason}")]
@@ -40,17 +41,28 @@ pub enum CallError {
 
 impl CallError {
     fn from_reqwest(addr: &str, e: reqwest::Error) -> Self {
-        if tls::is_ca_pin_mismatch(&e) {
+        if let Some(mismatch) = tls::ca_pin_mismatch(&e) {
             return CallError::PinMismatch {
                 addr: addr.to_string(),
+                offered: mismatch.offered,
             };
         }
         CallError::Unreachable {
             addr: addr.to_string(),
             connect: e.is_connect(),
-            reason: e.to_string(),
+            reason: innermost_cause(&e),
         }
     }
+}
+
+/// The innermost cause of a failed call ("Connection refused (os error 111)"), which says more
+/// than reqwest's "error sending request for url …".
+pub fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 /// Sends `req` and reads a JSON answer of type `T`, or the error the server answered with.
@@ -58,30 +70,48 @@ pub async fn send_json<T: DeserializeOwned>(
     addr: &str,
     req: reqwest::RequestBuilder,
 ) -> Result<T, CallError> {
-    Ok(send_json_with_header(addr, req, "").await?.0)
+    let answer = send(addr, req, &[]).await?;
+    decode_answer(answer.status, &answer.body)
 }
 
-/// [`send_json`], also returning the answer's header `header` (if it has one).
-pub async fn send_json_with_header<T: DeserializeOwned>(
+/// What a server answered, not yet decoded ([`decode_answer`]): a caller may have to judge who
+/// answered (its headers) before it trusts what the answer says.
+pub struct Answer {
+    pub status: u16,
+    /// The headers asked for, in the order asked; `None` where the answer has none.
+    pub headers: Vec<Option<String>>,
+    pub body: bytes::Bytes,
+}
+
+/// Sends `req` and reads the whole answer, with its headers named in `headers`.
+pub async fn send(
     addr: &str,
     req: reqwest::RequestBuilder,
-    header: &str,
-) -> Result<(T, Option<String>), CallError> {
+    headers: &[&str],
+) -> Result<Answer, CallError> {
     let resp = req
         .send()
         .await
         .map_err(|e| CallError::from_reqwest(addr, e))?;
     let status = resp.status().as_u16();
-    let value = (!header.is_empty())
-        .then(|| resp.headers().get(header))
-        .flatten()
-        .and_then(|v| v.to_str().ok())
-        .map(String::from);
+    let headers = headers
+        .iter()
+        .map(|name| {
+            resp.headers()
+                .get(*name)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        })
+        .collect();
     let body = resp
         .bytes()
         .await
         .map_err(|e| CallError::from_reqwest(addr, e))?;
-    Ok((decode_answer(status, &body)?, value))
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
 }
 
 /// Reads an answer's body, refusing one longer than `max` bytes (a peer is trusted to be a

@@ -2,6 +2,7 @@
 //! reconciler, the removal watch), run until something stops it, then shut down in order.
 //! `start/` decides how the node comes up and calls [`start`]; only `main` ends the process.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::{AgentError, Context};
 use crate::raft::{RaftNode, Timing};
 use crate::serve::FleetLockListener;
+use crate::state::NodeId;
 
 /// What a node starts from once `start/` has decided.
 pub struct NodeSpec<'a> {
@@ -24,6 +26,9 @@ pub struct NodeSpec<'a> {
     pub cluster_id: &'a str,
     /// The node's TLS port, bound before anything was registered or joined.
     pub listener: BoundPort,
+    /// Removed members the node port refuses from its first handshake, before this node has
+    /// the replicated state that lists them (a joiner gets them with its admission).
+    pub revoked_at_start: BTreeSet<NodeId>,
 }
 
 /// Handles of a started node.
@@ -62,6 +67,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let files = datadir::read_tls(dir)?;
     let key_pem = spec.identity.key.to_pem();
     let revoked = tls::RevokedIds::default();
+    revoked.replace(spec.revoked_at_start.clone());
     // Built once; a renewed certificate goes into `credentials` and is used from the next
     // handshake on, by the listener and by every client.
     let credentials = tls::NodeCredentials::new(&files.ca_pem, &files.cert_pem, &key_pem)?;
@@ -91,6 +97,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             promote_after: config.promote_after,
             automation: config.automation,
             revoked,
+            revoked_at_start: spec.revoked_at_start,
             credentials,
             cert_validity: config.cert_validity,
         },

@@ -692,16 +692,25 @@ pub fn ca_from_chain(
 /// Whether `err` (or anything in its source chain, looking inside `std::io::Error`s) is the CA
 /// pin mismatch of a [`pinned_client_config`] handshake, so callers can answer `ca_pin_mismatch`.
 pub fn is_ca_pin_mismatch(err: &(dyn std::error::Error + 'static)) -> bool {
+    ca_pin_mismatch(err).is_some()
+}
+
+/// The CA pin mismatch inside `err` (see [`is_ca_pin_mismatch`]): what was expected and what the
+/// server's chain offered, so a caller can name both clusters' CAs.
+pub fn ca_pin_mismatch(err: &(dyn std::error::Error + 'static)) -> Option<CaPinMismatch> {
     let mut next = Some(err);
     while let Some(e) = next {
-        if e.is::<CaPinMismatch>() || matches!(e.downcast_ref(), Some(TlsError::CaPinMismatch(_))) {
-            return true;
+        if let Some(found) = e.downcast_ref::<CaPinMismatch>() {
+            return Some(found.clone());
+        }
+        if let Some(TlsError::CaPinMismatch(found)) = e.downcast_ref() {
+            return Some(found.clone());
         }
         if let Some(rustls::Error::InvalidCertificate(CertificateError::Other(other))) =
             e.downcast_ref::<rustls::Error>()
-            && other.0.is::<CaPinMismatch>()
+            && let Some(found) = other.0.downcast_ref::<CaPinMismatch>()
         {
-            return true;
+            return Some(found.clone());
         }
         next = match e
             .downcast_ref::<std::io::Error>()
@@ -711,7 +720,7 @@ pub fn is_ca_pin_mismatch(err: &(dyn std::error::Error + 'static)) -> bool {
             None => e.source(),
         };
     }
-    false
+    None
 }
 
 /// A client config that accepts any server certificate (the handshake's own signatures are

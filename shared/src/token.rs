@@ -245,6 +245,28 @@ impl JoinSecret {
 
     /// This secret as a join token of the cluster whose CA has `ca_pin`: the same credential,
     /// presented the way every join presents one.
+    /// The public half of the signing key derived from the secret (64 hex): what the cluster
+    /// records to check a secret join. Unlike the secret's hash it cannot sign, so whoever holds
+    /// the cluster's state (a backup) cannot make a join signature, and a machine never sends
+    /// the secret itself anywhere.
+    pub fn verify_key(&self) -> String {
+        use ring::signature::KeyPair;
+        hex::encode(self.signing_key().public_key().as_ref())
+    }
+
+    /// Signs what a machine asks when it joins with the secret: the signature admits that
+    /// machine's key under those names only, so seeing one is of no use to anybody else.
+    pub fn sign_join(&self, claim: &SecretJoinClaim<'_>) -> String {
+        hex::encode(self.signing_key().sign(&claim.message()).as_ref())
+    }
+
+    fn signing_key(&self) -> ring::signature::Ed25519KeyPair {
+        let seed = Sha256::digest(format!("muster join secret signing key\n{}", self.secret));
+        // Only a seed of another length than 32 bytes is rejected.
+        ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed)
+            .expect("a 32-byte seed makes an Ed25519 key")
+    }
+
     pub fn as_token(&self, ca_pin: &str) -> SecretToken {
         SecretToken {
             kind: TokenKind::Join,
@@ -252,6 +274,36 @@ impl JoinSecret {
             id: self.id(),
             secret: self.secret.clone(),
         }
+    }
+}
+
+/// What a secret join signature covers: the joining machine's node id, name, address and the
+/// fingerprint of the key its certificate request carries.
+pub struct SecretJoinClaim<'a> {
+    pub node_id: &'a str,
+    pub name: &'a str,
+    pub addr: &'a str,
+    pub key_fingerprint: &'a str,
+}
+
+impl SecretJoinClaim<'_> {
+    fn message(&self) -> Vec<u8> {
+        format!(
+            "muster secret join v1\n{}\n{}\n{}\n{}",
+            self.node_id, self.name, self.addr, self.key_fingerprint
+        )
+        .into_bytes()
+    }
+
+    /// True if `signature` (hex) was made by the secret whose [`JoinSecret::verify_key`] is
+    /// `verify_key` (hex) over this claim.
+    pub fn verify(&self, verify_key: &str, signature: &str) -> bool {
+        let (Ok(key), Ok(signature)) = (hex::decode(verify_key), hex::decode(signature)) else {
+            return false;
+        };
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, key)
+            .verify(&self.message(), &signature)
+            .is_ok()
     }
 }
 
@@ -365,6 +417,30 @@ mod tests {
         assert_eq!(back.id(), s.id());
         assert_eq!(s.id().len(), 16);
         assert_ne!(JoinSecret::generate().id(), s.id());
+        let claim = SecretJoinClaim {
+            node_id: "1f",
+            name: "n1",
+            addr: "10.0.0.1:7000",
+            key_fingerprint: "ab",
+        };
+        let signature = s.sign_join(&claim);
+        assert!(claim.verify(&s.verify_key(), &signature));
+        let other = JoinSecret::generate();
+        assert!(
+            !claim.verify(&other.verify_key(), &signature),
+            "another secret's key"
+        );
+        let moved = SecretJoinClaim {
+            addr: "10.0.0.2:7000",
+            ..claim
+        };
+        assert!(!moved.verify(&s.verify_key(), &signature), "another claim");
+        assert!(!claim.verify("zz", &signature) && !claim.verify(&s.verify_key(), "00"));
+        assert_ne!(
+            s.verify_key(),
+            s.secret_hash(),
+            "the verifier is not the hash"
+        );
         let token = s.as_token(&"ab".repeat(32));
         assert_eq!(
             (token.id(), token.secret_hash()),

@@ -15,6 +15,18 @@ fn tls_file(agent: &AgentProc, file: &str) -> String {
     std::fs::read_to_string(agent.data_dir.join("tls").join(file)).unwrap_or_default()
 }
 
+/// The id field of a token's text (`PREFIX.<pin>.<id>.<secret>`).
+fn token_id(token: &str) -> &str {
+    token.split('.').nth(2).unwrap_or_default()
+}
+
+/// The token's text with its pin field replaced: what a holder of an old token can write.
+fn with_pin(token: &str, pin: &str) -> String {
+    let mut fields: Vec<&str> = token.split('.').collect();
+    fields[1] = pin;
+    fields.join(".")
+}
+
 async fn ca_status(agent: &AgentProc) -> Option<serde_json::Value> {
     let (code, out, _) = agent.cli(&["ca", "status", "--json"]).await.ok()?;
     if code != 0 {
@@ -52,6 +64,12 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     })
     .await
     .expect("probes");
+    let backup = tmp.path().join("before-rotation.backup");
+    let (code, out, err) = agents[0]
+        .cli(&["backup", &backup.display().to_string()])
+        .await
+        .expect("backup");
+    assert_eq!(code, 0, "{out}{err}");
     let old_ca = tls_file(&agents[0], "ca.pem");
     let old_pin = tls::spki_pin(&old_ca).expect("pin");
     let old_operator = agents[0].operator_token().await.expect("operator token");
@@ -139,6 +157,18 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
         .await
         .expect("finish");
     assert_eq!(code, 0, "{out}{err}");
+    // The finish names the tokens it retired: those made under the old CA.
+    for (what, token) in [("join", &old_join), ("operator", &old_operator)] {
+        let id = token_id(token);
+        assert!(
+            out.contains(id),
+            "the finish lists the old {what} token {id}: {out}"
+        );
+    }
+    assert!(
+        !out.contains(token_id(&operator)),
+        "a token pinned to the new CA is not retired: {out}"
+    );
     wait_for("every member to trust the new CA only", WAIT, || async {
         agents
             .iter()
@@ -183,6 +213,55 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
     assert!(
         refused.is_err(),
         "an old operator token is refused: {refused:?}"
+    );
+
+    // Rewriting the pin field of an old token to the new CA's pin (readable from any member's
+    // TLS chain) gets it past the handshake, but not past its record: the finish revoked it.
+    let forged_operator = with_pin(&old_operator, &next_pin);
+    let forged = OperatorApi::new(&forged_operator, Duration::from_secs(5)).expect("api");
+    for path in ["/v1/status", "/v1/backup"] {
+        let reply = forged
+            .call(&agents[1].addr, "GET", path, None)
+            .await
+            .expect("the handshake passes with the forged pin");
+        assert_eq!(
+            (reply.status, reply.kind()),
+            (401, Some("unauthorized")),
+            "{path} with an old token and a forged pin: {} {}",
+            reply.status,
+            reply.body
+        );
+    }
+    let mut forged_join = AgentProc::start(
+        tmp.path(),
+        "r5f",
+        &["--join", &via, "--token", &with_pin(&old_join, &next_pin)],
+    )
+    .expect("start r5f");
+    let exit = forged_join.wait_exit(WAIT).await.expect("r5f stops");
+    assert_eq!(exit, Some(2), "{}", tail(&forged_join.log(), 10));
+    assert!(
+        forged_join.log().contains("token_revoked"),
+        "an old join token with a forged pin is refused as revoked: {}",
+        tail(&forged_join.log(), 10)
+    );
+
+    // A backup from before the rotation would bring the retired CA back: refused, since the
+    // members it lists now present another CA.
+    let file_arg = backup.display().to_string();
+    let mut restored =
+        AgentProc::start_command(tmp.path(), "restored", &["restore", &file_arg], &[])
+            .expect("start restore");
+    let exit = restored.wait_exit(WAIT).await.expect("the restore stops");
+    assert_eq!(exit, Some(2), "{}", tail(&restored.log(), 10));
+    assert!(
+        restored.log().contains("--allow-retired-ca"),
+        "the refusal names the way out: {}",
+        tail(&restored.log(), 10)
+    );
+    assert!(
+        !restored.data_dir.join("cluster.json").exists(),
+        "a refused restore writes no cluster"
     );
 
     // A join token made before the rotation is refused with ca_pin_mismatch; a new one works.

@@ -116,3 +116,102 @@ async fn a_leader_with_a_lagging_clock_does_not_revive_an_expired_join_token() {
     let reply = api.post_json("/v1/join/token", &body).await.expect("join");
     assert_eq!(reply.status, 200, "{reply}");
 }
+
+/// The date (`YYYY-MM-DD`) of the newest log line of `a` that contains `needle`.
+fn logged_on(a: &AgentProc, needle: &str) -> Option<String> {
+    a.log()
+        .lines()
+        .rev()
+        .find(|l| l.contains(needle))
+        .and_then(|l| l.get(..10))
+        .map(String::from)
+}
+
+/// The log date a token creation on `a` gets now (each creation logs one line).
+async fn date_of_next_creation(a: &AgentProc) -> Option<String> {
+    let token = a.create_token(&["--ttl", "1h"]).await.ok()?;
+    logged_on(a, &format!("token={}", token_id(&token)))
+}
+
+#[tokio::test]
+async fn a_wall_clock_step_on_the_leader_neither_ages_nor_freezes_join_tokens() {
+    if !Path::new(FAKETIME).exists() {
+        missing_prerequisite(
+            "clock_skew",
+            "faketime",
+            "MUSTER_REQUIRE_FAKETIME",
+            "libfaketime is not installed",
+            "apt-get install faketime",
+        );
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    // The leader's wall clock reads this file on every call; its monotonic clock is real.
+    let offset = tmp.path().join("faketime");
+    std::fs::write(&offset, "+0").expect("offset");
+    let offset_path = offset.display().to_string();
+    let n1 = AgentProc::start_with_env(
+        tmp.path(),
+        "n1",
+        &["--init"],
+        &[
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", &offset_path),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    )
+    .expect("start n1");
+    wait_formed(&[&n1], 1, WAIT).await.expect("n1 formed");
+    let today = date_of_next_creation(&n1).await.expect("a creation today");
+    let before = n1.create_token(&["--ttl", "1h"]).await.expect("token");
+
+    // Two days forward.
+    std::fs::write(&offset, "+2d").expect("step forward");
+    wait_for("n1's wall clock to step forward", WAIT, || async {
+        date_of_next_creation(&n1)
+            .await
+            .filter(|d| *d != today)
+            .map(|_| ())
+    })
+    .await
+    .expect("stepped");
+    // A token of an hour made before the step is still an hour's token, not two days old.
+    assert_eq!(
+        token_state(&n1, &token_id(&before)).await.as_deref(),
+        Some("active"),
+        "a forward step does not age a live token"
+    );
+    let short = n1
+        .create_token(&["--ttl", "3s"])
+        .await
+        .expect("a 3 s token during the step");
+
+    // And back.
+    std::fs::write(&offset, "+0").expect("step back");
+    wait_for("n1's wall clock to step back", WAIT, || async {
+        date_of_next_creation(&n1)
+            .await
+            .filter(|d| *d == today)
+            .map(|_| ())
+    })
+    .await
+    .expect("stepped back");
+    // The 3 s token expires 3 s after it was made, not two days later.
+    wait_for(
+        "the 3 s token to expire",
+        Duration::from_secs(20),
+        || async {
+            (token_state(&n1, &token_id(&short)).await.as_deref() == Some("expired")).then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}: the token clock froze at the stepped reading"));
+    // A fresh token admits a machine.
+    let fresh = n1.create_token(&[]).await.expect("fresh token");
+    let joiner = AgentProc::start(tmp.path(), "n2", &["--join", &n1.addr, "--token", &fresh])
+        .expect("start n2");
+    wait_formed(&[&n1, &joiner], 2, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", joiner.log()));
+}

@@ -20,6 +20,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use muster_tests::netns::Lab;
+use muster_tests::terminal::Terminal;
 use muster_tests::*;
 use serde_json::Value;
 use tokio::process::{Child, Command};
@@ -71,25 +72,36 @@ fn lease_run(agent: &AgentProc, holder: &str, record: &Path) -> Child {
 
 /// `muster lease run` against the agent whose data dir is `dir`, its CMD recording to `record`.
 fn lease_run_at(dir: &Path, holder: &str, record: &Path) -> Child {
-    let script = format!(
-        "echo \"start $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; \
-         trap 'echo \"stop $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; exit 0' TERM; \
-         while :; do sleep 0.05; done",
-        r = record.display()
-    );
+    lease_run_command(dir, holder, record, Stdio::null())
+}
+
+/// [`lease_run_at`] with what `lease run` says going to `stderr`.
+fn lease_run_command(dir: &Path, holder: &str, record: &Path, stderr: Stdio) -> Child {
     let mut command = Command::new(bin_path("muster"));
     clear_muster_env(&mut command);
     command
         .args(["lease", "run", "job", "--ttl", &format!("{TTL_SECS}s")])
         .args(["--grace", "1s", "--holder", holder, "--data-dir"])
         .arg(dir)
-        .args(["--", "sh", "-c", &script])
+        .args(["--", "sh", "-c", &recording_cmd(record)])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .expect("lease run")
+}
+
+/// A CMD that records its start and stop (on SIGTERM or SIGINT) with its fencing token. It
+/// ends by itself once the record is gone (with the test's temp dir), so that a CMD a failed
+/// test leaves behind does not run on.
+fn recording_cmd(record: &Path) -> String {
+    format!(
+        "echo \"start $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; \
+         trap 'echo \"stop $MUSTER_LEASE_TOKEN $MUSTER_LEASE_HOLDER $(date +%s%N)\" >> {r}; exit 0' TERM INT; \
+         while [ -e {r} ]; do sleep 0.05; done",
+        r = record.display()
+    )
 }
 
 /// One grant as CMD recorded it: (token, holder, started, stopped) in ns since the epoch.
@@ -723,14 +735,20 @@ async fn bad_lease_and_kv_input_is_refused_with_its_kind() {
     assert!(ok["revision"].as_u64().expect("rev") > rev);
 }
 
-/// `--server A,B,C` keeps the cluster's addresses: the member that answered last is removed,
-/// and a command given only dead addresses still finds the cluster through the members the
-/// last answer listed, then keeps the new list.
+/// `--server A,B,C` names the cluster a command acts on. It fails over between the given
+/// members of that cluster and keeps the cluster's current member list; but a `--server` that
+/// is dead, mistyped or another cluster's is an error naming it, never answered by remembered
+/// members: with cluster A's token, `kv put --server <cluster B's member>` fails and neither
+/// cluster changes.
 #[tokio::test]
-async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list() {
+async fn the_cli_acts_only_on_the_cluster_its_server_names() {
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let (mut agents, token) = cluster(tmp.path(), &d, "al").await;
+    let other = init_and_join(tmp.path(), &["bl1"])
+        .await
+        .expect("cluster B");
+    let b = &other[0];
     let state_home = tmp.path().join("state");
     let state_home_s = state_home.to_string_lossy().to_string();
     let env = [
@@ -751,11 +769,14 @@ async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list()
         .await
         .expect("run");
     assert_eq!(code, 0, "{out}{err}");
+    let cluster_a = serde_json::from_str::<Value>(&out).expect("status")["cluster_id"].clone();
     let k = known();
     assert_eq!(k["last_good"], agents[0].addr.as_str());
+    assert_eq!(k["cluster_id"], cluster_a, "{k}");
     assert_eq!(k["members"].as_array().map(Vec::len), Some(3), "{k}");
 
-    // The last good address goes away for good.
+    // The last good address goes away for good: it is tried first, and the next given member
+    // of the same cluster answers.
     let gone = agents[0].addr.clone();
     let (code, out, err) = agents[1]
         .cli(&["node", "remove", &agents[0].name, "--json"])
@@ -763,12 +784,14 @@ async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list()
         .expect("remove");
     assert_eq!(code, 0, "{out}{err}");
     let _ = agents[0].wait_exit(Duration::from_secs(30)).await;
-    let dead = format!("127.0.0.1:{}", free_port());
-    let stale = format!("{dead},{gone}");
-    let (code, out, err) = run_muster(&["kv", "put", "k", "v", "--server", &stale, "--json"], &env)
-        .await
-        .expect("run");
-    assert_eq!(code, 0, "only stale addresses were given: {out}{err}");
+    let failover = format!("{gone},{}", agents[1].addr);
+    let (code, out, err) = run_muster(
+        &["kv", "put", "k", "v", "--server", &failover, "--json"],
+        &env,
+    )
+    .await
+    .expect("run");
+    assert_eq!(code, 0, "a live member was given: {out}{err}");
     let k = known();
     let members: Vec<&str> = k["members"]
         .as_array()
@@ -778,7 +801,72 @@ async fn the_cli_finds_the_cluster_from_stale_addresses_and_refreshes_its_list()
         .collect();
     assert_eq!(members.len(), 2, "{k}");
     assert!(!members.contains(&gone.as_str()), "{k}");
-    assert_ne!(k["last_good"], gone.as_str());
+    assert_eq!(k["last_good"], agents[1].addr.as_str());
+
+    // Only dead addresses: an error naming them, although live members are remembered.
+    let dead = format!("127.0.0.1:{}", free_port());
+    let stale = format!("{dead},{gone}");
+    let (code, out, err) = run_muster(&["kv", "get", "k", "--server", &stale, "--json"], &env)
+        .await
+        .expect("run");
+    assert_eq!(code, 1, "only stale addresses were given: {out}{err}");
+    let e: Value = serde_json::from_str(out.trim()).expect("json error");
+    assert_eq!(e["kind"], "unreachable", "{err}");
+    let message = e["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&dead) && message.contains(&gone), "{err}");
+    assert!(
+        message.contains(&agents[1].addr),
+        "names the remembered members: {err}"
+    );
+    assert!(
+        !out.contains("\"value\""),
+        "answered from remembered members: {out}"
+    );
+
+    // A mistyped port: the same, in words for a person.
+    let (code, out, err) = run_muster(&["kv", "get", "k", "--server", &dead], &env)
+        .await
+        .expect("run");
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&dead) && err.contains("Check the address and port"),
+        "{err}"
+    );
+
+    // Cluster A's token with cluster B's member: refused before the token is sent, naming both
+    // CAs; nothing is written to either cluster.
+    let (code, out, err) = run_muster(
+        &["kv", "put", "wrong", "x", "--server", &b.addr, "--json"],
+        &env,
+    )
+    .await
+    .expect("run");
+    assert_eq!(
+        code, 1,
+        "wrote with cluster A's token through {}: {out}{err}",
+        b.addr
+    );
+    let e: Value = serde_json::from_str(out.trim()).expect("json error");
+    assert_eq!(e["kind"], "ca_pin_mismatch", "{err}");
+    let message = e["message"].as_str().unwrap_or_default();
+    let pin_a = token.split('.').nth(1).expect("pin in token");
+    assert!(message.contains(&b.addr), "{err}");
+    assert!(
+        message.contains(&pin_a[..16]),
+        "names the token's CA: {err}"
+    );
+    assert!(
+        message.contains(cluster_a.as_str().unwrap_or("?")),
+        "names the token's cluster: {err}"
+    );
+    for (what, out) in [
+        ("A", agents[1].cli(&["kv", "list", "--json"]).await),
+        ("B", b.cli(&["kv", "list", "--json"]).await),
+    ] {
+        let (code, out, err) = out.expect("kv list");
+        assert_eq!(code, 0, "{err}");
+        assert!(!out.contains("wrong"), "cluster {what} changed: {out}");
+    }
 
     // A fresh client with one live address among dead ones.
     let fresh = tmp.path().join("fresh").to_string_lossy().to_string();
@@ -973,4 +1061,156 @@ async fn lease_run_stops_the_children_cmd_leaves_behind() {
         .expect("status");
     assert_eq!(status.code(), Some(69));
     gone(pid, "CMD's child to be killed").await;
+}
+
+/// `lease run` in a terminal, as a shell job on a pseudo-terminal. Ctrl-Z reaches only `lease
+/// run` (CMD runs in its own process group): it refuses to be suspended while CMD holds the
+/// lease, so no second holder starts CMD beside the first, and after Ctrl-C the lease goes on
+/// in order. A `lease run` stopped where it cannot refuse (SIGSTOP) owns up afterwards: CMD
+/// may have run beside the next holder, never "stopped before the lease could go to another
+/// holder".
+#[tokio::test]
+async fn ctrl_z_on_lease_run_never_lets_a_second_holder_run_beside_cmd() {
+    use muster_tests::terminal::{CTRL_C, CTRL_Z};
+    const IN_TIME: &str = "stopped before the lease could go to another holder";
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (agents, _) = cluster(tmp.path(), &d, "tz").await;
+    let record = tmp.path().join("record");
+    let script = tmp.path().join("cmd.sh");
+    std::fs::write(&script, recording_cmd(&record)).expect("script");
+    let mut tty = Terminal::start(tmp.path(), "holder").expect("terminal");
+    type_lease_run(
+        &mut tty,
+        &agents[0].data_dir,
+        "tty",
+        &script,
+        "acquired by tty",
+    )
+    .await;
+    assert_eq!(next_holder(&record, 0, FORM).await, "tty");
+
+    tty.key(CTRL_Z).await.expect("Ctrl-Z");
+    let mut other = lease_run(&agents[1], "other", &record);
+    // The lease would go to `other` one TTL after the last renewal if `lease run` were
+    // stopped: for three TTLs, the first CMD must stay the only one.
+    let watch_until = Instant::now() + Duration::from_secs(3 * TTL_SECS);
+    while Instant::now() < watch_until {
+        let g = grants(&record);
+        assert!(
+            g.len() == 1 && g[0].stop.is_none(),
+            "Ctrl-Z let a second holder start CMD (or stopped the first): {g:?}\nterminal:\n{}",
+            tty.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tty.wait_output("cannot be suspended while", Duration::from_secs(5))
+        .await
+        .expect("the refusal is said");
+
+    // Ctrl-C ends CMD, and the lease is released.
+    tty.key(CTRL_C).await.expect("Ctrl-C");
+    assert_eq!(next_holder(&record, 1, FORM).await, "other");
+    check_history(&grants(&record), 2);
+    assert!(!tty.output().contains(IN_TIME), "{}", tty.output());
+
+    // A `lease run` that only waits holds nothing: Ctrl-Z stops it as usual, `fg` resumes it,
+    // and Ctrl-C ends it (130) without it ever starting CMD.
+    let waits = "waiting: lease job is held by other";
+    type_lease_run(&mut tty, &agents[2].data_dir, "waiter", &script, waits).await;
+    tty.key(CTRL_Z).await.expect("Ctrl-Z");
+    tty.wait_output("Stopped", Duration::from_secs(10))
+        .await
+        .expect("a waiting lease run is suspended");
+    tty.type_line("fg").await.expect("type");
+    // Ctrl-C only once the job runs in the foreground again (else it reaches the shell).
+    let waiter = "--holder waiter";
+    wait_for("the waiting lease run in the foreground", FORM, || async {
+        job(waiter)
+            .is_some_and(|(state, pgrp, tpgid)| state != "T" && pgrp == tpgid)
+            .then_some(())
+    })
+    .await
+    .expect("fg");
+    tty.key(CTRL_C).await.expect("Ctrl-C");
+    // Typed once it has gone, so that the shell reads it.
+    wait_for("the waiting lease run to end", FORM, || async {
+        job(waiter).is_none().then_some(())
+    })
+    .await
+    .expect("Ctrl-C ends a waiting lease run");
+    tty.type_line("echo waited-$?").await.expect("type");
+    tty.wait_output("waited-130", Duration::from_secs(10))
+        .await
+        .expect("Ctrl-C ends a waiting lease run");
+    assert_eq!(grants(&record).len(), 2, "{:?}", grants(&record));
+
+    // SIGSTOP cannot be refused: `other` stays stopped until a third holder has the lease, and
+    // says so when it runs again.
+    drop(tty);
+    let said = tmp.path().join("other.err");
+    let mut stopped = lease_run_command(
+        &agents[2].data_dir,
+        "stopped",
+        &record,
+        std::fs::File::create(&said).expect("stderr file").into(),
+    );
+    // SIGTERM goes on to CMD, which ends; `other` releases the lease and `stopped` gets it.
+    signal(other.id().expect("pid"), "TERM").expect("SIGTERM");
+    let _ = tokio::time::timeout(FORM, other.wait()).await;
+    let holder = next_holder(&record, 2, FORM).await;
+    assert_eq!(holder, "stopped");
+    let pid = stopped.id().expect("pid");
+    signal(pid, "STOP").expect("SIGSTOP");
+    let mut third = lease_run(&agents[0], "third", &record);
+    assert_eq!(next_holder(&record, 3, FORM).await, "third");
+    signal(pid, "CONT").expect("SIGCONT");
+    let status = tokio::time::timeout(FORM, stopped.wait())
+        .await
+        .expect("the resumed lease run ends")
+        .expect("status");
+    assert_eq!(status.code(), Some(69));
+    let text = std::fs::read_to_string(&said).unwrap_or_default();
+    assert!(
+        text.contains("may have run beside the next holder") && !text.contains(IN_TIME),
+        "{text}"
+    );
+    signal(third.id().expect("pid"), "TERM").expect("SIGTERM");
+    let _ = tokio::time::timeout(FORM, third.wait()).await;
+}
+
+/// Types `lease run` into a terminal (CMD: the script at `script`) and waits until it shows
+/// `shows`.
+async fn type_lease_run(tty: &mut Terminal, dir: &Path, holder: &str, script: &Path, shows: &str) {
+    let line = format!(
+        "{} lease run job --ttl {TTL_SECS}s --grace 1s --holder {holder} --data-dir {} -- sh {}",
+        bin_path("muster").display(),
+        dir.display(),
+        script.display()
+    );
+    tty.type_line(&line).await.expect("type");
+    tty.wait_output(shows, FORM).await.expect("lease run");
+}
+
+/// The `lease run` whose command line contains `needle`, as /proc shows it: its state (`T`:
+/// stopped), process group and its terminal's foreground process group.
+fn job(needle: &str) -> Option<(String, String, String)> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    dir.flatten().find_map(|entry| {
+        let path = entry.path();
+        let cmdline = std::fs::read(path.join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !cmdline.contains(needle) || !cmdline.contains("lease run") {
+            return None;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+        // After the command name: state ppid pgrp session tty_nr tpgid …
+        let (_, rest) = stat.rsplit_once(')')?;
+        match rest.split_whitespace().collect::<Vec<_>>()[..] {
+            [state, _, pgrp, _, _, tpgid, ..] if state != "Z" => {
+                Some((state.to_string(), pgrp.to_string(), tpgid.to_string()))
+            }
+            _ => None,
+        }
+    })
 }

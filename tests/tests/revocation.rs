@@ -115,3 +115,86 @@ async fn a_removed_members_certificate_is_refused_at_the_handshake_on_every_rout
         .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&removed.log(), 20)));
     assert_ne!(exit, None, "{}", tail(&removed.log(), 20));
 }
+
+/// The node id and cluster of the member whose data dir is `dir`, from its own files.
+fn target_of_dir(name: &str, dir: &std::path::Path, addr: &str) -> Target {
+    let key = std::fs::read_to_string(dir.join("node.key")).expect("node key");
+    let key = muster_shared::tls::NodeKey::from_pem(&key).expect("key");
+    let cluster: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("cluster.json")).expect("cluster.json"),
+    )
+    .expect("json");
+    Target {
+        name: name.into(),
+        node_id: key.member_id(),
+        cluster_id: cluster["cluster_id"].as_str().expect("cluster id").into(),
+        addr: addr.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_joiner_refuses_a_removed_members_certificate_before_it_has_the_state() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut agents = init_and_join(tmp.path(), &["q1", "q2", "q3"])
+        .await
+        .expect("three members");
+    let (code, out, err) = agents[0]
+        .cli(&["node", "remove", "q3"])
+        .await
+        .expect("remove");
+    assert_eq!(code, 0, "{out}{err}");
+    let mut removed = agents.pop().expect("q3");
+    removed.wait_exit(WAIT).await.expect("q3 stops");
+    let revoked = Credential::member(&removed.data_dir).expect("q3's files");
+
+    // The joiner advertises an address nobody listens on, so the leader never reaches it:
+    // it runs on its admission alone, with no replicated state yet.
+    let token = agents[0].create_token(&[]).await.expect("token");
+    let unreachable = format!("127.0.0.1:{}", muster_tests::free_port());
+    let listen = format!("127.0.0.1:{}", muster_tests::free_port());
+    let joiner = muster_tests::AgentProc::start_bare(
+        tmp.path(),
+        "fresh",
+        &unreachable,
+        &[
+            "--advertise",
+            &unreachable,
+            "--listen",
+            &listen,
+            "--metrics-listen",
+            "off",
+            "--join",
+            &agents[0].addr,
+            "--token",
+            &token,
+        ],
+        None,
+    )
+    .expect("start the joiner");
+    wait_for("the joiner to be admitted", WAIT, || async {
+        joiner.data_dir.join("cluster.json").exists().then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&joiner.log(), 20)));
+    let target = target_of_dir("fresh", &joiner.data_dir, &listen);
+    let member = Credential::member(&agents[1].data_dir).expect("q2's files");
+    wait_for(
+        "the joiner's node port to answer a member",
+        WAIT,
+        || async {
+            let api = PeerApi::new(&target, &member).ok()?;
+            api.get("/raft/member").await.ok().map(|_| ())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&joiner.log(), 20)));
+    let reply = PeerApi::new(&target, &revoked)
+        .expect("client")
+        .raw("POST", "/raft/append", &[], b"{}".to_vec())
+        .await;
+    assert!(
+        reply.is_err(),
+        "the new joiner answered a removed member's certificate: {:?}",
+        reply.map(|r| (r.status, r.text))
+    );
+}

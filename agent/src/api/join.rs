@@ -15,11 +15,16 @@ pub struct JoinRequest {
 }
 
 /// `POST /v1/join/token`. It carries the token's secret, so it only ever travels inside TLS to
-/// a server that proved the pinned CA, and is hashed on arrival.
+/// a server that proved the pinned CA, and is hashed on arrival. A machine joining with the
+/// pre-shared join secret sends no secret (`secret` is empty) but `secret_signature`, the
+/// secret's signature over its node id, name, address and key (`SecretJoinClaim`).
 #[derive(Clone, Serialize, Deserialize)]
 pub struct TokenJoinRequest {
     pub token_id: String,
+    #[serde(default)]
     pub secret: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_signature: Option<String>,
     pub node_id: String,
     pub name: String,
     pub addr: String,
@@ -48,6 +53,10 @@ pub struct JoinResponse {
     pub ca_cert_pem: String,
     pub cert_pem: String,
     pub node_id: String,
+    /// Members removed from the cluster (ids, hex): the new node refuses their certificates
+    /// from its first handshake, before it has the replicated state.
+    #[serde(default)]
+    pub revoked_ids: Vec<String>,
 }
 
 /// `POST /v1/join/hello`: a machine that holds the pre-shared join secret but no CA pin yet

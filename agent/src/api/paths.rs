@@ -52,6 +52,9 @@ pub const STEADY_STATE: &str = "/v1/steady-state";
 /// On every answer to an operator call over TCP: the members' advertise addresses,
 /// comma-separated, so that clients keep a current list (`--server A,B,C`).
 pub const MEMBERS_HEADER: &str = "muster-members";
+/// On every answer to an operator call over TCP: the id of the cluster that answered, so that
+/// a client can tell that every answer of one command came from the cluster it meant.
+pub const CLUSTER_HEADER: &str = "muster-cluster";
 /// Prometheus text (the metrics listener; the operator API with a token).
 pub const METRICS: &str = "/metrics";
 /// Liveness and readiness, on the metrics listener.

@@ -238,4 +238,16 @@ pub struct CaStatus {
     /// The members the phase waits for, by name.
     #[serde(default)]
     pub waiting_for: Vec<String>,
+    /// After `--finish`: the ids of the join and operator tokens it revoked (made under the
+    /// old CA), and of the join secret that stopped working.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_join_tokens: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired_operator_tokens: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_join_secret: Option<String>,
+    /// After `--finish`, when a join secret was live: the secret that replaces it (`JS1.…`),
+    /// shown here once and stored nowhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_secret: Option<String>,
 }

@@ -62,9 +62,16 @@ pub enum Command {
     },
     /// Start a new one-node cluster from a backup (into an empty --data-dir), then keep running
     /// it like `muster agent`. It gets a new cluster id, keeps the CA, the key-value space and
-    /// the operator tokens, revokes the join tokens, and prints a new operator token.
+    /// the operator tokens, revokes the join tokens, and prints a new operator token. Refused if
+    /// a member of the backed-up cluster answers with another CA (the backup predates a CA
+    /// rotation and would bring the retired CA back).
     Restore {
         file: PathBuf,
+        /// Restore a backup even though its cluster has retired its CA since (`muster ca rotate
+        /// --finish`): the retired CA, whose key removed machines may hold, becomes the new
+        /// cluster's CA.
+        #[arg(long)]
+        allow_retired_ca: bool,
         #[command(flatten)]
         flags: AgentFlags,
     },
@@ -164,8 +171,9 @@ pub enum CaCommand {
     /// Start replacing the cluster CA: every member trusts a new CA next to the old, then
     /// renews its certificate from it (no restart, no moment in which two members cannot
     /// talk). Once `muster ca status` says `ready`, end it with `--finish`: the old CA is no
-    /// longer trusted, and join and operator tokens made before the rotation stop working
-    /// (make new ones). Needs an admin token over TCP.
+    /// longer trusted, every join and operator token made under it is revoked (the finish
+    /// lists them; make new ones), and a live join secret is replaced by a new one, printed
+    /// once: put it in your machines' user-data. Needs an admin token over TCP.
     Rotate {
         /// End the rotation in progress (refused while a member still holds a certificate
         /// from the old CA).

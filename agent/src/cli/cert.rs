@@ -79,12 +79,7 @@ pub async fn ca_rotate(
         return Ok(());
     }
     if finish {
-        outln!(
-            "CA rotation finished: the cluster's CA is now {} and the old one is no longer trusted. \
-             Join and operator tokens made before the rotation no longer work: make new ones \
-             (muster token create, muster operator-token create on a member)",
-            short(&status.pin)
-        );
+        print_finish(&status);
     } else {
         outln!(
             "CA rotation started: new CA {}. Members trust it next to the old one, then renew \
@@ -94,6 +89,43 @@ pub async fn ca_rotate(
         );
     }
     Ok(())
+}
+
+/// What `ca rotate --finish` did: the new CA, the tokens it revoked and the join secret that
+/// replaces a live one (printed once: it is stored nowhere).
+fn print_finish(status: &CaStatus) {
+    outln!(
+        "CA rotation finished: the cluster's CA is now {} and the old one is no longer trusted.",
+        short(&status.pin)
+    );
+    for (kind, ids) in [
+        ("join", &status.retired_join_tokens),
+        ("operator", &status.retired_operator_tokens),
+    ] {
+        if !ids.is_empty() {
+            outln!(
+                "Revoked {} {kind} token(s) made under the old CA: {}",
+                ids.len(),
+                ids.join(", ")
+            );
+        }
+    }
+    outln!(
+        "Tokens made under the old CA no longer work: make new ones on a member (muster token \
+         create, muster operator-token create)."
+    );
+    match (&status.retired_join_secret, &status.join_secret) {
+        (Some(old), Some(new)) => outln!(
+            "The join secret {old} is revoked. Its replacement, shown only now:\n\n  {new}\n\n\
+             Write it to the --join-secret-file of your machines' user-data (launch template, \
+             Butane) before new machines start: machines still holding the old secret cannot join."
+        ),
+        (Some(old), None) => outln!(
+            "The join secret {old} is revoked; make a new one with `muster secret generate` and \
+             start a member with it, or use join tokens."
+        ),
+        _ => {}
+    }
 }
 
 /// `muster ca status`.

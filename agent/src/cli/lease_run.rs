@@ -8,10 +8,20 @@
 //! `sent + TTL − grace − margin` and SIGKILL at `sent + TTL − margin`, measured on this machine's
 //! monotonic clock from the last renewal that succeeded. When CMD exits by itself the lease is
 //! released and `lease run` exits with CMD's status. Signals sent to `lease run` go to CMD.
+//!
+//! A `lease run` that is not running cannot keep that rule: nothing renews, nothing stops CMD
+//! (which runs in its own process group, so a terminal's Ctrl-Z never reaches it). So while CMD
+//! holds the lease, Ctrl-Z (SIGTSTP) is refused with a message, and CMD and the lease go on:
+//! stopping CMD too would not be safe either, as a stopped CMD keeps its files, locks and
+//! half-done work while the lease goes to the next holder, and it would carry on beside that
+//! holder after `fg`. While `lease run` only waits for the lease it holds nothing, and Ctrl-Z
+//! stops it as usual. What cannot be caught (SIGSTOP, a debugger, a paused VM) is owned up to:
+//! when `lease run` finds it ran too late to stop CMD before the lease could go elsewhere, it
+//! says that CMD may have run beside the next holder, never that CMD was stopped in time.
 
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Signal, getpid, kill_process, kill_process_group};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -85,7 +95,7 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     let target = std::sync::Arc::new(target);
     // Signals are caught before CMD exists, so none can end `lease run` and leave CMD behind.
     let mut signals = Signals::new()?;
-    let (lease, sent) = acquire(&target, &s).await?;
+    let (lease, sent) = acquire(&target, &s, &mut signals).await?;
     // Renewing and releasing need the grant's key (a claim without it is refused even under
     // our holder id).
     let Some(key) = lease.key.clone() else {
@@ -94,6 +104,16 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
             s.name
         )));
     };
+    // Decided before CMD starts: a grant that went stale since it was answered (`lease run`
+    // was stopped in between) would leave CMD no time at all.
+    if Instant::now() + s.grace + s.margin() >= sent + s.ttl {
+        release(&target, &s, &key).await;
+        return Err(CliError::LeaseLost(format!(
+            "lease run was stopped between being granted lease {} and starting {}, until the \
+             grant was about to run out; {} was not started. Run it again",
+            s.name, s.command[0], s.command[0]
+        )));
+    }
     eprintln!(
         "muster: lease {} acquired by {} (fencing token {}); starting {}",
         s.name, s.holder, lease.token, s.command[0]
@@ -133,8 +153,11 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     };
     let renewer = tokio::spawn(renew(target.clone(), grant, sent, valid_tx));
 
+    // Until when the lease was last known to be ours (the latest renewal's).
+    let mut held_until = sent + s.ttl;
     let outcome = loop {
         let valid_until = *valid_rx.borrow();
+        held_until = valid_until.unwrap_or(held_until);
         let stop_at = valid_until
             .map(|v| {
                 v.checked_sub(s.grace + s.margin())
@@ -143,7 +166,10 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
             .unwrap_or_else(Instant::now);
         tokio::select! {
             status = child.wait() => break Ok(status),
-            sig = signals.next() => forward(pid, sig),
+            caught = signals.next() => match caught {
+                Caught::Pass(sig) => forward(pid, sig),
+                Caught::Suspend => refuse_suspend(&s),
+            },
             changed = valid_rx.changed() => {
                 // The renewer has ended: nothing renews the lease any more.
                 if changed.is_err() {
@@ -157,6 +183,14 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
     match outcome {
         Ok(status) => {
             let status = status.map_err(|e| CliError::Failed(format!("waiting for CMD: {e}")))?;
+            if let Some(late) = overran(held_until) {
+                eprintln!(
+                    "muster: warning: lease run was not running (stopped or paused) until {late:?} \
+                     after lease {} could have gone to another holder, and {} exited meanwhile: \
+                     it may have run beside the next holder",
+                    s.name, s.command[0]
+                );
+            }
             // Whatever CMD left running in its group goes before the lease does.
             signal_group(pid, Signal::KILL);
             release(&target, &s, &key).await;
@@ -176,11 +210,60 @@ pub async fn run(target: Target, s: RunSettings) -> Result<(), CliError> {
                     .unwrap_or_else(Instant::now),
             )
             .await;
+            if let Some(late) = overran(held_until) {
+                return Err(CliError::LeaseLost(format!(
+                    "lease run itself was not running (stopped with SIGSTOP, by a debugger, or \
+                     a paused machine), so {} was stopped {late:?} after lease {} could have gone \
+                     to another holder: it may have run beside the next holder. Do not stop \
+                     lease run while CMD runs",
+                    s.command[0], s.name
+                )));
+            }
             Err(CliError::LeaseLost(format!(
                 "lease {} could not be renewed in time (is the local agent up, and does the \
                  cluster have a leader?); {} was stopped before the lease could go to another holder",
                 s.name, s.command[0]
             )))
+        }
+    }
+}
+
+/// How long after `held_until` (the latest moment the lease was surely ours) it is now, if it
+/// is later: the time CMD may have run without the lease.
+fn overran(held_until: Instant) -> Option<Duration> {
+    let late = Instant::now().saturating_duration_since(held_until);
+    (!late.is_zero()).then_some(late)
+}
+
+/// Ctrl-Z while CMD holds the lease: `lease run` stays, and says why (see the module comment).
+fn refuse_suspend(s: &RunSettings) {
+    eprintln!(
+        "muster: lease run cannot be suspended while {} holds lease {}: a stopped lease run \
+         cannot renew the lease, and {} would run on beside the next holder. It keeps running; \
+         Ctrl-C stops it and releases the lease",
+        s.command[0], s.name, s.command[0]
+    );
+}
+
+/// Waits `delay` while nothing is held. The signals caught for CMD act meanwhile as they act
+/// on any program (the handlers are installed before the first claim, so that none can fall
+/// between a grant and CMD's start, and would otherwise swallow them): Ctrl-Z stops `lease
+/// run`, and a claim answered after `fg` is judged by its age, as any late answer is; the
+/// others end it, as 128 + the signal.
+async fn idle(delay: Duration, signals: &mut Signals) -> Result<(), CliError> {
+    let until = Instant::now() + delay;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => return Ok(()),
+            caught = signals.next() => match caught {
+                Caught::Suspend => {
+                    let _ = kill_process(getpid(), Signal::STOP);
+                }
+                Caught::Pass(sig) => {
+                    let code = u8::try_from(128 + sig.as_raw()).unwrap_or(1);
+                    return Err(CliError::CommandExit(code));
+                }
+            }
         }
     }
 }
@@ -201,7 +284,11 @@ async fn release(target: &Target, s: &RunSettings, key: &str) {
 }
 
 /// Waits for the lease (unless `--wait=false`), saying once who holds it.
-async fn acquire(target: &Target, s: &RunSettings) -> Result<(LeaseInfo, Instant), CliError> {
+async fn acquire(
+    target: &Target,
+    s: &RunSettings,
+    signals: &mut Signals,
+) -> Result<(LeaseInfo, Instant), CliError> {
     let mut said: Option<String> = None;
     let mut outage: Option<Backoff> = None;
     // The key of a grant of ours whose answer came too late to use (renewed on the next claim).
@@ -216,7 +303,7 @@ async fn acquire(target: &Target, s: &RunSettings) -> Result<(LeaseInfo, Instant
                 if lease.key.is_some() {
                     key = lease.key;
                 }
-                tokio::time::sleep(WAIT_POLL).await;
+                idle(WAIT_POLL, signals).await?;
             }
             Ok(mut lease) => {
                 if lease.key.is_none() {
@@ -239,14 +326,14 @@ async fn acquire(target: &Target, s: &RunSettings) -> Result<(LeaseInfo, Instant
                     eprintln!("muster: waiting: {}", e.message);
                     said = Some(holder);
                 }
-                tokio::time::sleep(WAIT_POLL).await;
+                idle(WAIT_POLL, signals).await?;
             }
             Err(e) if transient(&e) => {
                 let backoff = outage.get_or_insert_with(|| {
                     eprintln!("muster: cannot claim lease {} yet ({e}); retrying", s.name);
                     Backoff::new(Duration::from_millis(200), Duration::from_secs(2))
                 });
-                backoff.wait().await;
+                idle(backoff.next_delay(), signals).await?;
             }
             Err(e) => return Err(e),
         }
@@ -363,9 +450,18 @@ fn exit_code(status: std::process::ExitStatus) -> u8 {
     }
 }
 
-/// The signals `lease run` passes on to CMD.
+/// A signal `lease run` caught.
+enum Caught {
+    /// One to pass on to CMD.
+    Pass(Signal),
+    /// Ctrl-Z.
+    Suspend,
+}
+
+/// The signals `lease run` passes on to CMD, and Ctrl-Z, which it does not.
 struct Signals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
+    suspend: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -383,11 +479,13 @@ impl Signals {
                 .map_err(|e| CliError::Failed(format!("cannot catch signal {sig:?}: {e}")))?;
             streams.push((sig, stream));
         }
-        Ok(Self { streams })
+        let suspend = signal(SignalKind::from_raw(Signal::TSTP.as_raw()))
+            .map_err(|e| CliError::Failed(format!("cannot catch signal SIGTSTP: {e}")))?;
+        Ok(Self { streams, suspend })
     }
 
     /// The next signal that arrives.
-    async fn next(&mut self) -> Signal {
+    async fn next(&mut self) -> Caught {
         let futures = self.streams.iter_mut().map(|(sig, s)| {
             let sig = *sig;
             Box::pin(async move {
@@ -395,7 +493,10 @@ impl Signals {
                 sig
             })
         });
-        futures_select(futures).await
+        tokio::select! {
+            sig = futures_select(futures) => Caught::Pass(sig),
+            _ = self.suspend.recv() => Caught::Suspend,
+        }
     }
 }
 

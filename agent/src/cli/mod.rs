@@ -11,6 +11,7 @@ mod lease_run;
 pub mod output;
 mod run;
 mod servers;
+mod tcp;
 
 pub use args::Cli;
 pub use run::{Failure, run};
@@ -33,15 +34,15 @@ use crate::client::{self, CallError};
 use crate::config::LEGACY_TOKEN_ENV;
 use crate::{config, datadir, outln};
 
-/// How long one operator call may take (the leader's longest answer, `node remove`, takes 25 s).
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Why an operator command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// A command-line mistake.
     #[error("{0}")]
     Usage(String),
+    /// An answer came from another cluster than the one the command acts on.
+    #[error("{0}")]
+    WrongCluster(String),
     /// The agent answered with an error.
     #[error("{} ({})", .0.message, .0.kind)]
     Api(ApiError),
@@ -113,12 +114,9 @@ pub enum Target {
     /// `<data-dir>/muster.sock`: the socket's permissions are the access control.
     Socket(PathBuf),
     /// `--server HOST:PORT[,HOST:PORT…]`: any member's TLS port, with the operator token from
-    /// MUSTER_OPERATOR_TOKEN. The server must present the CA the token pins. The addresses are
-    /// tried in the order `servers.rs` gives.
-    Tcp {
-        servers: Vec<String>,
-        token: SecretToken,
-    },
+    /// MUSTER_OPERATOR_TOKEN. The server must present the CA the token pins, and every answer
+    /// must come from one cluster (`tcp.rs`).
+    Tcp(tcp::Cluster),
 }
 
 impl Target {
@@ -137,7 +135,7 @@ impl Target {
                     "--server: give HOST:PORT of a member, or several separated by commas".into(),
                 ));
             }
-            return Ok(Target::Tcp { servers, token });
+            return Ok(Target::Tcp(tcp::Cluster::new(servers, token)));
         }
         let dir = env("MUSTER_DATA_DIR")
             .map(PathBuf::from)
@@ -155,7 +153,7 @@ impl Target {
         let answer = match self {
             Target::Socket(sock) => {
                 let (status, bytes) =
-                    client::socket_call(sock, method, path, body, CALL_TIMEOUT)
+                    client::socket_call(sock, method, path, body, tcp::CALL_TIMEOUT)
                         .await
                         .map_err(|e| {
                             CliError::Unreachable(format!(
@@ -167,75 +165,41 @@ impl Target {
                         })?;
                 client::decode_answer(status, &bytes)
             }
-            Target::Tcp { servers, token } => tcp_call(servers, token, method, path, body).await,
+            Target::Tcp(cluster) => {
+                return cluster.call(method, path, body).await.map_err(tcp_failure);
+            }
         };
-        answer.map_err(|e| match e {
-            CallError::Api(e) => CliError::Api(e),
-            CallError::PinMismatch { addr } => CliError::Api(ApiError::new(
-                ErrorKind::CaPinMismatch,
-                format!(
-                    "{addr} does not present the CA of the operator token's cluster; refusing to send it the token"
-                ),
-            )),
-            CallError::Unreachable { addr, reason, .. } => CliError::Unreachable(format!(
-                "cannot reach the agent at {addr}: {reason} (is it running, and is the port open from here?)"
-            )),
-            CallError::Setup(m) => CliError::Failed(m),
-        })
+        answer.map_err(call_failure)
     }
 }
 
-/// One call over TCP: to the address that answered last, then to the cluster's other known
-/// members, until one answers. Only a request that never reached a server moves on to the next
-/// (a write that may have arrived is never sent twice).
-async fn tcp_call<T: DeserializeOwned>(
-    given: &[String],
-    token: &SecretToken,
-    method: &str,
-    path: &str,
-    body: Option<String>,
-) -> Result<T, CallError> {
-    let pin = token.ca_pin();
-    let http = client::pinned(pin, CALL_TIMEOUT)?;
-    let method = reqwest::Method::from_bytes(method.as_bytes())
-        .map_err(|e| CallError::Setup(e.to_string()))?;
-    let candidates = servers::shuffled(given, &servers::load(pin));
-    let mut last = None;
-    for server in &candidates {
-        let mut req = http
-            .request(method.clone(), format!("https://{server}{path}"))
-            .bearer_auth(token.reveal());
-        if let Some(body) = &body {
-            req = req
-                .header("content-type", "application/json")
-                .body(body.clone());
+/// What a call over TCP that failed tells the operator.
+fn tcp_failure(e: tcp::TcpError) -> CliError {
+    match e {
+        tcp::TcpError::Call(e) => call_failure(e),
+        e @ tcp::TcpError::OtherCa { .. } => {
+            CliError::Api(ApiError::new(ErrorKind::CaPinMismatch, e.to_string()))
         }
-        match client::send_json_with_header(server, req, paths::MEMBERS_HEADER).await {
-            Ok((value, members)) => {
-                servers::remember(pin, server, members.as_deref());
-                return Ok(value);
-            }
-            // No leader where it was asked (cut off from the majority): nothing was applied, so
-            // another member may be asked.
-            Err(CallError::Api(e)) if e.kind == ErrorKind::NoLeader => {
-                servers::forget(pin, server);
-                last = Some(CallError::Api(e));
-            }
-            Err(CallError::Api(e)) => {
-                // An answer: the server is there.
-                servers::remember(pin, server, None);
-                return Err(CallError::Api(e));
-            }
-            Err(
-                e @ (CallError::Unreachable { connect: true, .. } | CallError::PinMismatch { .. }),
-            ) => {
-                servers::forget(pin, server);
-                last = Some(e);
-            }
-            Err(e) => return Err(e),
-        }
+        e @ tcp::TcpError::OtherCluster { .. } => CliError::WrongCluster(e.to_string()),
+        e @ tcp::TcpError::NoneAnswered { .. } => CliError::Unreachable(e.to_string()),
     }
-    Err(last.unwrap_or_else(|| CallError::Setup("no --server address to try".into())))
+}
+
+/// What a call that got no usable answer tells the operator.
+fn call_failure(e: CallError) -> CliError {
+    match e {
+        CallError::Api(e) => CliError::Api(e),
+        CallError::PinMismatch { addr, .. } => CliError::Api(ApiError::new(
+            ErrorKind::CaPinMismatch,
+            format!(
+                "{addr} does not present the CA of the operator token's cluster; refusing to send it the token"
+            ),
+        )),
+        CallError::Unreachable { addr, reason, .. } => CliError::Unreachable(format!(
+            "cannot reach the agent at {addr}: {reason} (is it running, and is the port open from here?)"
+        )),
+        CallError::Setup(m) => CliError::Failed(m),
+    }
 }
 
 fn print_json(v: &impl serde::Serialize) -> Result<(), CliError> {

@@ -39,7 +39,7 @@ impl Failure {
     }
 
     /// The stable kind printed with `--json`: the agent's own kind for an API error, else one
-    /// of `invalid_argument`, `unreachable`, `refused`, `failed`.
+    /// of `invalid_argument`, `unreachable`, `wrong_cluster`, `refused`, `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Failure::Agent(AgentError::Usage(_)) | Failure::Cli(CliError::Usage(_)) => {
@@ -48,6 +48,7 @@ impl Failure {
             Failure::Agent(AgentError::Refused(_)) => "refused",
             Failure::Agent(AgentError::Failed(_)) | Failure::Cli(CliError::Failed(_)) => "failed",
             Failure::Cli(CliError::Unreachable(_)) => "unreachable",
+            Failure::Cli(CliError::WrongCluster(_)) => "wrong_cluster",
             Failure::Cli(CliError::LeaseLost(_)) => "lease_lost",
             Failure::Cli(CliError::CommandExit(_)) => "command_failed",
             Failure::Cli(CliError::Api(e)) => e.kind.as_str(),
@@ -106,11 +107,19 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             let config = config::resolve(&flags, &env)?;
             Ok(crate::start::run(config, None).await?)
         }
-        Command::Restore { file, flags } => {
+        Command::Restore {
+            file,
+            allow_retired_ca,
+            flags,
+        } => {
             crate::logging::init_agent();
             let env: HashMap<String, String> = std::env::vars().collect();
             let config = config::resolve(&flags, &env)?;
-            Ok(crate::start::run(config, Some(file)).await?)
+            let asked = crate::start::RestoreAsked {
+                file,
+                allow_retired_ca,
+            };
+            Ok(crate::start::run(config, Some(asked)).await?)
         }
         Command::Status(op) => {
             let status = super::status(&op.target()?).await?;

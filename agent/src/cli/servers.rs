@@ -1,10 +1,11 @@
 //! The addresses an operator command tries for `--server A,B,C`, as Juju's clients keep their
-//! controllers' addresses: the last address that answered first, then every other known
-//! member in random order. Every answer over TCP carries the cluster's current member
-//! addresses (header `muster-members`); they are kept in a small state file per cluster
-//! (`$XDG_STATE_HOME/muster/servers-<ca pin>.json`, else `~/.local/state/muster/…`), so a
-//! command given only stale addresses plus one live one still finds the cluster, and the next
-//! command knows the members that joined since.
+//! controllers' addresses: the last address that answered first, then the other given ones in
+//! random order. Every answer over TCP carries the id of the cluster that answered (header
+//! `muster-cluster`) and its current member addresses (header `muster-members`); they are kept
+//! in a small state file per cluster CA (`$XDG_STATE_HOME/muster/servers-<ca pin>.json`, else
+//! `~/.local/state/muster/…`), with the cluster id they belong to. The remembered members are
+//! only ever tried for the cluster that listed them, once a given address has answered for it
+//! (`tcp.rs`): never in place of a `--server` that fails.
 
 use std::path::PathBuf;
 
@@ -16,6 +17,10 @@ const MAX_KEPT: usize = 64;
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Known {
+    /// The cluster the addresses below belong to (another cluster may share its CA: one
+    /// restored from the same backup).
+    #[serde(default)]
+    pub cluster_id: Option<String>,
     /// The address that answered last.
     #[serde(default)]
     pub last_good: Option<String>,
@@ -33,12 +38,12 @@ pub fn parse_list(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The order to try: the last good address (if it is given or known), then the rest of the
-/// given and known addresses, shuffled so that many clients spread over the members. Pure but
-/// for the shuffle, which `shuffle` does.
+/// The order to try the given addresses: the last good one first (if it is given), then the
+/// rest, shuffled so that many clients spread over the members. Pure but for the shuffle,
+/// which `shuffle` does.
 pub fn order(given: &[String], known: &Known, shuffle: impl FnOnce(&mut [String])) -> Vec<String> {
     let mut rest: Vec<String> = Vec::new();
-    for a in given.iter().chain(known.members.iter()) {
+    for a in given {
         if !rest.contains(a) {
             rest.push(a.clone());
         }
@@ -52,6 +57,16 @@ pub fn order(given: &[String], known: &Known, shuffle: impl FnOnce(&mut [String]
 /// The random order of [`order`].
 pub fn shuffled(given: &[String], known: &Known) -> Vec<String> {
     order(given, known, |v| v.shuffle(&mut rand::rng()))
+}
+
+/// The remembered members of cluster `cluster_id`: none when what is remembered belongs to
+/// another cluster (or to none known).
+pub fn members_of<'a>(known: &'a Known, cluster_id: &str) -> &'a [String] {
+    if known.cluster_id.as_deref() == Some(cluster_id) {
+        &known.members
+    } else {
+        &[]
+    }
 }
 
 /// Where the addresses of the cluster with CA pin `pin` are kept, if there is a home for them.
@@ -80,11 +95,18 @@ pub fn load(pin: &str) -> Known {
         .unwrap_or_default()
 }
 
-/// Remembers that `good` answered, and the member addresses its answer listed (if any).
-/// Best effort: a read-only home only costs the memory of the next command.
-pub fn remember(pin: &str, good: &str, members: Option<&str>) {
+/// Remembers that `good` answered for cluster `cluster_id` (if it said), and the member
+/// addresses its answer listed (if any). What was kept for another cluster under this CA is
+/// dropped. Best effort: a read-only home only costs the memory of the next command.
+pub fn remember(pin: &str, cluster_id: Option<&str>, good: &str, members: Option<&str>) {
     let before = load(pin);
-    let mut known = before.clone();
+    let mut known = match cluster_id {
+        Some(id) if before.cluster_id.as_deref() != Some(id) => Known {
+            cluster_id: Some(id.to_string()),
+            ..Known::default()
+        },
+        _ => before.clone(),
+    };
     known.last_good = Some(good.to_string());
     if let Some(members) = members {
         let mut list = parse_list(members);
@@ -129,19 +151,20 @@ mod tests {
     }
 
     #[test]
-    fn the_last_good_address_goes_first_then_every_other_once() {
+    fn the_last_good_address_goes_first_then_every_other_given_once() {
         /// (given, last good, known members, expected order without shuffling)
         type Row<'a> = (&'a [&'a str], Option<&'a str>, &'a [&'a str], &'a [&'a str]);
         let table: &[Row] = &[
             (&["a", "b"], None, &[], &["a", "b"]),
             (&["a", "b"], Some("b"), &[], &["b", "a"]),
-            (&["a"], Some("c"), &["b", "c"], &["c", "a", "b"]),
-            // A last good address that is neither given nor a known member is not tried.
-            (&["a"], Some("z"), &["b"], &["a", "b"]),
-            (&["a", "a", "b"], None, &["b", "c"], &["a", "b", "c"]),
+            // Remembered members are never tried in place of the given addresses.
+            (&["a"], Some("c"), &["b", "c"], &["a"]),
+            (&["a"], Some("z"), &["b"], &["a"]),
+            (&["a", "a", "b"], None, &["b", "c"], &["a", "b"]),
         ];
         for (given, last, members, want) in table {
             let known = Known {
+                cluster_id: Some("c1".into()),
                 last_good: last.map(String::from),
                 members: s(members),
             };
@@ -151,6 +174,22 @@ mod tests {
                 "{given:?} {last:?} {members:?}"
             );
         }
+    }
+
+    #[test]
+    fn remembered_members_are_only_those_of_the_cluster_that_listed_them() {
+        let known = Known {
+            cluster_id: Some("c1".into()),
+            last_good: None,
+            members: s(&["a", "b"]),
+        };
+        assert_eq!(members_of(&known, "c1"), s(&["a", "b"]).as_slice());
+        assert!(members_of(&known, "c2").is_empty());
+        let unknown = Known {
+            cluster_id: None,
+            ..known
+        };
+        assert!(members_of(&unknown, "c1").is_empty());
     }
 
     #[test]

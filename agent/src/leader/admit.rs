@@ -23,11 +23,14 @@ use crate::state::{
     FormationRecord, Node, NodeId, NodeRecord, Request, member_id, parse_member_id,
 };
 
-/// A token join as the leader handles it: the secret replaced by its hash.
+/// A token join as the leader handles it: the secret replaced by its hash (a join with the
+/// pre-shared secret carries its signature instead, and no hash).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenJoin {
     pub token_id: String,
     pub secret_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_signature: Option<String>,
     pub node_id: String,
     pub name: String,
     pub addr: String,
@@ -38,7 +41,11 @@ pub struct TokenJoin {
 impl From<TokenJoinRequest> for TokenJoin {
     fn from(r: TokenJoinRequest) -> Self {
         Self {
-            secret_sha256: muster_shared::token::hash_secret(&r.secret),
+            secret_sha256: match r.secret_signature {
+                Some(_) => String::new(),
+                None => muster_shared::token::hash_secret(&r.secret),
+            },
+            secret_signature: r.secret_signature,
             token_id: r.token_id,
             node_id: r.node_id,
             name: r.name,
@@ -86,11 +93,20 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
             )
             .await?;
     }
+    let in_configuration = agent.raft().view().nodes;
+    let revoked_ids = agent
+        .raft()
+        .read_local(|s| s.removed.clone())?
+        .into_iter()
+        .filter(|id| !in_configuration.contains_key(id))
+        .map(member_id)
+        .collect();
     Ok(JoinResponse {
         cluster_id: agent.cluster_id().to_string(),
         ca_cert_pem: trusted,
         cert_pem,
         node_id: member_id(candidate.id),
+        revoked_ids,
     })
 }
 
@@ -305,6 +321,7 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let id = parse_member_id(&join.node_id)
         .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+    let join = with_signed_secret(agent, join).await?;
     precheck_token(agent, &join.token_id, &join.secret_sha256)?;
     let now = super::cluster_now(agent)?;
     let record = NodeRecord {
@@ -343,6 +360,45 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
     .await?;
     tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, "admitted a node with a join token as nonvoter");
     Ok(response)
+}
+
+/// A join with the pre-shared secret's signature, checked against the secret's verify key in
+/// the committed state and given the secret's hash for the replicated admission; any other
+/// join as it came.
+async fn with_signed_secret(agent: &Agent, mut join: TokenJoin) -> Result<TokenJoin, ApiError> {
+    let Some(signature) = &join.secret_signature else {
+        return Ok(join);
+    };
+    let record = agent
+        .raft()
+        .read_linearizable(|s| s.join_tokens.get(&join.token_id).cloned())
+        .await?
+        .filter(|r| r.unlimited());
+    let refused = |m: &str| ApiError::new(ErrorKind::Unauthorized, m.to_string());
+    let record = record.ok_or_else(|| {
+        refused("this cluster does not know this join secret; `muster token list` on a member shows its id")
+    })?;
+    let Some(verify_key) = &record.verify_key else {
+        return Err(refused(
+            "this cluster recorded its join secret before joins were signed (an older muster): \
+             join with a token (`muster token create`), or finish a CA rotation, which records \
+             a new secret",
+        ));
+    };
+    let claim = muster_shared::token::SecretJoinClaim {
+        node_id: &join.node_id,
+        name: &join.name,
+        addr: &join.addr,
+        key_fingerprint: &join.key_fingerprint,
+    };
+    if !claim.verify(verify_key, signature) {
+        return Err(refused(
+            "the join secret's signature does not check out: is it the secret this cluster was \
+             formed with?",
+        ));
+    }
+    join.secret_sha256 = record.secret_sha256;
+    Ok(join)
 }
 
 /// Signs a certificate for member `id` at `addr` from `csr_pem`, which must carry the key with

@@ -9,7 +9,7 @@ use crate::api::types::CaStatus;
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::state::ca_rotation::{CaStage, Phase};
-use crate::state::{CaMaterial, ClusterState, NodeId, Request};
+use crate::state::{CaMaterial, ClusterState, NodeId, Request, SecretReplacement};
 
 /// Starts a rotation: a new CA, trusted next to the current one.
 pub async fn rotate(agent: &Agent) -> Result<CaStatus, ApiError> {
@@ -80,7 +80,15 @@ async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
 
 /// Ends the rotation in progress: the new CA replaces the old (refused while a member still
 /// holds a certificate from the old CA, unless `force`).
-pub async fn finish(agent: &Agent, force: bool) -> Result<CaStatus, ApiError> {
+///
+/// Every join and operator token made under the old CA is revoked with it, and a live join
+/// secret is replaced by `new_join_secret` (made by the node the operator talks to, which alone
+/// sees the secret): the answer lists what was retired.
+pub async fn finish(
+    agent: &Agent,
+    force: bool,
+    new_join_secret: Option<SecretReplacement>,
+) -> Result<CaStatus, ApiError> {
     let pin = agent
         .raft()
         .read_linearizable(|s| s.ca_next.as_ref().map(|n| n.pin.clone()))
@@ -91,12 +99,29 @@ pub async fn finish(agent: &Agent, force: bool) -> Result<CaStatus, ApiError> {
                 "no CA rotation is in progress; start one with `muster ca rotate`",
             )
         })?;
-    agent
+    let response = agent
         .raft()
-        .write(Request::FinishCaRotation { pin, force })
+        .write(Request::FinishCaRotation {
+            pin,
+            force,
+            now_ms: super::cluster_now(agent)?,
+            new_join_secret,
+        })
         .await?;
-    tracing::info!("CA rotation finished: the old CA is no longer trusted");
-    status(agent).await
+    let retired = response.retired.unwrap_or_default();
+    tracing::info!(
+        join_tokens = retired.join_tokens.len(),
+        operator_tokens = retired.operator_tokens.len(),
+        join_secret = retired.join_secret.is_some(),
+        "CA rotation finished: the old CA is no longer trusted and its tokens are revoked"
+    );
+    let mut status = status(agent).await?;
+    status.retired_join_tokens = retired.join_tokens;
+    status.retired_operator_tokens = retired.operator_tokens;
+    status.retired_join_secret = retired.join_secret;
+    // Only the hash was sent: the calling node fills in the secret if it was recorded.
+    status.join_secret = retired.join_secret_replaced.then(String::new);
+    Ok(status)
 }
 
 /// Records a member's acknowledgement.
@@ -147,5 +172,9 @@ fn describe(s: &ClusterState) -> Result<CaStatus, ApiError> {
             .transpose()?,
         started_ms: s.ca_next.as_ref().map(|n| n.started_ms),
         waiting_for,
+        retired_join_tokens: Vec::new(),
+        retired_operator_tokens: Vec::new(),
+        retired_join_secret: None,
+        join_secret: None,
     })
 }

@@ -119,6 +119,10 @@ pub enum LeaderOp {
     CaFinish {
         #[serde(default)]
         force: bool,
+        /// The join secret that replaces a live one (its hash: the secret stays on the node
+        /// the operator talks to).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_join_secret: Option<crate::state::SecretReplacement>,
     },
     /// The CA and the rotation in progress (`muster ca status`).
     CaStatus,
@@ -371,7 +375,10 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             json(renew::renew(agent, id, &csr_pem).await?)
         }
         LeaderOp::CaRotate => json(ca::rotate(agent).await?),
-        LeaderOp::CaFinish { force } => json(ca::finish(agent, force).await?),
+        LeaderOp::CaFinish {
+            force,
+            new_join_secret,
+        } => json(ca::finish(agent, force, new_join_secret).await?),
         LeaderOp::CaStatus => json(ca::status(agent).await?),
         LeaderOp::CaAck {
             node_id,
@@ -398,10 +405,45 @@ pub fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Resul
     serde_json::from_value(value).map_err(|e| ApiError::internal(format!("unexpected answer: {e}")))
 }
 
-/// The time token expiry is judged on: this node's wall clock, but never behind the latest
-/// reading the cluster has committed (`ClusterState::wall_clock_ms`), so a leader whose clock
-/// lags does not revive tokens an earlier leader saw expire.
+/// The time token expiry is judged on: this leader's token clock. Its term starts it at this
+/// node's wall clock, but never behind the latest reading the cluster has committed
+/// (`ClusterState::wall_clock_ms`), so a leader whose clock lags does not revive tokens an
+/// earlier leader saw expire; from there it counts monotonic time, so a wall-clock step while
+/// this node leads neither ages every token (a step forward, committed, then back) nor freezes
+/// them. A step is logged.
 fn cluster_now(agent: &Agent) -> Result<u64, ApiError> {
-    let committed = agent.raft().read_local(|s| s.wall_clock_ms)?;
-    Ok(now_ms().max(committed))
+    let term = agent.raft().view().term;
+    let wall = now_ms();
+    let now = match agent.token_clock().reading(term) {
+        Some(now) => now,
+        None => {
+            let committed = agent.raft().read_local(|s| s.wall_clock_ms)?;
+            agent.token_clock().start(term, wall.max(committed))
+        }
+    };
+    let stepped = wall.abs_diff(now);
+    if stepped >= CLOCK_STEP_LOGGED_MS && log_clock_step(wall) {
+        tracing::warn!(
+            wall_ms = wall,
+            token_clock_ms = now,
+            "this node's wall clock differs from the token clock by {} s (a clock step?); join \
+             tokens keep the monotonic time counted since this node became leader",
+            stepped / 1000
+        );
+    }
+    Ok(now)
+}
+
+/// A difference between the wall and token clocks worth a log line.
+const CLOCK_STEP_LOGGED_MS: u64 = 5_000;
+
+/// True at most once a minute.
+fn log_clock_step(wall: u64) -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let last = LAST.load(Ordering::Relaxed);
+    wall.abs_diff(last) >= 60_000
+        && LAST
+            .compare_exchange(last, wall, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
 }

@@ -141,17 +141,14 @@ pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
     Ok(ProbeReport { status, probes })
 }
 
-/// The innermost cause of a failed call ("Connection refused (os error 111)"), which says more
-/// than reqwest's "error sending request for url …".
+/// The innermost cause of a failed call ([`client::innermost_cause`]), a timeout named with
+/// the probe's own limit.
 pub(super) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    if e.to_string().contains("timed out") || cause.to_string().contains("timed out") {
+    let cause = client::innermost_cause(e);
+    if e.to_string().contains("timed out") || cause.contains("timed out") {
         return format!("timed out after {}s", PROBE_TIMEOUT.as_secs());
     }
-    cause.to_string()
+    cause
 }
 
 /// Why a member gave no report.

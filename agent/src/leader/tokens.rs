@@ -42,6 +42,10 @@ pub struct NewToken {
     /// Operator tokens: what it may do (a sender that predates scopes makes `admin` tokens).
     #[serde(default = "crate::state::scope::admin_only")]
     pub scopes: Vec<Scope>,
+    /// The CA pin written in the token's text (empty from a sender that predates pinned
+    /// records: the leader then records the CA that signs now).
+    #[serde(default)]
+    pub ca_pin: String,
 }
 
 impl NewToken {
@@ -76,6 +80,23 @@ impl NewToken {
             }
         }
         Ok(())
+    }
+}
+
+impl NewToken {
+    /// The pin the record keeps: the one in the token's text, which must be a CA the cluster
+    /// trusts now (a token pinned to a retired CA would be dead on arrival).
+    fn recorded_pin(&self, agent: &Agent) -> Result<String, ApiError> {
+        if self.ca_pin.is_empty() {
+            return Ok(agent.ca_pin());
+        }
+        if !agent.trusts_ca_pin(&self.ca_pin) {
+            return Err(ApiError::new(
+                ErrorKind::CaPinMismatch,
+                "the token names a CA this cluster no longer trusts; create it again on a member",
+            ));
+        }
+        Ok(self.ca_pin.clone())
     }
 }
 
@@ -127,6 +148,7 @@ pub async fn issue_join_token(
         uses,
         description,
         scopes: Vec::new(),
+        ca_pin: token.ca_pin().to_string(),
     };
     create.check(true)?;
     let info: JoinTokenInfo =
@@ -160,6 +182,7 @@ pub async fn issue_operator_token(
         uses: 0,
         description,
         scopes,
+        ca_pin: token.ca_pin().to_string(),
     };
     create.check(false)?;
     let info: OperatorTokenInfo =
@@ -191,6 +214,7 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
             ),
         ));
     }
+    let ca_pin = Some(create.recorded_pin(agent)?);
     let token = JoinTokenRecord {
         secret_sha256: create.secret_sha256,
         description: create.description,
@@ -201,6 +225,8 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
         consumed_ms: None,
         revoked_ms: None,
         last_used_by: None,
+        ca_pin,
+        verify_key: None,
     };
     let info = join_info(&create.id, &token, now);
     agent
@@ -270,12 +296,14 @@ pub async fn create_operator(
             "an operator token has 1..={MAX_SCOPES} scopes"
         )));
     }
+    let ca_pin = Some(create.recorded_pin(agent)?);
     let token = OperatorTokenRecord {
         secret_sha256: create.secret_sha256,
         description: create.description,
         created_ms: now_ms(),
         revoked_ms: None,
         scopes: create.scopes,
+        ca_pin,
     };
     let info = operator_info(&create.id, &token);
     agent
@@ -336,11 +364,13 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authori
     else {
         return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
     };
-    let valid = agent.raft().read_local(|s| {
-        s.operator_tokens.get(&id).is_some_and(|t| {
-            secret_hashes_match(&t.secret_sha256, &presented) && t.revoked_ms.is_none()
-        })
+    let record_pin = agent.raft().read_local(|s| {
+        s.operator_tokens
+            .get(&id)
+            .filter(|t| secret_hashes_match(&t.secret_sha256, &presented) && t.revoked_ms.is_none())
+            .map(|t| t.ca_pin.clone())
     })?;
+    let valid = record_pin.is_some_and(|pin| pinned_to_trusted_ca(agent, pin.as_deref()));
     if !valid {
         return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
     }
@@ -367,6 +397,13 @@ pub fn operator_authority(agent: &Agent, text: &str) -> Result<Authority, ApiErr
     })
 }
 
+/// True if a token record is pinned to a CA the cluster trusts now. Pinless records predate
+/// pinned records; every finished rotation revokes them, so they are valid only while the CA
+/// they were made under is still the cluster's.
+pub fn pinned_to_trusted_ca(agent: &Agent, record_pin: Option<&str>) -> bool {
+    record_pin.is_none_or(|pin| agent.trusts_ca_pin(pin))
+}
+
 const UNKNOWN_OPERATOR_TOKEN: &str = "the operator token is unknown or revoked; create one with `muster operator-token create` on a member";
 
 /// Leader: an operator token a follower vouched for is still valid in the committed state (the
@@ -384,10 +421,13 @@ pub async fn check_operator_token_committed(
                 .filter(|t| {
                     secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
                 })
-                .map(|t| t.scopes.clone())
+                .map(|t| (t.scopes.clone(), t.ca_pin.clone()))
         })
         .await?;
-    scopes.ok_or_else(|| ApiError::new(ErrorKind::Unauthenticated, UNKNOWN_OPERATOR_TOKEN))
+    scopes
+        .filter(|(_, pin)| pinned_to_trusted_ca(agent, pin.as_deref()))
+        .map(|(scopes, _)| scopes)
+        .ok_or_else(|| ApiError::new(ErrorKind::Unauthenticated, UNKNOWN_OPERATOR_TOKEN))
 }
 
 /// A fresh operator token and the record the cluster keeps of it (the secret's hash).
@@ -399,6 +439,7 @@ pub fn new_operator_token(ca_pin: &str, description: &str) -> (SecretToken, Oper
         created_ms: now_ms(),
         revoked_ms: None,
         scopes: crate::state::scope::admin_only(),
+        ca_pin: Some(ca_pin.to_string()),
     };
     (token, record)
 }

@@ -528,6 +528,11 @@ fn removal_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Option<Change> {
         if !member.voter {
             let waited = removal.nonvoter_for.unwrap_or_default();
             if (removal.informed && waited >= REMOVAL_NOTICE) || waited >= REMOVAL_GRACE {
+                // The voter table of the members that stay first: taking the leaver out
+                // before would leave more voters than the table allows for one tick (4 of 4).
+                if let Some(excess) = surplus_voter(view) {
+                    return Some(Change::Demote(excess, Why::VoterTable));
+                }
                 return Some(Change::Remove(member.id));
             }
             continue;
@@ -619,24 +624,30 @@ fn voter_table_step(view: &ClusterView) -> Option<Change> {
             .first()
             .map(|m| Change::Promote(BTreeSet::from([m.id]), Why::VoterTable));
     }
-    if voters.len() > target {
-        let mut demotable: Vec<&MemberView> = view
-            .members
-            .iter()
-            .filter(|m| m.voter && m.id != view.leader)
-            .collect();
-        // Reachable ones last, so an unreachable voter goes first.
-        demotable.sort_by(|a, b| {
-            a.reachable
-                .cmp(&b.reachable)
-                .reverse()
-                .then(a.name.cmp(&b.name))
-        });
-        return demotable
-            .last()
-            .map(|m| Change::Demote(m.id, Why::VoterTable));
+    surplus_voter(view).map(|id| Change::Demote(id, Why::VoterTable))
+}
+
+/// A voter beyond the voter table of the members that stay (leavers not counted), if there is
+/// one: an unreachable one first, then the lexicographically-last; never the leader.
+fn surplus_voter(view: &ClusterView) -> Option<NodeId> {
+    let staying = view.member_count() - view.members.iter().filter(|m| m.removal.is_some()).count();
+    let mut demotable: Vec<&MemberView> = view
+        .members
+        .iter()
+        .filter(|m| m.voter && m.removal.is_none())
+        .collect();
+    if demotable.len() <= voter_target(staying) {
+        return None;
     }
-    None
+    demotable.retain(|m| m.id != view.leader);
+    // Reachable ones last, so an unreachable voter goes first.
+    demotable.sort_by(|a, b| {
+        a.reachable
+            .cmp(&b.reachable)
+            .reverse()
+            .then(a.name.cmp(&b.name))
+    });
+    demotable.last().map(|m| m.id)
 }
 
 /// Keeps the stand-bys at their target. Who stays a stand-by is a fixed order, so that any

@@ -274,6 +274,28 @@ fn removal_steps() {
             None,
         ),
         (
+            "a leaver goes only once the members that stay have their voter table (4 stay: 3)",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                m(4, true),
+                removed(m(5, false), false, Some(6_000), true),
+            ],
+            Some(Change::Demote(4, Why::VoterTable)),
+        ),
+        (
+            "… and then it goes",
+            vec![
+                m(1, true),
+                m(2, true),
+                m(3, true),
+                m(4, false),
+                removed(m(5, false), false, Some(6_000), true),
+            ],
+            Some(Change::Remove(5)),
+        ),
+        (
             "a waiting member does not hold up the next one",
             vec![
                 m(1, true),

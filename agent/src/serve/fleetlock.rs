@@ -20,6 +20,8 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 
+use super::accept::{self, Gate, serve_http1};
+use super::limits::ConnectionLimits;
 use crate::agent::Agent;
 use crate::api::fleetlock::{ProtocolAnswer, ProtocolRequest};
 use crate::api::{ErrorKind, paths};
@@ -34,6 +36,14 @@ pub const DECISION_TIMEOUT: Duration = Duration::from_secs(2);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bodies are a few dozen bytes.
 const BODY_LIMIT: usize = 64 * 1024;
+/// Connections at once: an eighth of the process's descriptors, at most 256, so that idle
+/// connections to this unauthenticated port can never take the descriptors the node port and
+/// the raft log need; 16 from one source (one Zincati asks one request at a time).
+const MAX_CONNECTIONS: usize = 256;
+const DESCRIPTOR_SHARE: usize = 8;
+const MAX_CONNECTIONS_PER_SOURCE: usize = 16;
+/// A client must send its request headers within this (an idle connection is closed).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Requests by endpoint and answer kind since the agent started.
 #[derive(Default)]
@@ -69,49 +79,38 @@ pub async fn serve_fleetlock(
         agent,
         counters: Arc::default(),
     };
-    let app = Router::new().fallback(handle).with_state(state);
-    let Some(tls) = port.tls else {
-        let served = axum::serve(port.listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "the FleetLock listener failed");
-        }
-        return;
+    let app = Router::new().fallback(handle).with_state(state.clone());
+    let acceptor = port.tls.map(tokio_rustls::TlsAcceptor::from);
+    let limits = ConnectionLimits::new(
+        accept::budget(MAX_CONNECTIONS, DESCRIPTOR_SHARE),
+        MAX_CONNECTIONS_PER_SOURCE,
+    );
+    let gate = Gate {
+        listener: &port.listener,
+        limits: &limits,
+        name: "FleetLock",
+        agent: &state.agent,
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     loop {
-        let stream = tokio::select! {
-            accepted = port.listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "FleetLock accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = gate.next() => accepted,
             _ = stop.changed() => return,
         };
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
-            let Ok(Ok(stream)) =
-                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-            else {
-                return;
-            };
+            let _admitted = accepted.admitted;
             let service =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     tower::ServiceExt::oneshot(app.clone(), req.map(Body::new))
                 });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30));
-            let _ = builder
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+            let Some(acceptor) = acceptor else {
+                return serve_http1(accepted.stream, service, HEADER_TIMEOUT).await;
+            };
+            if let Ok(Ok(stream)) =
+                tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(accepted.stream)).await
+            {
+                serve_http1(stream, service, HEADER_TIMEOUT).await;
+            }
         });
     }
 }

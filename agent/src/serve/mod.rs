@@ -1,7 +1,10 @@
 //! The node's servers: the mutual-TLS listener for peers and joiners (`peer.rs`, which also
 //! serves the operator API to token holders) and the operator API on the unix socket
-//! (`operator.rs`). `http.rs` holds the answer and body helpers both use.
+//! (`operator.rs`). `http.rs` holds the answer and body helpers both use; `accept.rs` the one
+//! accept path (budget, per-source limit, header deadline) of every TCP listener, with
+//! `limits.rs` its counting.
 
+pub mod accept;
 mod fleetlock;
 mod http;
 pub mod limits;

@@ -12,10 +12,10 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use super::accept::{Gate, serve_http1};
 use super::http::{error_response, json_response};
 use super::limits::ConnectionLimits;
 use crate::agent::Agent;
@@ -106,36 +106,25 @@ pub async fn serve_observe(
         .layer(Extension(Arc::new(PageCache::default())))
         .with_state(agent.clone());
     let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE);
+    let gate = Gate {
+        listener: &listener,
+        limits: &limits,
+        name: "metrics",
+        agent: &agent,
+    };
     loop {
-        let (stream, remote) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let accepted = tokio::select! {
+            accepted = gate.next() => accepted,
             _ = stop.changed() => return,
-        };
-        let Ok(admitted) = limits.admit(remote.ip()) else {
-            agent.count_over_limit();
-            continue;
         };
         let app = app.clone();
         tokio::spawn(async move {
-            let _admitted = admitted;
+            let _admitted = accepted.admitted;
             let service =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     app.clone().oneshot(req.map(axum::body::Body::new))
                 });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT);
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            serve_http1(accepted.stream, service, HEADER_TIMEOUT).await;
         });
     }
 }

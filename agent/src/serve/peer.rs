@@ -12,11 +12,11 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use super::accept::{Accepted, Gate, serve_http1};
 use super::http::{
     answer, error_response, json_response, no_route, parse_json, read_body, wrong_method,
 };
@@ -38,6 +38,8 @@ const FORWARD_BODY_LIMIT: usize = 4 * OPERATOR_BODY_LIMIT;
 /// A join request is a CSR and a few names.
 const JOIN_BODY_LIMIT: usize = 64 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Members send requests back to back on pooled connections; an idle one is closed after this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The verified identity of the connection's client certificate, if it sent one.
 #[derive(Debug, Clone)]
@@ -139,6 +141,11 @@ async fn require_operator(
                 answer
                     .headers_mut()
                     .insert(crate::api::paths::MEMBERS_HEADER, value);
+            }
+            if let Ok(value) = header::HeaderValue::from_str(agent.cluster_id()) {
+                answer
+                    .headers_mut()
+                    .insert(crate::api::paths::CLUSTER_HEADER, value);
             }
             answer
         }
@@ -410,7 +417,12 @@ async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     };
     let (name, token_id) = (request.name.clone(), request.token_id.clone());
     let join: leader::TokenJoin = request.into();
-    if let Err(e) = leader::precheck_token(&agent, &join.token_id, &join.secret_sha256) {
+    // A signed secret join has no hash to compare here; the leader checks its signature.
+    let checked = match join.secret_signature {
+        Some(_) => Ok(()),
+        None => leader::precheck_token(&agent, &join.token_id, &join.secret_sha256),
+    };
+    if let Err(e) = checked {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, "token join refused here");
         return error_response(&e);
     }
@@ -444,30 +456,21 @@ pub async fn serve_peers(
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let app = router(agent.clone());
+    let gate = Gate {
+        listener: &listener,
+        limits: &limits,
+        name: "node port",
+        agent: &agent,
+    };
     loop {
-        let (stream, remote) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let Accepted {
+            stream,
+            remote,
+            admitted,
+        } = tokio::select! {
+            accepted = gate.next() => accepted,
             _ = stop.changed() => return,
         };
-        // Over a limit: closed before the handshake costs anything.
-        let admitted = match limits.admit(remote.ip()) {
-            Ok(admitted) => admitted,
-            Err(over) => {
-                if agent.count_over_limit() {
-                    tracing::warn!(%remote, ?over, "connection refused: over the connection limit (--max-connections, --max-connections-per-source)");
-                }
-                drop(stream);
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
         let app = app.clone();
         let agent = agent.clone();
@@ -512,11 +515,7 @@ pub async fn serve_peers(
                     app.clone().oneshot(req.map(axum::body::Body::new))
                 },
             );
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(30));
-            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+            serve_http1(tls, service, HEADER_TIMEOUT).await;
         });
     }
 }

@@ -79,17 +79,14 @@ impl Initiator {
             let expires_ms = config.join_secret_ttl.map_or(u64::MAX, |ttl| {
                 now.saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
             });
-            let record = JoinTokenRecord {
-                secret_sha256: s.secret.secret_hash(),
-                description: "pre-shared join secret".into(),
-                created_ms: now,
+            let record = JoinTokenRecord::join_secret(
+                s.secret.secret_hash(),
+                "pre-shared join secret",
+                now,
                 expires_ms,
-                uses_total: u32::MAX,
-                uses_left: u32::MAX,
-                consumed_ms: None,
-                revoked_ms: None,
-                last_used_by: None,
-            };
+                None,
+                s.secret.verify_key(),
+            );
             (s.secret.id(), record)
         });
         Self {
@@ -149,6 +146,7 @@ pub async fn initiate(
         identity,
         cluster_id: &cluster_id,
         listener,
+        revoked_at_start: Default::default(),
     })
     .await?;
     let me = Initiator::new(config, identity, &formation);

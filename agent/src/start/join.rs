@@ -143,20 +143,24 @@ pub async fn join_with_token(
         token.id(),
         peers.join(", ")
     );
+    join_with_request(config, identity, token.ca_pin(), &request, peers, listener).await
+}
+
+/// Sends a token join `request` (a token's, or the join secret's signed one) through `peers`,
+/// talking only to servers of the CA with `ca_pin`, then starts as a member.
+pub async fn join_with_request(
+    config: &AgentConfig,
+    identity: &Identity,
+    ca_pin: &str,
+    request: &TokenJoinRequest,
+    peers: &[String],
+    listener: BoundPort,
+) -> Result<RunningNode, AgentError> {
     crate::notify::status(&format!("joining through {}", peers.join(", ")));
-    let (response, via) = Joiner::new(token.ca_pin(), peers, paths::TOKEN_JOIN, &request)?
+    let (response, via) = Joiner::new(ca_pin, peers, paths::TOKEN_JOIN, request)?
         .join()
         .await?;
-    let running = finish(
-        config,
-        identity,
-        token.ca_pin(),
-        None,
-        response,
-        &via,
-        listener,
-    )
-    .await?;
+    let running = finish(config, identity, ca_pin, None, response, &via, listener).await?;
     println!(
         "joined cluster {} through {via} as a nonvoter; the leader promotes it when the voter table asks for another voter",
         running.agent().cluster_id()
@@ -173,6 +177,7 @@ pub fn token_join_request(
     Ok(TokenJoinRequest {
         token_id: token.id().to_string(),
         secret: token.secret().to_string(),
+        secret_signature: None,
         node_id: identity.member_id(),
         name: identity.name.clone(),
         addr: config.advertise.clone(),
@@ -206,11 +211,17 @@ pub async fn finish(
     }
     datadir::write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
     ClusterFile::new(&response.cluster_id, &config.advertise, None).write(&config.data_dir)?;
+    let revoked_at_start = response
+        .revoked_ids
+        .iter()
+        .filter_map(|id| crate::state::parse_member_id(id))
+        .collect();
     node::start(NodeSpec {
         config,
         identity,
         cluster_id: &response.cluster_id,
         listener,
+        revoked_at_start,
     })
     .await
 }

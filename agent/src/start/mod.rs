@@ -191,13 +191,27 @@ pub fn decide(
     }
 }
 
+/// What `muster restore` was asked: the backup file, and whether a backup of a retired CA may
+/// be restored.
+pub struct RestoreAsked {
+    pub file: PathBuf,
+    pub allow_retired_ca: bool,
+}
+
 /// Runs `muster agent` (or, with `restore`, `muster restore FILE`) until it is stopped.
-pub async fn run(config: AgentConfig, restore: Option<PathBuf>) -> Result<(), AgentError> {
+pub async fn run(config: AgentConfig, restore: Option<RestoreAsked>) -> Result<(), AgentError> {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    // A backup is verified whole before anything is written.
-    let verified = restore.as_deref().map(restore::verify).transpose()?;
+    // A backup is verified whole, and its CA checked, before anything is written.
+    let verified = match &restore {
+        Some(asked) => {
+            let backup = restore::verify(&asked.file)?;
+            restore::refuse_retired_ca(&backup, asked.allow_retired_ca).await?;
+            Some(backup)
+        }
+        None => None,
+    };
     let config = match verified {
         Some(_) => restore::settings(config),
         None => config,

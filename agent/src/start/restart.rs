@@ -72,6 +72,7 @@ pub async fn start(
         identity,
         cluster_id: cluster.cluster_id(),
         listener,
+        revoked_at_start: Default::default(),
     })
     .await?;
     if let Some(from) = moved_from {

@@ -50,6 +50,54 @@ pub fn verify(file: &Path) -> Result<Verified, AgentError> {
     })
 }
 
+/// How long the retired-CA check waits for each member of the backed-up cluster.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The most members of the backed-up cluster it asks (at once).
+const MAX_PROBED: usize = 16;
+
+/// Refuses a backup whose CA its own cluster has since retired (`muster ca rotate --finish`
+/// after the backup was taken): restoring it would bring the retired CA and its key back, and
+/// that key may sit in a removed machine's data dir. The backup alone cannot tell; the
+/// members it lists can: one that still answers at its recorded address but presents another
+/// CA has moved on. Members that do not answer tell nothing (the usual case of a restore after
+/// a disaster), so the check passes. `allow` restores anyway, with a warning.
+pub async fn refuse_retired_ca(backup: &Verified, allow: bool) -> Result<(), AgentError> {
+    let Some(ca) = &backup.state.ca else {
+        return Ok(());
+    };
+    let pin = muster_shared::tls::spki_pin(&ca.cert_pem).context("the backup's CA")?;
+    let http = crate::client::pinned(&pin, PROBE_TIMEOUT)?;
+    let mut probes = tokio::task::JoinSet::new();
+    for node in backup.state.nodes.values().take(MAX_PROBED) {
+        let (http, node) = (http.clone(), node.clone());
+        probes.spawn(async move {
+            let answer = http.get(format!("https://{}/", node.addr)).send().await;
+            let moved = answer
+                .as_ref()
+                .is_err_and(|e| muster_shared::tls::is_ca_pin_mismatch(e));
+            moved.then_some(node)
+        });
+    }
+    let Some(moved) = probes.join_all().await.into_iter().flatten().next() else {
+        return Ok(());
+    };
+    let why = format!(
+        "{} predates a CA rotation: member {} at {} now presents another CA than the one in the \
+         backup, so this backup would bring a retired CA (and its key) back",
+        backup.file.display(),
+        moved.name,
+        moved.addr
+    );
+    if allow {
+        tracing::warn!("{why}; restoring anyway (--allow-retired-ca)");
+        return Ok(());
+    }
+    Err(AgentError::Refused(format!(
+        "{why}. Restore a backup taken after the rotation (muster backup on a member), or pass \
+         --allow-retired-ca if you truly need this one; nothing was written"
+    )))
+}
+
 /// A restored cluster forms from the backup alone; settings for forming or joining (say from
 /// /etc/muster/agent.toml, or an operator token in the environment) do not apply to it.
 pub fn settings(config: AgentConfig) -> AgentConfig {
@@ -102,6 +150,7 @@ pub async fn start(
         identity,
         cluster_id: &cluster_id,
         listener,
+        revoked_at_start: Default::default(),
     })
     .await?;
     let raft = running.agent().raft();

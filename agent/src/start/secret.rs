@@ -14,9 +14,11 @@ use std::time::Duration;
 
 use crate::node::BoundPort;
 use muster_shared::tls;
-use muster_shared::token::{JoinSecret, random_hex, secret_hashes_match, secret_proof};
+use muster_shared::token::{
+    JoinSecret, SecretJoinClaim, random_hex, secret_hashes_match, secret_proof,
+};
 
-use super::join::join_with_token;
+use super::join::{join_with_request, token_join_request};
 use crate::api::ErrorKind;
 use crate::api::join::{SecretHello, SecretProof};
 use crate::api::paths;
@@ -46,12 +48,28 @@ pub async fn join_with_secret(
         Some(pin) => pin.to_string(),
         None => pin_by_secret(secret, peers, PROOF_DEADLINE).await?.ca_pin,
     };
+    if peers.is_empty() {
+        return Err(AgentError::Usage(
+            "no member address to join through: give --join HOST:PORT[,HOST:PORT…] (any members of the cluster)".into(),
+        ));
+    }
     println!(
         "joining through {} with the join secret (credential {})",
         peers.join(", "),
         secret.id()
     );
-    join_with_token(config, identity, &secret.as_token(&pin), peers, listener).await
+    // The secret itself never leaves this machine: its signature over what this machine asks
+    // admits only this machine's key, so a server that is not the cluster learns nothing of
+    // use from it.
+    let mut request = token_join_request(config, identity, &secret.as_token(&pin))?;
+    request.secret = String::new();
+    request.secret_signature = Some(secret.sign_join(&SecretJoinClaim {
+        node_id: &request.node_id,
+        name: &request.name,
+        addr: &request.addr,
+        key_fingerprint: &request.key_fingerprint,
+    }));
+    join_with_request(config, identity, &pin, &request, peers, listener).await
 }
 
 /// Asks `peers` in turn to prove they know `secret` until one does; returns its proof. Gives

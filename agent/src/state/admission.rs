@@ -41,6 +41,23 @@ impl ClusterState {
                 ),
             ));
         }
+        // Two members at one address: peers would dial one for the other (refused by identity,
+        // so the member is unreachable, then replaced). etcd refuses a duplicate peer URL too.
+        if let Some((_, other)) = self
+            .nodes
+            .iter()
+            .find(|(i, n)| **i != id && n.addr == node.addr)
+        {
+            return Err(Refusal::new(
+                ErrorKind::AddressTaken,
+                format!(
+                    "{} is the address of member {}; two members cannot share one. If this \
+                     machine replaces {}, remove it first (muster node remove {}), or advertise \
+                     another address",
+                    node.addr, other.name, other.name, other.name
+                ),
+            ));
+        }
         Ok(())
     }
 

@@ -304,6 +304,8 @@ mod tests {
         s.apply(&Request::FinishCaRotation {
             pin: "p2".into(),
             force,
+            now_ms: 0,
+            new_join_secret: None,
         })
         .refused
     }

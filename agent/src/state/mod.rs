@@ -14,6 +14,7 @@ pub mod scope;
 pub mod settings;
 #[cfg(test)]
 mod tests;
+pub mod token_retirement;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,7 +24,7 @@ pub use admission::Admission;
 pub use records::{
     CaMaterial, DEAD_TOKEN_RETENTION_MS, JoinTokenRecord, Node, NodeRecord, OperatorTokenRecord,
 };
-pub use request::{Refusal, Request, Response};
+pub use request::{Refusal, Request, Response, SecretReplacement};
 
 use crate::api::ErrorKind;
 
@@ -209,12 +210,21 @@ impl ClusterState {
                     Err(refused) => Response::refusal(refused),
                 }
             }
-            Request::FinishCaRotation { pin, force } => {
-                match self.finish_ca_rotation(pin, *force) {
-                    Ok(()) => Response::default(),
-                    Err(refused) => Response::refusal(refused),
+            Request::FinishCaRotation {
+                pin,
+                force,
+                now_ms,
+                new_join_secret,
+            } => match self.finish_ca_rotation(pin, *force) {
+                Ok(()) => {
+                    let now = self.observe_wall_clock(*now_ms);
+                    Response {
+                        retired: Some(self.retire_tokens(pin, now, new_join_secret.as_ref())),
+                        ..Response::default()
+                    }
                 }
-            }
+                Err(refused) => Response::refusal(refused),
+            },
             Request::FleetLock(command) => match self.fleetlock.apply(command) {
                 Ok(outcome) => Response {
                     fleetlock: Some(outcome),

@@ -65,9 +65,43 @@ pub struct JoinTokenRecord {
     /// Name of the node that used it last.
     #[serde(default)]
     pub last_used_by: Option<String>,
+    /// SPKI SHA-256 pin of the CA that was the cluster's when the token was made (the pin in
+    /// its text). Finishing a CA rotation revokes every token not pinned to the new CA; tokens
+    /// recorded before pins were kept (`None`) count as pinned to the CA a rotation retires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pin: Option<String>,
+    /// A join secret's verify key (`JoinSecret::verify_key`): a machine proves it holds the
+    /// secret with a signature, and the secret itself never travels. `None` for join tokens,
+    /// and for secrets recorded before signed joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_key: Option<String>,
 }
 
 impl JoinTokenRecord {
+    /// A pre-shared join secret's record: any number of uses, until `expires_ms`.
+    pub fn join_secret(
+        secret_sha256: String,
+        description: &str,
+        created_ms: u64,
+        expires_ms: u64,
+        ca_pin: Option<String>,
+        verify_key: String,
+    ) -> Self {
+        Self {
+            secret_sha256,
+            description: description.to_string(),
+            created_ms,
+            expires_ms,
+            uses_total: u32::MAX,
+            uses_left: u32::MAX,
+            consumed_ms: None,
+            revoked_ms: None,
+            last_used_by: None,
+            ca_pin,
+            verify_key: Some(verify_key),
+        }
+    }
+
     /// A pre-shared join secret: it admits any number of machines, so using it takes nothing.
     pub fn unlimited(&self) -> bool {
         self.uses_total == u32::MAX
@@ -108,6 +142,9 @@ pub struct OperatorTokenRecord {
     /// What it may do; tokens made before scopes existed are `admin`.
     #[serde(default = "super::scope::admin_only")]
     pub scopes: Vec<super::scope::Scope>,
+    /// The CA pin in the token's text: see [`JoinTokenRecord::ca_pin`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_pin: Option<String>,
 }
 
 /// Join, expired, consumed and revoked tokens are kept this long after they stopped working

@@ -114,11 +114,28 @@ pub enum Request {
         pin: String,
         stage: super::ca_rotation::CaStage,
     },
-    /// Ends a rotation: the new CA becomes the cluster's CA and the old one is dropped.
+    /// Ends a rotation: the new CA becomes the cluster's CA and the old one is dropped. Every
+    /// join and operator token not pinned to the new CA is revoked with it, and a live join
+    /// secret is replaced by `new_join_secret` (revoked if none is given).
     FinishCaRotation {
         pin: String,
         force: bool,
+        #[serde(default)]
+        now_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_join_secret: Option<SecretReplacement>,
     },
+}
+
+/// A join secret that replaces the cluster's at the end of a CA rotation: its public id and the
+/// SHA-256 of the secret (the secret itself is shown once to the operator, stored nowhere).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretReplacement {
+    pub id: String,
+    pub secret_sha256: String,
+    /// The new secret's verify key (see `JoinTokenRecord::verify_key`).
+    #[serde(default)]
+    pub verify_key: String,
 }
 
 /// Why the state machine refused a command: a stable error kind and a message for people.
@@ -159,6 +176,9 @@ pub struct Response {
     /// For `Lease`: the lease after the command.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<super::lease::Outcome>,
+    /// For `FinishCaRotation`: what the end of the rotation retired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired: Option<super::token_retirement::Retired>,
 }
 
 impl Response {

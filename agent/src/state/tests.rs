@@ -6,7 +6,7 @@ use muster_shared::token::hash_secret;
 fn node(name: &str, key: &str) -> NodeRecord {
     NodeRecord {
         name: name.into(),
-        addr: "127.0.0.1:7000".into(),
+        addr: format!("{name}.example:7000"),
         key_fingerprint: key.into(),
         joined_ms: 0,
         joined_with: None,
@@ -24,6 +24,8 @@ fn token(uses: u32, expires_ms: u64) -> JoinTokenRecord {
         consumed_ms: None,
         revoked_ms: None,
         last_used_by: None,
+        ca_pin: None,
+        verify_key: None,
     }
 }
 
@@ -183,6 +185,42 @@ fn wrong_expired_and_revoked_tokens_are_refused_with_their_kinds() {
             now_ms: 20,
         })),
         Some(ErrorKind::NotFound)
+    );
+}
+
+#[test]
+fn an_address_is_one_member_s_until_it_is_removed() {
+    let mut s = ClusterState::default();
+    s.join_tokens.insert("t".into(), token(5, 1_000));
+    s.apply(&Request::UpsertNode {
+        id: 1,
+        node: node("a", "k1"),
+    });
+    let at_a = |id, name: &str, key: &str| Request::AdmitWithToken {
+        token_id: "t".into(),
+        secret_sha256: hash_secret("s3cret"),
+        now_ms: 10,
+        id,
+        node: NodeRecord {
+            addr: "a.example:7000".into(),
+            ..node(name, key)
+        },
+    };
+    assert_eq!(
+        refused_kind(s.apply(&at_a(2, "b", "k2"))),
+        Some(ErrorKind::AddressTaken),
+        "a joiner may not claim a member's address"
+    );
+    assert!(!s.nodes.contains_key(&2));
+    assert_eq!(s.join_tokens["t"].uses_left, 5, "a refusal takes no use");
+    s.apply(&Request::RemoveNode {
+        id: 1,
+        force: false,
+    });
+    assert_eq!(
+        s.apply(&at_a(2, "b", "k2")).refused,
+        None,
+        "the address is free once its member is removed"
     );
 }
 

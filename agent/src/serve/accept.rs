@@ -1,0 +1,166 @@
+//! The one accept path of every listener the agent opens (node port, metrics, FleetLock plain
+//! and TLS): connections are admitted under a budget and a per-source limit before anything
+//! else is spent on them, running out of file descriptors sheds new connections instead of
+//! spinning, and HTTP/1 connections must send their headers within a deadline.
+//!
+//! Why one path: a listener without a budget lets one local user hold every descriptor of the
+//! process (idle connections cost nothing to open), and then the node port, the metrics
+//! listener and fjall all fail together while raft's pooled heartbeats keep the node leader.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::limits::{Admitted, ConnectionLimits, OverLimit};
+use crate::agent::Agent;
+
+/// How long to back off after an accept error (descriptors exhausted, most often): long enough
+/// for connections to finish, short enough that a member's dial is not refused for long.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// One admitted connection: the stream, who sent it, and its place in the budget (given back
+/// when dropped, so keep it as long as the connection).
+pub struct Accepted {
+    pub stream: TcpStream,
+    pub remote: SocketAddr,
+    pub admitted: Admitted,
+}
+
+/// A listener with its budget.
+pub struct Gate<'a> {
+    pub listener: &'a TcpListener,
+    pub limits: &'a Arc<ConnectionLimits>,
+    /// Named in logs: "node port", "FleetLock", "metrics".
+    pub name: &'static str,
+    /// Refusals are counted (and logged now and then) here.
+    pub agent: &'a Agent,
+}
+
+impl Gate<'_> {
+    /// The next connection within the limits. Connections over a limit are closed at once,
+    /// before any handshake; accept errors back off and are logged now and then.
+    pub async fn next(&self) -> Accepted {
+        loop {
+            let (stream, remote) = match self.listener.accept().await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.accept_failed(&e);
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            match self.limits.admit(remote.ip()) {
+                Ok(admitted) => {
+                    let _ = stream.set_nodelay(true);
+                    return Accepted {
+                        stream,
+                        remote,
+                        admitted,
+                    };
+                }
+                Err(over) => self.over_limit(over, remote),
+            }
+        }
+    }
+
+    fn over_limit(&self, over: OverLimit, remote: SocketAddr) {
+        if self.agent.count_over_limit() {
+            let name = self.name;
+            tracing::warn!(%remote, ?over, listener = name, "connection refused: over the listener's connection limit");
+        }
+    }
+
+    fn accept_failed(&self, e: &io::Error) {
+        // EMFILE/ENFILE: the process is out of descriptors. Counted with the refusals; the
+        // budget of each listener should keep this from happening at all.
+        if self.agent.count_over_limit() {
+            let name = self.name;
+            if is_out_of_descriptors(e) {
+                tracing::error!(listener = name, error = %e, "out of file descriptors: shedding new connections; raise LimitNOFILE or lower --max-connections");
+            } else {
+                tracing::warn!(listener = name, error = %e, "accept failed");
+            }
+        }
+    }
+}
+
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    // EMFILE (24) and ENFILE (23) on Linux.
+    matches!(e.raw_os_error(), Some(23 | 24))
+}
+
+/// Serves HTTP/1 on `io` until the client closes, with `header_timeout` for the headers of
+/// every request (an idle connection is closed, not kept).
+pub async fn serve_http1<IO, S, B>(io: IO, service: S, header_timeout: Duration)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<B>,
+        > + Send,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let _ = builder.serve_connection(TokioIo::new(io), service).await;
+}
+
+/// The process's soft limit on open file descriptors (from /proc), if it can be read.
+pub fn descriptor_limit() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    parse_descriptor_limit(&text)
+}
+
+fn parse_descriptor_limit(limits: &str) -> Option<usize> {
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    let soft = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?;
+    if soft == "unlimited" {
+        return Some(usize::MAX);
+    }
+    soft.parse().ok()
+}
+
+/// A listener's budget as a share of the descriptors the process may open: `share` of the
+/// limit, never above `most` (nor below 8, so that a listener always serves someone).
+pub fn budget(most: usize, share: usize) -> usize {
+    descriptor_limit().map_or(most, |limit| (limit / share).clamp(8, most))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_soft_descriptor_limit_is_read_from_proc() {
+        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
+                    Max processes             95339                95339                processes \n\
+                    Max open files            1024                 524288               files     \n";
+        assert_eq!(parse_descriptor_limit(text), Some(1024));
+        let unlimited =
+            "Max open files            unlimited            unlimited            files\n";
+        assert_eq!(parse_descriptor_limit(unlimited), Some(usize::MAX));
+        assert_eq!(parse_descriptor_limit("nothing here"), None);
+        assert!(descriptor_limit().is_some(), "this process has a limit");
+    }
+
+    #[test]
+    fn out_of_descriptors_is_told_from_other_errors() {
+        assert!(is_out_of_descriptors(&io::Error::from_raw_os_error(24)));
+        assert!(is_out_of_descriptors(&io::Error::from_raw_os_error(23)));
+        assert!(!is_out_of_descriptors(&io::Error::from_raw_os_error(104)));
+    }
+}
