@@ -249,14 +249,7 @@ struct Group {
 impl Writer {
     fn run(self, mut rx: mpsc::UnboundedReceiver<Job>) {
         let mut jobs = Vec::new();
-        while let Some(first) = rx.blocking_recv() {
-            jobs.push(first);
-            while jobs.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
-                }
-            }
+        while super::commit::next_group(&mut rx, &mut jobs, MAX_GROUP) {
             self.commit_group(&mut jobs);
         }
         let _ = self.db.persist(PersistMode::SyncAll);
