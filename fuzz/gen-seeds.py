@@ -196,3 +196,37 @@ write("leader_op", "create-token", j({"op": "create_join_token", "create": {
     "id": "0123456789abcdef", "secret_sha256": "0" * 64, "ttl_ms": 3600000, "uses": 1, "description": "x"}}))
 write("leader_op", "remove", j({"op": "remove_node", "name": "n1", "force": False}))
 write("leader_op", "status", j({"op": "status"}))
+
+# discovery_grpc: selector byte (0 Range, 1 Put, 2 Watch), then one gRPC frame of the message
+def pb_varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def pb_bytes(field, data):
+    data = data.encode() if isinstance(data, str) else data
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_int(field, n):
+    return pb_varint(field << 3) + pb_varint(n)
+
+
+def grpc_frame(message):
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+REG = f"/_etcd/registry/{TOK}"
+write("discovery_grpc", "range-size", b"\x00" + grpc_frame(pb_bytes(1, f"{REG}/_config/size")))
+write("discovery_grpc", "range-members", b"\x00" + grpc_frame(pb_bytes(1, f"{REG}/members") + pb_bytes(2, f"{REG}/membert")))
+write("discovery_grpc", "put-size", b"\x01" + grpc_frame(pb_bytes(1, f"{REG}/_config/size") + pb_bytes(2, "3")))
+write("discovery_grpc", "put-member", b"\x01" + grpc_frame(pb_bytes(1, f"{REG}/members/8e9e05c52164694d") + pb_bytes(2, "n1=http://10.0.0.1:2380")))
+write("discovery_grpc", "put-outside", b"\x01" + grpc_frame(pb_bytes(1, "/foo") + pb_bytes(2, "bar")))
+write("discovery_grpc", "watch-create", b"\x02" + grpc_frame(pb_bytes(1, pb_bytes(1, f"{REG}/members") + pb_bytes(2, f"{REG}/membert") + pb_int(3, 5))))
+write("discovery_grpc", "too-large", b"\x01\x00\x00\x01\x00\x01")

@@ -6,6 +6,7 @@
 //! [`model`], and made durable by a [`store::Store`] before the answer (shaped by [`v2`]) goes out.
 
 pub mod config;
+pub mod grpc;
 pub mod http;
 pub mod keys;
 pub mod limits;
@@ -14,3 +15,4 @@ pub mod model;
 pub mod server;
 pub mod store;
 pub mod v2;
+pub mod v3;

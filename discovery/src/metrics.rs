@@ -30,6 +30,12 @@ pub struct Metrics {
     open_connections: AtomicI64,
     /// Refusals by limit, indexed like [`LimitKind::ALL`].
     limited: [AtomicU64; LimitKind::ALL.len()],
+    /// etcd v3 gRPC calls by (method, status code name).
+    grpc_calls: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// etcd v3 requests refused or cut by a gRPC limit, by reason.
+    grpc_limited: Mutex<BTreeMap<&'static str, u64>>,
+    /// Open etcd v3 watches.
+    v3_watches: AtomicI64,
 }
 
 impl Metrics {
@@ -68,6 +74,62 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.open_connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// An etcd v3 gRPC call ended with `code` (a gRPC status code name, `OK` on success).
+    pub fn grpc_call(&self, method: &'static str, code: &'static str) {
+        if let Ok(mut map) = self.grpc_calls.lock() {
+            *map.entry((method, code)).or_default() += 1;
+        }
+    }
+
+    /// A gRPC limit refused or cut something: `message_too_large`, `range_truncated`,
+    /// `idle_stream`, `too_many_watches`, `request_timeout`, ….
+    pub fn grpc_limited(&self, reason: &'static str) {
+        if let Ok(mut map) = self.grpc_limited.lock() {
+            *map.entry(reason).or_default() += 1;
+        }
+    }
+
+    pub fn v3_watch_started(&self) {
+        self.v3_watches.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn v3_watch_ended(&self) {
+        self.v3_watches.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The etcd v3 series of `/metrics`.
+    fn render_grpc(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP muster_discovery_v3_watches Open etcd v3 watches.\n# TYPE muster_discovery_v3_watches gauge\nmuster_discovery_v3_watches {}",
+            self.v3_watches.load(Ordering::Acquire)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP muster_discovery_grpc_calls_total etcd v3 gRPC calls by method and status code.\n# TYPE muster_discovery_grpc_calls_total counter"
+        );
+        if let Ok(map) = self.grpc_calls.lock() {
+            for ((method, code), n) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "muster_discovery_grpc_calls_total{{method=\"{method}\",code=\"{code}\"}} {n}"
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP muster_discovery_grpc_limited_total etcd v3 requests refused or cut by a limit, by reason.\n# TYPE muster_discovery_grpc_limited_total counter"
+        );
+        if let Ok(map) = self.grpc_limited.lock() {
+            for (reason, n) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "muster_discovery_grpc_limited_total{{reason=\"{reason}\"}} {n}"
+                );
+            }
+        }
     }
 
     pub fn held_watches(&self) -> i64 {
@@ -196,6 +258,7 @@ impl Metrics {
                 let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
             }
         }
+        self.render_grpc(&mut out);
         out
     }
 }

@@ -9,6 +9,7 @@ pub mod history;
 pub mod netns;
 pub mod peer_client;
 pub mod terminal;
+pub mod v3_client;
 pub mod workload;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -287,6 +288,27 @@ impl Discovery {
         Ok(d)
     }
 
+    /// Starts a service serving HTTPS with this certificate chain and key (PEM), written to
+    /// files in `dir`, plus `extra` flags.
+    pub async fn start_tls(
+        dir: &Path,
+        cert_pem: &str,
+        key_pem: &str,
+        extra: &[&str],
+    ) -> Result<Self> {
+        let cert_path = dir.join("cert.pem");
+        let key_path = dir.join("key.pem");
+        std::fs::write(&cert_path, cert_pem)?;
+        std::fs::write(&key_path, key_pem)?;
+        let (cert, key) = (
+            cert_path.to_string_lossy().into_owned(),
+            key_path.to_string_lossy().into_owned(),
+        );
+        let mut args = vec!["--tls-cert", cert.as_str(), "--tls-key", key.as_str()];
+        args.extend_from_slice(extra);
+        Self::start(&args).await
+    }
+
     /// Starts a service on `listen` with `data_dir` and `extra` flags (no rate limit on /new
     /// unless `extra` sets one).
     pub async fn start_with(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self> {
@@ -448,6 +470,11 @@ impl Discovery {
     /// Every log file of this service, oldest first (one per start).
     pub fn log_paths(&self) -> &[PathBuf] {
         &self.logs.files
+    }
+
+    /// An etcd v3 client on the service's plain listener (etcd v3 discovery's gRPC).
+    pub async fn v3_client(&self) -> Result<etcd_client::Client> {
+        Ok(etcd_client::Client::connect([format!("http://{}", self.addr)], None).await?)
     }
 
     /// Mints a token of `size`; returns the full discovery URL. Fails after [`HTTP_TIMEOUT`].

@@ -686,18 +686,9 @@ async fn serves_https_with_the_given_certificate() {
     let key = rcgen::KeyPair::generate().expect("key");
     let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
     let cert = params.self_signed(&key).expect("cert");
-    let cert_path = tmp.path().join("cert.pem");
-    let key_path = tmp.path().join("key.pem");
-    std::fs::write(&cert_path, cert.pem()).expect("write cert");
-    std::fs::write(&key_path, key.serialize_pem()).expect("write key");
-    let d = Discovery::start(&[
-        "--tls-cert",
-        cert_path.to_str().expect("path"),
-        "--tls-key",
-        key_path.to_str().expect("path"),
-    ])
-    .await
-    .expect("start");
+    let d = Discovery::start_tls(tmp.path(), &cert.pem(), &key.serialize_pem(), &[])
+        .await
+        .expect("start");
     assert!(d.base.starts_with("https://"), "{}", d.base);
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.der().clone()).expect("root");

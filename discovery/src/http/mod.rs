@@ -4,6 +4,7 @@
 
 mod pages;
 mod token;
+mod v3view;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,8 +36,13 @@ pub struct ClientAddr(pub SocketAddr);
 /// The client a request counts against (IPv6 per /64); loopback when the server loop did not
 /// say (in-process tests).
 fn client_of(req: &Request) -> ClientKey {
-    let ip = req
-        .extensions()
+    client_in(req.extensions())
+}
+
+/// The client named in a request's extensions (loopback when the server loop did not say):
+/// for HTTP requests and gRPC calls alike.
+pub fn client_in(extensions: &axum::http::Extensions) -> ClientKey {
+    let ip = extensions
         .get::<ClientAddr>()
         .map(|c| c.0.ip())
         .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));

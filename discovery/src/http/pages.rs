@@ -109,7 +109,7 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
 }
 
 /// The URL prefix of minted tokens: `--public-url`, else this request's Host, else the listener.
-fn public_base<S: Store>(app: &Arc<App<S>>, req: &Request) -> String {
+pub(super) fn public_base<S: Store>(app: &Arc<App<S>>, req: &Request) -> String {
     if let Some(url) = &app.config.public_url {
         return url.trim_end_matches('/').to_string();
     }
@@ -137,6 +137,8 @@ Mint a discovery URL for a 3-member cluster:
 Start every member with that URL, e.g. etcd:
     etcd --name n1 --initial-advertise-peer-urls http://10.0.0.1:2380 \\
          --listen-peer-urls http://10.0.0.1:2380 --discovery <URL>
+etcd 3.6/3.7 (v3 discovery; <TOKEN> is the URL's last segment):
+    etcd ... --discovery-token <TOKEN> --discovery-endpoints {BASE}
 or a Muster agent:
     muster agent --name n1 --advertise 10.0.0.1:7000 --discovery <URL>
 
@@ -212,7 +214,8 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 code,pre{background:#f4f4f4;padding:.1rem .3rem}.ok{color:#1a7f37}.wait{color:#9a6700}</style>";
 
 /// The page a person sees when opening a discovery URL in a browser.
-pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
+/// `more` is markup shown below the registrations (the v3 ones and the etcd flags).
+pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str, more: &str) -> Response {
     let now = now_ms();
     let page = app.store.read(token, |s| {
         let members = s.members();
@@ -262,7 +265,7 @@ pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str) -> Response {
 <h1>Discovery token <code>{short}…</code></h1>\
 <p>Size <strong>{size}</strong> · state <strong class=\"{class}\">{state}</strong> · index {index} · created {age} · expires in {expires}</p>\
 {cluster}<table><tr><th>#</th><th>member id</th><th>name</th><th>peer URLs</th><th>role</th><th>registered</th></tr>{rows}</table>\
-<p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
+{more}<p>Machines read this URL as etcd v2 JSON (<code>curl</code> it without <code>Accept: text/html</code>). This page refreshes every 5 s.</p>\
 </body></html>",
             short = crate::keys::short(token),
             index = s.index,
@@ -299,7 +302,7 @@ fn humanize_ms(ms: u64) -> String {
     }
 }
 
-fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -110,9 +110,22 @@ async fn get<S: Store>(app: &Arc<App<S>>, path: TokenPath, req: Request) -> Resp
     let plain_get = !req.uri().query().unwrap_or("").contains("wait");
     if path.key.is_empty() && plain_get && super::wants_html(&req) {
         // Also renders the "unknown or expired token" page for people.
+        let base = super::pages::public_base(app, &req);
+        let more = format!(
+            "{}{}",
+            super::v3view::members_html(app, &path.token).await,
+            super::v3view::Flags::new(&base, &path.token).html()
+        );
         return labelled(
-            super::pages::token_page(app, &path.token).await,
+            super::pages::token_page(app, &path.token, &more).await,
             "token_page",
+        );
+    }
+    if path.key.is_empty() && req.uri().query() == Some("view=muster") {
+        let base = super::pages::public_base(app, &req);
+        return labelled(
+            super::v3view::json(app, &path.token, &base).await,
+            "token_view",
         );
     }
     let params = match get_params(&path, req.uri().query()) {

@@ -1,6 +1,7 @@
-//! Listener, optional TLS, the store chosen by `--store`, per-client connection caps, request
+//! Listener, optional TLS, HTTP/1.1 or HTTP/2 per connection ([`h2`], for etcd v3's gRPC), the store chosen by `--store`, per-client connection caps, request
 //! timeouts, graceful shutdown and the background token GC.
 
+mod h2;
 mod io;
 mod tls;
 
@@ -157,47 +158,40 @@ async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Resu
             });
             continue;
         };
-        let router = router.clone();
-        let service =
-            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ClientAddr(peer));
-                router.clone().oneshot(req.map(axum::body::Body::new))
-            });
-        let mut builder = hyper::server::conn::http1::Builder::new();
-        builder
-            .timer(TokioTimer::new())
-            .header_read_timeout(config.header_timeout);
         let app = app.clone();
         app.metrics.connection_opened();
+        let router = router.clone();
+        let watcher = graceful.watcher();
+        let header_timeout = config.header_timeout;
         match &tls {
             None => {
-                let stream = Arc::new(stream);
-                let mid_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let shared = io::SharedIo {
-                    stream: stream.clone(),
-                    mid_request: mid_request.clone(),
-                };
-                let conn = graceful.watch(builder.serve_connection(TokioIo::new(shared), service));
-                let header_timeout = config.header_timeout;
                 tokio::spawn(async move {
                     let _slot = slot;
-                    // An idle keep-alive connection is closed without a word; one cut in the
-                    // middle of its request headers is told why.
-                    if let Err(e) = conn.await
-                        && e.is_timeout()
-                        && mid_request.load(std::sync::atomic::Ordering::Relaxed)
-                    {
-                        answer_header_timeout(&app, &stream, header_timeout).await;
+                    match h2::opens_with_preface(&stream, header_timeout).await {
+                        Some(true) => h2::serve(stream, peer, app.clone(), router, watcher).await,
+                        Some(false) => {
+                            serve_plain_http1(&app, stream, peer, router, header_timeout, watcher)
+                                .await;
+                        }
+                        None => {}
                     }
                     app.metrics.connection_closed();
                 });
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
-                let watcher = graceful.watcher();
                 tokio::spawn(async move {
                     let _slot = slot;
-                    serve_tls(acceptor, stream, peer, builder, service, watcher).await;
+                    serve_tls(
+                        &app,
+                        acceptor,
+                        stream,
+                        peer,
+                        router,
+                        header_timeout,
+                        watcher,
+                    )
+                    .await;
                     app.metrics.connection_closed();
                 });
             }
@@ -229,20 +223,66 @@ async fn answer_header_timeout<S: Store>(app: &App<S>, stream: &TcpStream, timeo
     io::answer_and_close(stream, "408 Request Timeout", &body).await;
 }
 
-async fn serve_tls<Svc>(
+/// The HTTP/1.1 service of one connection: the axum router, told the peer's address.
+fn http1_service(
+    router: axum::Router,
+    peer: SocketAddr,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ClientAddr(peer));
+        router.clone().oneshot(req.map(axum::body::Body::new))
+    })
+}
+
+fn http1_builder(header_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder
+}
+
+/// A plain HTTP/1.1 connection. An idle keep-alive connection is closed without a word; one cut
+/// in the middle of its request headers is told why.
+async fn serve_plain_http1<S: Store>(
+    app: &App<S>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: axum::Router,
+    header_timeout: Duration,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    let stream = Arc::new(stream);
+    let mid_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shared = io::SharedIo {
+        stream: stream.clone(),
+        mid_request: mid_request.clone(),
+    };
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(shared), http1_service(router, peer));
+    if let Err(e) = watcher.watch(conn).await
+        && e.is_timeout()
+        && mid_request.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        answer_header_timeout(app, &stream, header_timeout).await;
+    }
+}
+
+/// A TLS connection: HTTP/2 if the client negotiated ALPN `h2` (gRPC), HTTP/1.1 otherwise.
+async fn serve_tls<S: Store>(
+    app: &Arc<App<S>>,
     acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
     peer: SocketAddr,
-    builder: hyper::server::conn::http1::Builder,
-    service: Svc,
+    router: axum::Router,
+    header_timeout: Duration,
     watcher: hyper_util::server::graceful::Watcher,
-) where
-    Svc: hyper::service::HttpService<hyper::body::Incoming> + Send + 'static,
-    Svc::Future: Send + 'static,
-    Svc::ResBody: Send + 'static,
-    <Svc::ResBody as hyper::body::Body>::Data: Send + 'static,
-    <Svc::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) {
     let tls_stream =
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
             Ok(Ok(s)) => s,
@@ -252,9 +292,13 @@ async fn serve_tls<Svc>(
             }
             Err(_) => return,
         };
-    let _ = watcher
-        .watch(builder.serve_connection(TokioIo::new(tls_stream), service))
-        .await;
+    if tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        h2::serve(tls_stream, peer, app.clone(), router, watcher).await;
+        return;
+    }
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(tls_stream), http1_service(router, peer));
+    let _ = watcher.watch(conn).await;
 }
 
 async fn gc_loop<S: Store>(app: Arc<App<S>>, ttl: Duration) {

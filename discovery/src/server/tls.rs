@@ -33,6 +33,7 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, ServeE
             "certificate and key do not match or are unsupported: {e}"
         ))
     })?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // h2 first: grpc-go (etcd v3 discovery) refuses a TLS peer that does not negotiate it.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

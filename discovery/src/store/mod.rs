@@ -9,6 +9,7 @@ pub mod cache;
 pub mod etcd;
 pub mod fjall;
 pub mod notify;
+pub mod v3;
 
 use std::future::Future;
 use std::time::Duration;
@@ -88,6 +89,21 @@ impl Caps {
     }
 }
 
+/// What a Put of a v3 size key (`etcdctl put /_etcd/registry/<T>/_config/size N`) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adopted {
+    /// A new token, under the same caps as `/new`.
+    Created,
+    /// The token exists with this size already.
+    Unchanged,
+    /// The token had no members yet; its size changed.
+    Resized,
+    /// Members registered already; the size stays `size`.
+    HasMembers { size: u32 },
+    /// This store fixes a token's size at creation (`--store etcd`); it stays `size`.
+    SizeFixed { size: u32 },
+}
+
 /// Durable discovery state. Every method that writes returns only after the write is durable.
 pub trait Store: Send + Sync + 'static {
     /// Creates a token of `size` that lives for `ttl`, minted by `client`; returns the token.
@@ -97,6 +113,28 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
         client: ClientKey,
     ) -> impl Future<Output = Result<String, StoreError>> + Send;
+
+    /// Creates the token named `token` (chosen by an etcd v3 discovery operator), or sets the
+    /// size of one that has no members yet.
+    fn adopt_token(
+        &self,
+        token: &str,
+        size: u32,
+        ttl: Duration,
+        client: ClientKey,
+    ) -> impl Future<Output = Result<Adopted, StoreError>> + Send {
+        let _ = (token, size, ttl, client);
+        async {
+            Err(StoreError::Unavailable(
+                "this store keeps no etcd v3 discovery keys".into(),
+            ))
+        }
+    }
+
+    /// The etcd v3 discovery keys, where this store keeps them.
+    fn v3(&self) -> Option<&dyn v3::V3Keys> {
+        None
+    }
 
     /// Runs `f` on a consistent view of a live token.
     fn read<R, F>(&self, token: &str, f: F) -> impl Future<Output = Result<R, StoreError>> + Send

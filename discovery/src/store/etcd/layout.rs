@@ -6,6 +6,7 @@
 //! | `P t/<token>/e/<index, 20 digits>` | [`Event`](crate::model::Event) JSON | one write, in index order |
 //! | `P n/<token>` | empty | counts live tokens (`count_only` range) |
 //! | `P c/<client>/<token>` | empty | counts a client's live tokens |
+//! | `P v3/<token>/<rest>` | as written | etcd v3 discovery's `/_etcd/registry/<token>/<rest>` ([`super::v3`]) |
 //!
 //! Every key of a token carries the token's lease, so etcd deletes all of them together when
 //! the token expires. One range over `P t/<token>/` reads the whole token at one revision.
@@ -39,6 +40,11 @@ impl Layout {
 
     pub fn event(&self, token: &str, index: u64) -> String {
         format!("{}t/{token}/e/{index:020}", self.prefix)
+    }
+
+    /// The etcd v3 discovery keys of a token (`""` for all tokens' keys).
+    pub fn v3_root(&self, token: &str) -> String {
+        format!("{}v3/{token}", self.prefix)
     }
 
     pub fn live_root(&self) -> String {

@@ -21,6 +21,8 @@
 
 mod background;
 pub mod layout;
+mod tokens;
+mod v3;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,6 +69,7 @@ pub struct EtcdStore {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     tokens_created: AtomicU64,
     registrations: AtomicU64,
+    v3: v3::EtcdV3,
 }
 
 /// A random non-zero tag for one write.
@@ -120,6 +123,7 @@ impl EtcdStore {
             )),
         ];
         Ok(Self {
+            v3: v3::EtcdV3::new(client.clone(), layout.clone()),
             client,
             layout,
             caps,
@@ -176,62 +180,6 @@ impl EtcdStore {
             state.apply(event);
         }
         Ok((state, lease))
-    }
-
-    async fn try_create_token(
-        &self,
-        size: u32,
-        ttl: Duration,
-        client: ClientKey,
-    ) -> Result<String, StoreError> {
-        self.check_tokens()?;
-        self.check_bytes(crate::model::META_BYTES as u64)?;
-        let client = client.to_string();
-        self.check_client(&client).await?;
-        let token = new_discovery_token();
-        let created_ms = now_ms();
-        let meta = TokenMeta {
-            size,
-            created_ms,
-            expires_ms: created_ms.saturating_add(ttl.as_millis() as u64),
-            client: Some(client.clone()),
-        };
-        // A second beyond the TTL: the metadata's expiry is what clients see; the lease only
-        // has to clean up after it.
-        let lease_secs = i64::try_from(ttl.as_secs().saturating_add(1)).unwrap_or(i64::MAX);
-        let lease = self
-            .client
-            .lease_client()
-            .grant(lease_secs, None)
-            .await
-            .map_err(unavailable)?
-            .id();
-        let with_lease = || Some(PutOptions::new().with_lease(lease));
-        let value = serde_json::to_vec(&meta).map_err(unavailable)?;
-        let meta_key = self.layout.meta(&token);
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                meta_key.clone(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then([
-                TxnOp::put(meta_key, value, with_lease()),
-                TxnOp::put(self.layout.live(&token), "", with_lease()),
-                TxnOp::put(self.layout.client_token(&client, &token), "", with_lease()),
-            ]);
-        let resp = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(unavailable)?;
-        if !resp.succeeded() {
-            return Err(unavailable("a freshly drawn token already exists"));
-        }
-        self.probe.created_since.fetch_add(1, Ordering::Relaxed);
-        self.tokens_created.fetch_add(1, Ordering::Relaxed);
-        Ok(token)
     }
 
     fn check_tokens(&self) -> Result<(), Limited> {
@@ -294,15 +242,33 @@ impl Store for EtcdStore {
     ) -> Result<String, StoreError> {
         let deadline = tokio::time::Instant::now() + RETRY_FOR;
         loop {
-            match self.try_create_token(size, ttl, client).await {
+            let token = new_discovery_token();
+            match self.try_create_token(&token, size, ttl, client).await {
+                Ok(true) => return Ok(token),
+                // A freshly drawn token that exists: draw again.
+                Ok(false) => continue,
                 // A lost answer may leave an unused token behind; its lease removes it.
                 Err(StoreError::Unavailable(why)) if tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %why, "etcd token creation failed; retrying");
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
-                other => return other,
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    async fn adopt_token(
+        &self,
+        token: &str,
+        size: u32,
+        ttl: Duration,
+        client: ClientKey,
+    ) -> Result<super::Adopted, StoreError> {
+        self.adopt(token, size, ttl, client).await
+    }
+
+    fn v3(&self) -> Option<&dyn super::v3::V3Keys> {
+        Some(&self.v3)
     }
 
     async fn read<R, F>(&self, token: &str, f: F) -> Result<R, StoreError>

@@ -27,6 +27,22 @@ pub struct CommitJob {
     pub done: oneshot::Sender<Result<(), String>>,
 }
 
+/// Waits (blocking) for one job, then takes every job already waiting, up to `max` in all: one
+/// commit group, covered by one fsync. False once the senders are gone.
+pub fn next_group<T>(rx: &mut mpsc::UnboundedReceiver<T>, group: &mut Vec<T>, max: usize) -> bool {
+    let Some(first) = rx.blocking_recv() else {
+        return false;
+    };
+    group.push(first);
+    while group.len() < max {
+        match rx.try_recv() {
+            Ok(job) => group.push(job),
+            Err(_) => break,
+        }
+    }
+    true
+}
+
 pub fn commit_loop(
     db: Database,
     (tokens_tree, events_tree): (Keyspace, Keyspace),
@@ -38,14 +54,7 @@ pub fn commit_loop(
         Tree::Events => &events_tree,
     };
     let mut group = Vec::new();
-    while let Some(first) = rx.blocking_recv() {
-        group.push(first);
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(job) => group.push(job),
-                Err(_) => break,
-            }
-        }
+    while next_group(&mut rx, &mut group, MAX_GROUP) {
         let mut batch = db.batch().durability(Some(PersistMode::SyncAll));
         for job in &group {
             for op in &job.ops {

@@ -8,7 +8,10 @@
 //! from disk under its stripe lock, so a load never races a write of the same token.
 
 mod commit;
+mod tokens;
 mod usage;
+pub mod v3;
+mod v3keys;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,9 +24,11 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 use self::commit::{CommitJob, Op, Tree, commit_loop};
 use self::usage::Usage;
+use self::v3::V3Log;
 use super::cache::Cache;
 use super::notify::Notifier;
-use super::{Caps, Store, StoreError, StoreStats, WatchOutcome, now_ms, put_status};
+use super::v3::V3Keys;
+use super::{Adopted, Caps, Store, StoreError, StoreStats, WatchOutcome, now_ms, put_status};
 use crate::limits::ClientKey;
 use crate::model::{Event, PutPlan, PutRequest, TokenMeta, TokenState, event_bytes, is_member_key};
 use crate::v2::Response;
@@ -48,6 +53,7 @@ pub struct FjallStore {
     tokens_created: AtomicU64,
     registrations: AtomicU64,
     expired: AtomicU64,
+    v3: Arc<V3Log>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +64,8 @@ pub enum OpenError {
     Corrupt { token: String, reason: String },
     #[error("cannot start the commit thread: {0}")]
     Thread(std::io::Error),
+    #[error("cannot open the etcd v3 discovery keys: {0}")]
+    V3(String),
 }
 
 fn event_key(token: &str, index: u64) -> Vec<u8> {
@@ -111,6 +119,7 @@ impl FjallStore {
             .name("fjall-commit".into())
             .spawn(move || commit_loop(thread_db, thread_trees, rx, thread_healthy))
             .map_err(OpenError::Thread)?;
+        let v3 = Arc::new(V3Log::open(&db, healthy.clone()).map_err(OpenError::V3)?);
 
         Ok(Self {
             caps,
@@ -127,6 +136,7 @@ impl FjallStore {
             tokens_created: AtomicU64::new(0),
             registrations: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            v3,
         })
     }
 
@@ -198,6 +208,10 @@ impl FjallStore {
             ops.push(Op::Remove(Tree::Events, key.to_vec()));
         }
         self.commit(ops).await?;
+        self.v3
+            .drop_prefix(crate::v3::keys::token_prefix(token))
+            .await
+            .map_err(unavailable)?;
         self.cache.remove(token);
         self.usage.remove_token(
             state.meta.client.as_deref(),
@@ -241,30 +255,23 @@ impl Store for FjallStore {
         ttl: Duration,
         client: ClientKey,
     ) -> Result<String, StoreError> {
-        let client = client.to_string();
-        let reservation = self.usage.reserve_token(&self.caps, &client)?;
         let token = new_discovery_token();
-        let created_ms = now_ms();
-        let meta = TokenMeta {
-            size,
-            created_ms,
-            expires_ms: created_ms.saturating_add(ttl.as_millis() as u64),
-            client: Some(client),
-        };
-        let value = serde_json::to_vec(&meta).map_err(unavailable)?;
-        self.commit(vec![Op::Insert(
-            Tree::Tokens,
-            token.as_bytes().to_vec(),
-            value,
-        )])
-        .await?;
-        reservation.keep();
-        let state = TokenState::new(token.clone(), meta).with_byte_cap(self.caps.token_byte_cap());
-        let size = cached_size(&state);
-        self.cache
-            .insert(&token, Arc::new(RwLock::new(state)), size);
-        self.tokens_created.fetch_add(1, Ordering::Relaxed);
+        self.insert_token(&token, size, ttl, client).await?;
         Ok(token)
+    }
+
+    async fn adopt_token(
+        &self,
+        token: &str,
+        size: u32,
+        ttl: Duration,
+        client: ClientKey,
+    ) -> Result<Adopted, StoreError> {
+        self.adopt(token, size, ttl, client).await
+    }
+
+    fn v3(&self) -> Option<&dyn V3Keys> {
+        Some(&self.v3)
     }
 
     async fn read<R, F>(&self, token: &str, f: F) -> Result<R, StoreError>

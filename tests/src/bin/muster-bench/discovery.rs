@@ -680,7 +680,7 @@ pub(crate) async fn start_muster(tmp: &Path) -> Result<Discovery> {
 
 /// What the throughput workloads need switched off: one client (the load generator) mints and
 /// writes far beyond what the per-client limits allow a real client.
-const BENCH_LIMITS: &[&str] = &[
+pub(super) const BENCH_LIMITS: &[&str] = &[
     "--write-rate",
     "0",
     "--max-tokens-per-client",
@@ -838,6 +838,9 @@ fn print_row(workload: &str, system: &str, s: &Stats) {
 
 pub async fn run(args: DiscoveryArgs) -> Result<()> {
     let etcd_bin = find_etcd(args.skip_etcd)?;
+    if args.protocol == "v3" {
+        return super::discovery_v3::run(&args, etcd_bin).await;
+    }
     let store_etcd = args.store == "etcd";
     if store_etcd && etcd_bin.is_none() {
         bail!("--store etcd needs etcd (a 3-member etcd v3 cluster is started); drop --skip-etcd");

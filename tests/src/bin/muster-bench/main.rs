@@ -25,6 +25,7 @@ mod asg;
 mod cluster;
 mod discovery;
 mod discovery_cpu;
+mod discovery_v3;
 mod fleetlock;
 mod lease;
 mod stability;
@@ -150,6 +151,10 @@ struct DiscoveryArgs {
     /// With --store etcd: the most replicas to measure (each count from 1 up is measured).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
     replicas: u16,
+    /// `v2`: the v2 keys-API workloads against etcd --enable-v2. `v3`: etcd 3.6/3.7's v3
+    /// discovery join sequence (gRPC) against etcd 3.4's v3 API, same client.
+    #[arg(long, default_value = "v2", value_parser = ["v2", "v3"])]
+    protocol: String,
 }
 
 #[derive(Args)]

@@ -1,0 +1,355 @@
+//! etcd v3 discovery's keys in the embedded store: one revision counter for the whole service,
+//! the current keys (`v3kv`) and a bounded revision log (`v3log`) that watches replay.
+//!
+//! One thread writes (the `v3-commit` thread): it takes every Put that is waiting, gives each
+//! the next revision, writes keys and log in one fjall batch, fsyncs once (group commit), and
+//! only then makes the group visible and answers it. Readers therefore see revisions in order
+//! and never one a crash could take back, and revisions stay monotonic across restarts (the
+//! newest log entry is never trimmed).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use muster_shared::storage::{self, Database, Keyspace, PersistMode};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::store::v3::V3StoreError;
+use crate::v3::keys::in_range;
+use crate::v3::state::{Entry, FIRST_REVISION, RangeResult, Record, V3State};
+
+/// Revisions the log keeps for watch replay; older ones answer `compact_revision` as etcd does.
+pub const HISTORY: u64 = 100_000;
+/// Largest number of waiting writes folded into one fsync.
+const MAX_GROUP: usize = 1024;
+
+/// What a watch finds after a revision.
+#[derive(Debug)]
+pub enum LogRead {
+    /// Matching records (in revision order) and the newest revision looked at.
+    Records {
+        records: Vec<Record>,
+        scanned_to: u64,
+    },
+    /// The revisions asked for are gone; this is the newest revision dropped.
+    Compacted(u64),
+}
+
+/// A Put to make durable, with the member cap of its token (`prefix`, most keys under it).
+struct PutJob {
+    key: String,
+    value: String,
+    cap: Option<(String, usize, usize)>,
+    done: oneshot::Sender<Result<Record, V3StoreError>>,
+}
+
+enum Job {
+    Put(PutJob),
+    /// Forget every key under this prefix (an expired token's).
+    Drop {
+        prefix: String,
+        done: oneshot::Sender<Result<(), V3StoreError>>,
+    },
+}
+
+pub struct V3Log {
+    state: Arc<RwLock<V3State>>,
+    revision: watch::Sender<u64>,
+    compacted: Arc<AtomicU64>,
+    jobs: mpsc::UnboundedSender<Job>,
+    log: Keyspace,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> V3StoreError {
+    V3StoreError::Unavailable(e.to_string())
+}
+
+impl V3Log {
+    /// Loads the keys and the log's bounds and starts the commit thread.
+    pub fn open(db: &Database, healthy: Arc<AtomicBool>) -> Result<Self, String> {
+        let kv = storage::open_keyspace(db, "v3kv").map_err(|e| e.to_string())?;
+        let log = storage::open_keyspace(db, "v3log").map_err(|e| e.to_string())?;
+        let mut kvs = BTreeMap::new();
+        for item in kv.iter() {
+            let (k, v) = item.into_inner().map_err(|e| e.to_string())?;
+            let entry: Entry = serde_json::from_slice(&v).map_err(|e| e.to_string())?;
+            kvs.insert(String::from_utf8_lossy(&k).into_owned(), entry);
+        }
+        let rev_of = |k: &[u8]| <[u8; 8]>::try_from(k).map(u64::from_be_bytes).ok();
+        let first = log
+            .first_key_value()
+            .and_then(|g| g.key().ok().and_then(|k| rev_of(&k)));
+        let last = log
+            .last_key_value()
+            .and_then(|g| g.key().ok().and_then(|k| rev_of(&k)));
+        let state = V3State::restore(kvs, last.unwrap_or(FIRST_REVISION));
+        let compacted = first
+            .filter(|f| *f > FIRST_REVISION + 1)
+            .map_or(0, |f| f - 1);
+        tracing::info!(
+            revision = state.revision(),
+            compacted,
+            "v3 discovery keys loaded"
+        );
+
+        let (revision, _) = watch::channel(state.revision());
+        let state = Arc::new(RwLock::new(state));
+        let compacted = Arc::new(AtomicU64::new(compacted));
+        let (jobs, rx) = mpsc::unbounded_channel();
+        let writer = Writer {
+            db: db.clone(),
+            kv,
+            log: log.clone(),
+            state: state.clone(),
+            revision: revision.clone(),
+            compacted: compacted.clone(),
+            healthy,
+        };
+        std::thread::Builder::new()
+            .name("v3-commit".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|e| format!("cannot start the v3 commit thread: {e}"))?;
+        Ok(Self {
+            state,
+            revision,
+            compacted,
+            jobs,
+            log,
+        })
+    }
+
+    /// Writes `key` and returns its record once durable. With `cap = (prefix, most, extra)`, a
+    /// new key is refused while `most` keys under `prefix` exist already.
+    pub async fn put(
+        &self,
+        key: String,
+        value: String,
+        cap: Option<(String, usize, usize)>,
+    ) -> Result<Record, V3StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.jobs
+            .send(Job::Put(PutJob {
+                key,
+                value,
+                cap,
+                done,
+            }))
+            .map_err(|_| unavailable("v3 commit thread stopped"))?;
+        wait.await
+            .map_err(|_| unavailable("v3 commit thread stopped"))?
+    }
+
+    /// Forgets every key under `prefix`, durably.
+    pub async fn drop_prefix(&self, prefix: String) -> Result<(), V3StoreError> {
+        let (done, wait) = oneshot::channel();
+        self.jobs
+            .send(Job::Drop { prefix, done })
+            .map_err(|_| unavailable("v3 commit thread stopped"))?;
+        wait.await
+            .map_err(|_| unavailable("v3 commit thread stopped"))?
+    }
+
+    /// A Range from one consistent snapshot: the keys and the revision they were read at.
+    pub fn range(&self, start: &[u8], end: &[u8], limit: usize) -> (RangeResult, u64) {
+        match self.state.read() {
+            Ok(s) => (s.range(start, end, limit), s.revision()),
+            Err(poisoned) => {
+                let s = poisoned.into_inner();
+                (s.range(start, end, limit), s.revision())
+            }
+        }
+    }
+
+    /// How many keys start with `prefix`.
+    pub fn count_prefix(&self, prefix: &str) -> usize {
+        self.state
+            .read()
+            .map(|s| s.count_prefix(&BTreeMap::new(), prefix))
+            .unwrap_or(0)
+    }
+
+    /// The newest visible revision.
+    pub fn revision(&self) -> u64 {
+        *self.revision.borrow()
+    }
+
+    /// The newest visible revision, and a way to wait for the next one.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.revision.subscribe()
+    }
+
+    /// Up to `max` records in `[start, end)` with revisions from `from` to the newest visible.
+    pub fn read_log(
+        &self,
+        from: u64,
+        start: &[u8],
+        end: &[u8],
+        max: usize,
+    ) -> Result<LogRead, V3StoreError> {
+        let compacted = self.compacted.load(Ordering::Acquire);
+        if from <= compacted {
+            return Ok(LogRead::Compacted(compacted));
+        }
+        let newest = *self.revision.borrow();
+        let mut records = Vec::new();
+        let mut scanned_to = from.saturating_sub(1);
+        if from <= newest {
+            for item in self.log.range(from.to_be_bytes()..=newest.to_be_bytes()) {
+                let (_, v) = item.into_inner().map_err(unavailable)?;
+                let record: Record = serde_json::from_slice(&v).map_err(unavailable)?;
+                scanned_to = record.revision();
+                if in_range(record.key.as_bytes(), start, end) {
+                    records.push(record);
+                    if records.len() >= max {
+                        break;
+                    }
+                }
+            }
+            if records.len() < max {
+                scanned_to = newest;
+            }
+        }
+        // A trim racing the scan may have removed part of what we read past.
+        let compacted = self.compacted.load(Ordering::Acquire);
+        if from <= compacted {
+            return Ok(LogRead::Compacted(compacted));
+        }
+        Ok(LogRead::Records {
+            records,
+            scanned_to,
+        })
+    }
+}
+
+struct Writer {
+    db: Database,
+    kv: Keyspace,
+    log: Keyspace,
+    state: Arc<RwLock<V3State>>,
+    revision: watch::Sender<u64>,
+    compacted: Arc<AtomicU64>,
+    healthy: Arc<AtomicBool>,
+}
+
+/// Where a Put's answer goes, and the answer.
+type PutAnswer = (
+    oneshot::Sender<Result<Record, V3StoreError>>,
+    Result<Record, V3StoreError>,
+);
+
+/// A commit group's plan: records to apply, keys to forget, and who gets which answer.
+#[derive(Default)]
+struct Group {
+    records: Vec<Record>,
+    dropped: Vec<String>,
+    put_answers: Vec<PutAnswer>,
+    drop_answers: Vec<oneshot::Sender<Result<(), V3StoreError>>>,
+}
+
+impl Writer {
+    fn run(self, mut rx: mpsc::UnboundedReceiver<Job>) {
+        let mut jobs = Vec::new();
+        while super::commit::next_group(&mut rx, &mut jobs, MAX_GROUP) {
+            self.commit_group(&mut jobs);
+        }
+        let _ = self.db.persist(PersistMode::SyncAll);
+    }
+
+    fn commit_group(&self, jobs: &mut Vec<Job>) {
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        let mut group = Group::default();
+        let newest = {
+            let state = match self.state.read() {
+                Ok(s) => s,
+                Err(p) => p.into_inner(),
+            };
+            let mut pending: BTreeMap<String, Entry> = BTreeMap::new();
+            let mut next = state.revision();
+            for job in jobs.drain(..) {
+                match job {
+                    Job::Put(put) => {
+                        if let Some((prefix, most, extra)) = &put.cap {
+                            let held = state.count_prefix(&pending, prefix);
+                            let exists =
+                                pending.contains_key(&put.key) || state.get(&put.key).is_some();
+                            if !exists && held >= *most {
+                                let refused = Err(V3StoreError::TooManyMembers {
+                                    held,
+                                    extra: *extra,
+                                });
+                                group.put_answers.push((put.done, refused));
+                                continue;
+                            }
+                        }
+                        next += 1;
+                        let record = state.plan_put(&pending, &put.key, put.value, next);
+                        let (Ok(entry), Ok(logged)) = (
+                            serde_json::to_vec(&record.entry),
+                            serde_json::to_vec(&record),
+                        ) else {
+                            next -= 1;
+                            group
+                                .put_answers
+                                .push((put.done, Err(unavailable("cannot encode record"))));
+                            continue;
+                        };
+                        batch.insert(&self.kv, record.key.as_bytes(), entry);
+                        batch.insert(&self.log, next.to_be_bytes(), logged);
+                        pending.insert(record.key.clone(), record.entry.clone());
+                        group.records.push(record.clone());
+                        group.put_answers.push((put.done, Ok(record)));
+                    }
+                    Job::Drop { prefix, done } => {
+                        let mut keys = state.keys_with_prefix(&prefix);
+                        keys.extend(pending.keys().filter(|k| k.starts_with(&prefix)).cloned());
+                        pending.retain(|k, _| !k.starts_with(&prefix));
+                        group.records.retain(|r| !r.key.starts_with(&prefix));
+                        for key in &keys {
+                            batch.remove(&self.kv, key.as_bytes());
+                        }
+                        group.dropped.extend(keys);
+                        group.drop_answers.push(done);
+                    }
+                }
+            }
+            next
+        };
+        // Trim the log to HISTORY revisions; the newest entry always stays, so the revision
+        // counter survives a restart.
+        let compacted_before = self.compacted.load(Ordering::Acquire);
+        let compacted_now = newest.saturating_sub(HISTORY).max(compacted_before);
+        for rev in compacted_before.max(FIRST_REVISION) + 1..=compacted_now {
+            batch.remove(&self.log, rev.to_be_bytes());
+        }
+        let result = batch.commit().map_err(unavailable);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "v3 durable write failed; storage is now read-only");
+            self.healthy.store(false, Ordering::Release);
+            for (done, _) in group.put_answers {
+                let _ = done.send(Err(e.clone()));
+            }
+            for done in group.drop_answers {
+                let _ = done.send(Err(e.clone()));
+            }
+            return;
+        }
+        {
+            let mut state = match self.state.write() {
+                Ok(s) => s,
+                Err(p) => p.into_inner(),
+            };
+            state.remove(&group.dropped);
+            for record in group.records {
+                state.apply(record);
+            }
+        }
+        self.compacted.store(compacted_now, Ordering::Release);
+        self.revision.send_replace(newest);
+        for (done, answer) in group.put_answers {
+            let _ = done.send(answer);
+        }
+        for done in group.drop_answers {
+            let _ = done.send(Ok(()));
+        }
+    }
+}
