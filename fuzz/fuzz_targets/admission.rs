@@ -36,6 +36,8 @@ fn token(uses_left: u32, expires_ms: u64, revoked_ms: Option<u64>) -> JoinTokenR
         consumed_ms: None,
         revoked_ms,
         last_used_by: None,
+        ca_pin: None,
+        verify_key: None,
     }
 }
 

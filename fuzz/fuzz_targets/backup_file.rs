@@ -98,6 +98,7 @@ fuzz_target!(|input: &[u8]| {
         created_ms: now,
         revoked_ms: None,
         scopes: Vec::new(),
+        ca_pin: None,
     };
     let restored = restored_state(
         state.clone(),
