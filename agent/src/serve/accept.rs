@@ -172,7 +172,11 @@ mod tests {
             (1024, 2, 4, 4),
             (usize::MAX, 2, 4096, 4096),
         ] {
-            assert_eq!(share_of(limit, share, most), want, "{limit}/{share} ≤ {most}");
+            assert_eq!(
+                share_of(limit, share, most),
+                want,
+                "{limit}/{share} ≤ {most}"
+            );
         }
     }
 
