@@ -136,6 +136,17 @@ pub struct ServeConfig {
     )]
     pub max_connections_per_client: usize,
 
+    /// Most open connections in all, from every client together (never more than half of the
+    /// process's file descriptors); a connection beyond it is answered 503 and closed. Many
+    /// clients together can otherwise take every descriptor the store needs. 0 = no cap.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_MAX_CONNECTIONS",
+        hide_env_values = true,
+        default_value_t = 4096
+    )]
+    pub max_connections: usize,
+
     /// Token writes (PUT under a token) per second that one client may make (0 = unlimited).
     #[arg(
         long,
@@ -340,6 +351,7 @@ impl ServeConfig {
             max_watches: 10_000,
             max_watches_per_client: 128,
             max_connections_per_client: 256,
+            max_connections: 4096,
             write_rate: 20,
             write_burst: 200,
             max_tokens: 100_000,

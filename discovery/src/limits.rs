@@ -139,6 +139,65 @@ pub fn kind_json(kind: &str, message: &str) -> String {
     serde_json::json!({ "kind": kind, "message": message }).to_string()
 }
 
+/// Open connections of every client together against one cap (`--max-connections`).
+pub struct Total {
+    cap: usize,
+    open: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One open connection; dropping it gives its place back.
+pub struct TotalSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Total {
+    /// `cap == 0` means unlimited (still counted).
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            open: Arc::default(),
+        }
+    }
+
+    /// Takes a place, or `None` when `cap` are open.
+    pub fn acquire(&self) -> Option<TotalSlot> {
+        use std::sync::atomic::Ordering;
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (self.cap == 0 || n < self.cap).then_some(n + 1)
+            });
+        taken.ok().map(|_| TotalSlot(self.open.clone()))
+    }
+
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+}
+
+impl Drop for TotalSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// `cap`, but never more than half of the file descriptors this process may open (read from
+/// /proc; `cap` as it is where that cannot be read). 0 stays 0 (no cap).
+pub fn within_descriptors(cap: usize) -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("Max open files"))?
+                .split_whitespace()
+                .nth(3)?
+                .parse::<usize>()
+                .ok()
+        });
+    match soft {
+        Some(limit) if cap > 0 => cap.min((limit / 2).max(16)),
+        _ => cap,
+    }
+}
+
 /// Counts something each client holds (watches, connections) against a per-client cap. A slot
 /// is given back when its [`Slot`] is dropped, however the holder ends.
 pub struct PerClient {
@@ -245,6 +304,27 @@ mod tests {
         assert_eq!(ClientKey::of(a).to_string(), "2001:db8:1:2::/64");
         let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("ip");
         assert_eq!(ClientKey::of(mapped).to_string(), "10.0.0.1");
+    }
+
+    #[test]
+    fn the_total_is_capped_and_places_come_back() {
+        let total = Total::new(2);
+        let a = total.acquire().expect("first");
+        let _b = total.acquire().expect("second");
+        assert!(total.acquire().is_none(), "over the cap");
+        drop(a);
+        assert!(
+            total.acquire().is_some(),
+            "a closed connection frees its place"
+        );
+        let unlimited = Total::new(0);
+        let held: Vec<_> = (0..100).filter_map(|_| unlimited.acquire()).collect();
+        assert_eq!(held.len(), 100);
+        assert_eq!(within_descriptors(0), 0, "no cap stays no cap");
+        assert!(
+            within_descriptors(usize::MAX) < usize::MAX,
+            "bounded by the descriptors"
+        );
     }
 
     #[test]

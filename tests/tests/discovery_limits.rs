@@ -418,3 +418,66 @@ async fn values_must_be_utf8_and_peer_hosts_valid() {
     let listing = muster_tests::get(&url).await.expect("list");
     assert!(listing.json()["node"]["nodes"].is_null(), "nothing stored");
 }
+
+/// A connection from `source` (any port) to `addr`.
+async fn conn_from(source: Ipv4Addr, addr: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(SocketAddr::new(IpAddr::V4(source), 0))
+        .expect("bind a loopback source");
+    socket.connect(addr).await.expect("connect")
+}
+
+#[tokio::test]
+async fn many_clients_together_cannot_open_more_than_the_total_cap() {
+    // Two connections a client, six in all: three clients fill the service, a fourth is
+    // refused although it has no connection of its own.
+    let d = Discovery::start(&[
+        "--max-connections",
+        "6",
+        "--max-connections-per-client",
+        "2",
+        "--header-timeout",
+        "1s",
+    ])
+    .await
+    .expect("discovery");
+    let addr = d.addr;
+    let refused = wait_for(
+        "a connection beyond the total cap to be refused",
+        Duration::from_secs(20),
+        || async {
+            // Opened again on every try: idle ones are closed after --header-timeout.
+            let mut idle = Vec::new();
+            for client in 2..5u8 {
+                for _ in 0..2 {
+                    idle.push(conn_from(Ipv4Addr::new(127, 0, 0, client), addr).await);
+                }
+            }
+            let mut conn = conn_from(Ipv4Addr::new(127, 0, 0, 9), addr).await;
+            let text = read_all(&mut conn).await;
+            drop(idle);
+            text.starts_with("HTTP/1.1 503").then_some(text)
+        },
+    )
+    .await
+    .expect("the seventh connection refused");
+    assert!(
+        refused.contains(r#""kind":"too_many_connections""#)
+            && refused.contains("--max-connections"),
+        "{refused}"
+    );
+    // Once they are closed, the fourth client is served.
+    wait_for(
+        "the service to take a connection again",
+        Duration::from_secs(20),
+        || async {
+            let r = muster_tests::get(&format!("{}/health", d.base))
+                .await
+                .ok()?;
+            (r.status == 200).then_some(())
+        },
+    )
+    .await
+    .expect("served again");
+}

@@ -120,6 +120,8 @@ async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Resu
     });
     let router = http::router(app.clone());
     let connections = Arc::new(PerClient::new(config.max_connections_per_client));
+    let total =
+        crate::limits::Total::new(crate::limits::within_descriptors(config.max_connections));
 
     let gc = tokio::spawn(gc_loop(app.clone(), config.token_ttl));
 
@@ -145,19 +147,28 @@ async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Resu
         let _ = stream.set_nodelay(true);
         let client = ClientKey::of(peer.ip());
         let Some(slot) = connections.acquire(client) else {
-            app.metrics.limited(LimitKind::TooManyConnections);
-            let body = kind_json(
-                LimitKind::TooManyConnections.as_str(),
-                &format!(
+            refuse_connection(
+                &app,
+                stream,
+                format!(
                     "{client} has {} connections open, the most one client may (--max-connections-per-client)",
                     connections.cap()
                 ),
             );
-            tokio::spawn(async move {
-                io::answer_and_close(&stream, "503 Service Unavailable", &body).await;
-            });
             continue;
         };
+        let Some(place) = total.acquire() else {
+            refuse_connection(
+                &app,
+                stream,
+                format!(
+                    "the service has {} connections open, the most it takes (--max-connections); try again shortly",
+                    total.cap()
+                ),
+            );
+            continue;
+        };
+        let slot = (slot, place);
         let app = app.clone();
         app.metrics.connection_opened();
         let router = router.clone();
@@ -328,4 +339,13 @@ async fn shutdown_signal() {
         _ = term.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
     }
+}
+
+/// Answers a connection over a connection limit with 503 `too_many_connections` and closes it.
+fn refuse_connection<S: Store>(app: &App<S>, stream: TcpStream, message: String) {
+    app.metrics.limited(LimitKind::TooManyConnections);
+    let body = kind_json(LimitKind::TooManyConnections.as_str(), &message);
+    tokio::spawn(async move {
+        io::answer_and_close(&stream, "503 Service Unavailable", &body).await;
+    });
 }
