@@ -182,16 +182,7 @@ impl Drop for TotalSlot {
 /// `cap`, but never more than half of the file descriptors this process may open (read from
 /// /proc; `cap` as it is where that cannot be read). 0 stays 0 (no cap).
 pub fn within_descriptors(cap: usize) -> usize {
-    let soft = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))?
-                .split_whitespace()
-                .nth(3)?
-                .parse::<usize>()
-                .ok()
-        });
+    let soft = muster_shared::limits::open_files();
     match soft {
         Some(limit) if cap > 0 => cap.min((limit / 2).max(16)),
         _ => cap,

@@ -76,24 +76,10 @@ async fn refused_over_limit(metrics: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn descriptor_soft_limit() -> usize {
-    std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("Max open files"))?
-                .split_whitespace()
-                .nth(3)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_fleetlock_connections_cannot_starve_the_leader() {
     assert!(
-        descriptor_soft_limit() > IDLE_CONNECTIONS + 500,
+        muster_shared::limits::open_files().unwrap_or(0) > IDLE_CONNECTIONS + 500,
         "this test opens {IDLE_CONNECTIONS} connections: run it with `ulimit -n 4096` or more"
     );
     let tmp = tempfile::tempdir().expect("tmp");

@@ -116,29 +116,11 @@ where
     let _ = builder.serve_connection(TokioIo::new(io), service).await;
 }
 
-/// The process's soft limit on open file descriptors (from /proc), if it can be read.
-pub fn descriptor_limit() -> Option<usize> {
-    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
-    parse_descriptor_limit(&text)
-}
-
-fn parse_descriptor_limit(limits: &str) -> Option<usize> {
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    let soft = line
-        .trim_start_matches("Max open files")
-        .split_whitespace()
-        .next()?;
-    if soft == "unlimited" {
-        return Some(usize::MAX);
-    }
-    soft.parse().ok()
-}
-
 /// A listener's budget as a share of the descriptors the process may open: `share` of the
 /// limit, never above `most` (nor below 8 when `most` allows, so that a listener always
 /// serves someone).
 pub fn budget(most: usize, share: usize) -> usize {
-    descriptor_limit().map_or(most, |limit| share_of(limit, share, most))
+    muster_shared::limits::open_files().map_or(most, |limit| share_of(limit, share, most))
 }
 
 fn share_of(limit: usize, share: usize, most: usize) -> usize {
@@ -148,19 +130,6 @@ fn share_of(limit: usize, share: usize, most: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_soft_descriptor_limit_is_read_from_proc() {
-        let text = "Limit                     Soft Limit           Hard Limit           Units     \n\
-                    Max processes             95339                95339                processes \n\
-                    Max open files            1024                 524288               files     \n";
-        assert_eq!(parse_descriptor_limit(text), Some(1024));
-        let unlimited =
-            "Max open files            unlimited            unlimited            files\n";
-        assert_eq!(parse_descriptor_limit(unlimited), Some(usize::MAX));
-        assert_eq!(parse_descriptor_limit("nothing here"), None);
-        assert!(descriptor_limit().is_some(), "this process has a limit");
-    }
 
     #[test]
     fn a_budget_is_a_share_of_the_limit_within_its_bounds() {
