@@ -164,7 +164,12 @@ async fn idle_fleetlock_connections_cannot_starve_the_leader() {
         "FleetLock to serve a lock once the idle connections are closed",
         WAIT,
         || async {
-            let lock = reqwest::Client::new()
+            // Each try bounded: a connection the kernel queued while the budget was full may
+            // be refused late; the next try is a new connection.
+            let lock = reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .ok()?
                 .post(format!("http://{}/v1/pre-reboot", leader.fleetlock))
                 .header("fleet-lock-protocol", "true")
                 .body(r#"{"client_params":{"id":"machine-1","group":"default"}}"#)
