@@ -100,16 +100,7 @@ impl fmt::Display for Summary {
     }
 }
 
-/// Why a [`check`] did not succeed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ViolationKind {
-    /// No valid order exists: the system is not linearizable (or the test recorded wrongly).
-    NotLinearizable,
-    /// The search budget ran out: inconclusive.
-    BudgetExhausted,
-    /// A record cannot be interpreted, e.g. a read completed with a CAS outcome.
-    Malformed,
-}
+pub use super::search::ViolationKind;
 
 /// A failed [`check`]: which key, why, and the operations around the point where the search
 /// got stuck. `Display` prints all of it.

@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::checker::ViolationKind;
 use super::show_value;
 
 /// A register value: `ABSENT`, or 1 + the index of a distinct string of the key.
@@ -603,4 +602,15 @@ impl Hasher for FxHasher {
     fn finish(&self) -> u64 {
         self.hash
     }
+}
+
+/// Why a a check did not succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// No valid order exists: the system is not linearizable (or the test recorded wrongly).
+    NotLinearizable,
+    /// The search budget ran out: inconclusive.
+    BudgetExhausted,
+    /// A record cannot be interpreted, e.g. a read completed with a CAS outcome.
+    Malformed,
 }

@@ -7,6 +7,7 @@
 //! read from /proc for every process of the system under test, so that a comparison does not
 //! depend on the load generator's own CPU.
 
+use super::discovery_v3::BENCH_LIMITS;
 use crate::discovery_cpu as cpu;
 
 use std::future::Future;
@@ -677,19 +678,6 @@ pub(crate) async fn start_muster(tmp: &Path) -> Result<Discovery> {
     eprintln!("starting {}…", bin.display());
     Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", &[]).await
 }
-
-/// What the throughput workloads need switched off: one client (the load generator) mints and
-/// writes far beyond what the per-client limits allow a real client.
-pub(super) const BENCH_LIMITS: &[&str] = &[
-    "--write-rate",
-    "0",
-    "--max-tokens-per-client",
-    "0",
-    "--max-connections-per-client",
-    "0",
-    "--max-tokens",
-    "0",
-];
 
 async fn start_etcd(etcd_bin: &Path, tmp: &Path) -> Result<Etcd> {
     eprintln!("starting {} --enable-v2…", etcd_bin.display());

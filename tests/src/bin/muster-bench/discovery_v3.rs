@@ -16,7 +16,6 @@ use muster_tests::v3_client::Joiner;
 use serde::Serialize;
 
 use super::DiscoveryArgs;
-use super::discovery::BENCH_LIMITS;
 
 /// Members per formation.
 const SIZE: usize = 3;
@@ -190,3 +189,16 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
     }
     Ok(())
 }
+
+/// What the throughput workloads need switched off: one client (the load generator) mints and
+/// writes far beyond what the per-client limits allow a real client.
+pub(super) const BENCH_LIMITS: &[&str] = &[
+    "--write-rate",
+    "0",
+    "--max-tokens-per-client",
+    "0",
+    "--max-connections-per-client",
+    "0",
+    "--max-tokens",
+    "0",
+];
