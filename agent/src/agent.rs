@@ -7,9 +7,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::api::types::MembershipEvent;
 use crate::client::PeerClients;
-use crate::clock::TermClock;
+use crate::leading::{Leader, LeaderLocal, LeaderSettings};
 use crate::policy::Automation;
 use crate::raft::RaftNode;
 use crate::state::{FormationRecord, Node, NodeId};
@@ -48,16 +47,12 @@ pub struct Agent {
     data_dir: PathBuf,
     node_id: NodeId,
     name: String,
-    cluster_id: String,
-    ca_pin: String,
     peers: PeerClients,
-    promote_after: Duration,
-    automation: Automation,
     revoked: muster_shared::tls::RevokedIds,
     revoked_at_start: std::collections::BTreeSet<NodeId>,
     credentials: muster_shared::tls::NodeCredentials,
-    cert_validity: Duration,
-    membership_log: Mutex<MembershipLog>,
+    /// What this node keeps for leading: its settings, clocks and membership log.
+    leader: LeaderLocal,
     check_in: Mutex<CheckIn>,
     removal: RemovalSignal,
     refused_rpcs: AtomicU64,
@@ -68,9 +63,6 @@ pub struct Agent {
     /// Callers already logged as refused, and why: a refused node retries for ever, and one
     /// line says it.
     refusals_logged: Mutex<std::collections::HashSet<(NodeId, &'static str)>>,
-    membership_ops: tokio::sync::Mutex<()>,
-    lease_clock: TermClock,
-    token_clock: TermClock,
 }
 
 impl Agent {
@@ -80,25 +72,23 @@ impl Agent {
             data_dir: init.data_dir,
             node_id: init.node_id,
             name: init.name,
-            cluster_id: init.cluster_id,
-            ca_pin: init.ca_pin,
             peers: init.peers,
-            promote_after: init.promote_after,
-            automation: init.automation,
             revoked: init.revoked,
             revoked_at_start: init.revoked_at_start,
             credentials: init.credentials,
-            cert_validity: init.cert_validity,
-            membership_log: Mutex::default(),
+            leader: LeaderLocal::new(LeaderSettings {
+                cluster_id: init.cluster_id,
+                start_ca_pin: init.ca_pin,
+                cert_validity: init.cert_validity,
+                automation: init.automation,
+                promote_after: init.promote_after,
+            }),
             check_in: Mutex::default(),
             removal: RemovalSignal::default(),
             refused_rpcs: AtomicU64::new(0),
             over_limit: AtomicU64::new(0),
             over_limit_logged_ms: AtomicU64::new(0),
             refusals_logged: Mutex::default(),
-            membership_ops: tokio::sync::Mutex::new(()),
-            lease_clock: TermClock::default(),
-            token_clock: TermClock::default(),
         }
     }
 
@@ -110,11 +100,6 @@ impl Agent {
     /// handshake, on the listener and on every client.
     pub fn credentials(&self) -> &muster_shared::tls::NodeCredentials {
         &self.credentials
-    }
-
-    /// How long certificates this node issues (as leader) are valid.
-    pub fn cert_validity(&self) -> Duration {
-        self.cert_validity
     }
 
     /// Node ids whose certificates the node port refuses (removed, out of the configuration).
@@ -158,45 +143,21 @@ impl Agent {
     }
 
     pub fn cluster_id(&self) -> &str {
-        &self.cluster_id
+        &self.leader.settings.cluster_id
     }
 
-    /// The pin new tokens carry: that of the CA that signs members' certificates now (the new
-    /// one during a CA rotation, once every member trusts it).
-    pub fn ca_pin(&self) -> String {
-        self.raft
-            .read_local(|s| s.signing_ca().map(|ca| ca.cert_pem.clone()))
-            .ok()
-            .flatten()
-            .and_then(|pem| muster_shared::tls::spki_pin(&pem).ok())
-            .unwrap_or_else(|| self.ca_pin.clone())
+    /// The leader actions' view of this node: its raft group and its leader-side state.
+    pub fn leader(&self) -> Leader<'_, RaftNode> {
+        Leader::new(&self.raft, &self.leader)
     }
 
-    /// True if `pin` is that of a CA this cluster trusts now (during a CA rotation, either).
-    pub fn trusts_ca_pin(&self, pin: &str) -> bool {
-        let pins: Vec<String> = self
-            .raft
-            .read_local(|s| s.trusted_ca_pems())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|pem| muster_shared::tls::spki_pin(pem).ok())
-            .collect();
-        if pins.is_empty() {
-            return pin == self.ca_pin;
-        }
-        pins.iter().any(|p| p == pin)
+    /// This node's leader-side state: settings, clocks, the membership lock and log.
+    pub fn leader_local(&self) -> &LeaderLocal {
+        &self.leader
     }
 
     pub fn peers(&self) -> &PeerClients {
         &self.peers
-    }
-
-    pub fn promote_after(&self) -> Duration {
-        self.promote_after
-    }
-
-    pub fn automation(&self) -> Automation {
-        self.automation
     }
 
     /// True while no leader replicates to this node: its applied state may be old.
@@ -213,28 +174,6 @@ impl Agent {
         if let Ok(mut c) = self.check_in.lock() {
             *c = check_in;
         }
-    }
-
-    /// Records an automatic or operator membership change for `muster status`.
-    pub fn record_membership_event(&self, change: String, cause: String) {
-        if let Ok(mut log) = self.membership_log.lock() {
-            log.record(change, cause);
-        }
-    }
-
-    /// What the reconciler is waiting for now, as sentences.
-    pub fn set_membership_waits(&self, waits: Vec<String>) {
-        if let Ok(mut log) = self.membership_log.lock() {
-            log.waiting = waits;
-        }
-    }
-
-    /// The latest membership events (oldest first) and the current waits.
-    pub fn membership_log(&self) -> (Vec<MembershipEvent>, Vec<String>) {
-        self.membership_log
-            .lock()
-            .map(|log| (log.events.iter().cloned().collect(), log.waiting.clone()))
-            .unwrap_or_default()
     }
 
     /// The discovery formation in progress, per this node's applied state.
@@ -279,22 +218,6 @@ impl Agent {
 
     pub fn over_limit(&self) -> u64 {
         self.over_limit.load(Ordering::Relaxed)
-    }
-
-    /// Held by a leader-side membership operation (`node remove`), so each quorum check sees
-    /// the one before it.
-    pub fn membership_ops(&self) -> &tokio::sync::Mutex<()> {
-        &self.membership_ops
-    }
-
-    /// This node's count of the lease clock while it leads (see `leader::lease`).
-    pub fn lease_clock(&self) -> &TermClock {
-        &self.lease_clock
-    }
-
-    /// This node's count of the token clock while it leads (see `leader::cluster_now`).
-    pub fn token_clock(&self) -> &TermClock {
-        &self.token_clock
     }
 }
 
@@ -350,34 +273,6 @@ impl RemovalSignal {
     pub async fn wait(&self) {
         let mut rx = self.told.subscribe();
         let _ = rx.wait_for(|removed| *removed).await;
-    }
-}
-
-/// The membership changes this node made while it led, newest last, and what its reconciler
-/// waits for. Kept in memory: a new leader starts an empty log (the agent logs say more).
-#[derive(Default)]
-struct MembershipLog {
-    events: std::collections::VecDeque<MembershipEvent>,
-    waiting: Vec<String>,
-}
-
-impl MembershipLog {
-    /// How many events `muster status` shows.
-    const KEEP: usize = 20;
-
-    fn record(&mut self, change: String, cause: String) {
-        if self.events.len() == Self::KEEP {
-            self.events.pop_front();
-        }
-        let at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or_default();
-        self.events.push_back(MembershipEvent {
-            at_ms,
-            change,
-            cause,
-        });
     }
 }
 

@@ -20,6 +20,7 @@
 //! | `watch`       | a node learning of its own removal |
 //! | `leader/`     | operations that run on the leader (admission, tokens and their scopes, removal, backup, kv, leases and their clock, FleetLock, status), the dispatcher and the forwarder |
 //! | `agent`       | the running node's shared state, as plain data |
+//! | `leading/`    | what a leader action is given: the `Replica` trait (write, linearizable read, view, clock), leader-local state, and the in-memory fake its tests use |
 //! | `error`       | how an agent run fails, and its exit code |
 //! | `logging`     | what the agent logs by default |
 //! | `discovery`   | the client of a discovery URL and its retry policy |
@@ -52,6 +53,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub(crate) mod leader;
+pub(crate) mod leading;
 pub(crate) mod logging;
 pub(crate) mod node;
 pub(crate) mod notify;

@@ -64,7 +64,9 @@ impl Reconciler {
             for wait in &plan.waiting {
                 tracing::warn!("{wait}");
             }
-            agent.set_membership_waits(plan.waiting.iter().map(Wait::to_string).collect());
+            agent
+                .leader_local()
+                .set_membership_waits(plan.waiting.iter().map(Wait::to_string).collect());
             self.waiting = plan.waiting;
         }
         match plan.change {
@@ -147,7 +149,7 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             let promoted = names(&ids);
             tracing::info!(nodes = %promoted, ?why, "promoting to voter");
             raft.promote(ids).await?;
-            agent.record_membership_event(
+            agent.leader_local().record_membership_event(
                 format!("promoted {promoted} to voter"),
                 why_text(why).into(),
             );
@@ -156,12 +158,14 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             let cause = cause(view, id, why);
             tracing::info!(node = %view.name(id), %cause, "demoting voter to nonvoter");
             raft.demote(BTreeSet::from([id])).await?;
-            agent.record_membership_event(format!("demoted {} to nonvoter", view.name(id)), cause);
+            agent
+                .leader_local()
+                .record_membership_event(format!("demoted {} to nonvoter", view.name(id)), cause);
         }
         Change::Remove(id) => {
             tracing::info!(node = %view.name(id), "removing: taking the node out of the configuration");
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
-            agent.record_membership_event(
+            agent.leader_local().record_membership_event(
                 format!("took {} out of the configuration", view.name(id)),
                 "it was removed".into(),
             );
@@ -173,14 +177,16 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
                 view.automation.standbys
             );
             tracing::info!(node = %name, %cause, "making a stand-by a spare");
-            let _one_at_a_time = agent.membership_ops().lock().await;
+            let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
-            agent.record_membership_event(format!("made {name} a spare"), cause);
+            agent
+                .leader_local()
+                .record_membership_event(format!("made {name} a spare"), cause);
         }
         Change::MakeStandby(id) => {
             // Under the lock `node remove` takes, and with the record read again under it: a
             // spare removed meanwhile is not added back.
-            let _one_at_a_time = agent.membership_ops().lock().await;
+            let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
             let Some(record) = raft.read_local(|s| s.nodes.get(&id).cloned())? else {
                 return Ok(());
             };
@@ -197,7 +203,9 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
                 },
             )
             .await?;
-            agent.record_membership_event(format!("made {} a stand-by", record.name), cause);
+            agent
+                .leader_local()
+                .record_membership_event(format!("made {} a stand-by", record.name), cause);
         }
         Change::CleanUp(id) => {
             let name = view.name(id);
@@ -215,10 +223,12 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             );
             // The same record `node remove` writes, under the same lock, so an operator's
             // removal and this one never pass the quorum check one without the other.
-            let _one_at_a_time = agent.membership_ops().lock().await;
+            let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
             tracing::warn!(node = %name, %cause, "cleaning up a dead member: removing it");
             raft.write(Request::RemoveNode { id, force: false }).await?;
-            agent.record_membership_event(format!("removed {name}"), cause);
+            agent
+                .leader_local()
+                .record_membership_event(format!("removed {name}"), cause);
         }
         Change::FormationDone => {
             // End the formation in the replicated state (whoever leads now); marking the

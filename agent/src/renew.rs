@@ -303,7 +303,9 @@ async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
     }
     let ca_pin =
         tls::spki_pin(&renewed.ca_cert_pem).map_err(|e| ApiError::internal(e.to_string()))?;
-    if !agent.trusts_ca_pin(&ca_pin) || !tls::issued_by(&renewed.cert_pem, &renewed.ca_cert_pem) {
+    if !agent.leader().trusts_ca_pin(&ca_pin)
+        || !tls::issued_by(&renewed.cert_pem, &renewed.ca_cert_pem)
+    {
         return Err(ApiError::internal(
             "the leader's answer is not from a CA this cluster trusts; keeping the current certificate",
         ));

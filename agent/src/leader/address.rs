@@ -19,7 +19,7 @@ pub async fn set_address(agent: &Agent, name: &str, addr: &str) -> Result<Addres
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     muster_shared::tls::advertise_san(crate::config::host_of(addr))
         .map_err(|e| ApiError::invalid(e.to_string()))?;
-    let _one_at_a_time = agent.membership_ops().lock().await;
+    let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
     let nodes = agent.raft().read_linearizable(|s| s.nodes.clone()).await?;
     let (id, record) = find(&nodes, name)?;
     if let Some((_, other)) = nodes.iter().find(|(i, n)| **i != id && n.addr == addr) {

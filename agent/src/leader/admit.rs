@@ -13,12 +13,12 @@
 use muster_shared::tls::ClusterCa;
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Agent;
 use crate::api::join::{JoinRequest, JoinResponse, SecretHello, SecretProof, TokenJoinRequest};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::config;
 use crate::discovery::DiscoveryClient;
+use crate::leading::{Leader, Replica};
 use crate::state::{
     FormationRecord, Node, NodeId, NodeRecord, Request, member_id, parse_member_id,
 };
@@ -69,21 +69,24 @@ struct Candidate {
 }
 
 /// Signs the candidate's certificate, records it and adds it as a nonvoter.
-async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse, ApiError> {
-    let (ca, trusted) = signing_ca(agent)?;
+async fn admit_node(
+    leader: Leader<'_, impl Replica>,
+    candidate: Candidate,
+) -> Result<JoinResponse, ApiError> {
+    let (ca, trusted) = signing_ca(leader)?;
     let cert_pem = sign_member(
-        agent,
+        leader,
         &ca,
         &candidate.csr_pem,
         candidate.id,
         &candidate.key_fingerprint,
         &candidate.addr,
     )?;
-    agent.raft().write(candidate.record).await?;
+    leader.replica.write(candidate.record).await?;
     // A member asking again may be in the configuration already (as a voter, even).
-    if !agent.raft().view().nodes.contains_key(&candidate.id) {
-        agent
-            .raft()
+    if !leader.replica.view().nodes.contains_key(&candidate.id) {
+        leader
+            .replica
             .add_learner(
                 candidate.id,
                 Node {
@@ -93,16 +96,16 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
             )
             .await?;
     }
-    let in_configuration = agent.raft().view().nodes;
-    let revoked_ids = agent
-        .raft()
+    let in_configuration = leader.replica.view().nodes;
+    let revoked_ids = leader
+        .replica
         .read_local(|s| s.removed.clone())?
         .into_iter()
         .filter(|id| !in_configuration.contains_key(id))
         .map(member_id)
         .collect();
     Ok(JoinResponse {
-        cluster_id: agent.cluster_id().to_string(),
+        cluster_id: leader.settings().cluster_id.clone(),
         ca_cert_pem: trusted,
         cert_pem,
         node_id: member_id(candidate.id),
@@ -111,7 +114,10 @@ async fn admit_node(agent: &Agent, candidate: Candidate) -> Result<JoinResponse,
 }
 
 /// Admits a first-N registrant of this cluster's discovery URL (on the leader).
-pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinResponse, ApiError> {
+pub async fn admit_registrant(
+    leader: Leader<'_, impl Replica>,
+    req: JoinRequest,
+) -> Result<JoinResponse, ApiError> {
     let id = parse_member_id(&req.member_id)
         .ok_or_else(|| ApiError::invalid("member id is not lowercase hex without leading zeros"))?;
     // The registration is bound to a key: the member id is derived from it. Whoever sends a
@@ -135,10 +141,7 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
     }
     // A member of the cohort whose answer was lost asks again, perhaps after the formation
     // ended: its key proves it is that member, so it gets its certificate again.
-    let existing = agent
-        .raft()
-        .read_linearizable(|s| s.nodes.get(&id).cloned())
-        .await?;
+    let existing = leader.replica.read(|s| s.nodes.get(&id).cloned()).await?;
     if let Some(existing) = existing {
         if existing.key_fingerprint != key_fingerprint
             || existing.name != req.name
@@ -154,7 +157,7 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
         }
         tracing::info!(node = %req.name, id = %req.member_id, "a member of the cohort asked again; re-issuing its certificate");
         return admit_node(
-            agent,
+            leader,
             Candidate {
                 id,
                 name: req.name.clone(),
@@ -168,7 +171,7 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
     }
     let Some(FormationRecord::Discovery {
         url: formation_url, ..
-    }) = agent.formation()
+    }) = leader.replica.read_local(|s| s.formation.clone())?
     else {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
@@ -216,7 +219,7 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
         joined_with: None,
     };
     let response = admit_node(
-        agent,
+        leader,
         Candidate {
             id,
             name: req.name.clone(),
@@ -234,7 +237,10 @@ pub async fn admit_registrant(agent: &Agent, req: JoinRequest) -> Result<JoinRes
 /// Proves to a machine holding the join secret `hello.secret_id` names that this member knows
 /// it (an HMAC keyed with the secret's hash over the machine's nonce and this cluster's CA pin
 /// and id), from this member's applied state: the machine can then pin this cluster's CA.
-pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, ApiError> {
+pub fn prove_secret(
+    leader: Leader<'_, impl Replica>,
+    hello: &SecretHello,
+) -> Result<SecretProof, ApiError> {
     let hex = |s: &str, range: std::ops::RangeInclusive<usize>| {
         range.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_hexdigit())
     };
@@ -243,8 +249,8 @@ pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, A
             "a hello carries the join secret's 16-hex id and a nonce of 32 to 128 hex digits",
         ));
     }
-    let now = super::cluster_now(agent)?;
-    let (initialized, record) = agent.raft().read_local(|s| {
+    let now = leader.cluster_now()?;
+    let (initialized, record) = leader.replica.read_local(|s| {
         (
             s.ca.is_some(),
             s.join_tokens
@@ -285,10 +291,15 @@ pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, A
         _ => {}
     }
     let hash = record.secret_sha256;
-    let ca_pin = agent.ca_pin();
+    let ca_pin = leader.ca_pin();
     Ok(SecretProof {
-        cluster_id: agent.cluster_id().to_string(),
-        proof: muster_shared::token::secret_proof(&hash, &hello.nonce, &ca_pin, agent.cluster_id()),
+        cluster_id: leader.settings().cluster_id.clone(),
+        proof: muster_shared::token::secret_proof(
+            &hash,
+            &hello.nonce,
+            &ca_pin,
+            leader.settings().cluster_id.as_str(),
+        ),
         ca_pin,
     })
 }
@@ -297,8 +308,12 @@ pub fn prove_secret(agent: &Agent, hello: &SecretHello) -> Result<SecretProof, A
 /// quorum read or a forward to the leader: a token this node knows, presented with the wrong
 /// secret, is refused here (secrets never change). A token it does not know yet may be new,
 /// so it goes on to the leader, which decides.
-pub fn precheck_token(agent: &Agent, token_id: &str, secret_sha256: &str) -> Result<(), ApiError> {
-    let known_with_other_secret = agent.raft().read_local(|s| {
+pub fn precheck_token(
+    leader: Leader<'_, impl Replica>,
+    token_id: &str,
+    secret_sha256: &str,
+) -> Result<(), ApiError> {
+    let known_with_other_secret = leader.replica.read_local(|s| {
         s.join_tokens.get(token_id).is_some_and(|t| {
             !muster_shared::token::secret_hashes_match(&t.secret_sha256, secret_sha256)
         })
@@ -315,15 +330,18 @@ pub fn precheck_token(agent: &Agent, token_id: &str, secret_sha256: &str) -> Res
 /// Admits a node holding a join token. Checks run on the leader's state first so that a
 /// refused joiner costs no signature and no raft write; the replicated command checks again,
 /// and that check is the one that counts.
-pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResponse, ApiError> {
+pub async fn admit_with_token(
+    leader: Leader<'_, impl Replica>,
+    join: TokenJoin,
+) -> Result<JoinResponse, ApiError> {
     config::validate_name(&join.name).map_err(|e| ApiError::invalid(e.to_string()))?;
     config::validate_host_port("advertise", &join.addr)
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let id = parse_member_id(&join.node_id)
         .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
-    let join = with_signed_secret(agent, join).await?;
-    precheck_token(agent, &join.token_id, &join.secret_sha256)?;
-    let now = super::cluster_now(agent)?;
+    let join = with_signed_secret(leader, join).await?;
+    precheck_token(leader, &join.token_id, &join.secret_sha256)?;
+    let now = leader.cluster_now()?;
     let record = NodeRecord {
         name: join.name.clone(),
         addr: join.addr.clone(),
@@ -333,15 +351,13 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
     };
     // Linearizable: a leader elected a moment ago may not have applied the token's creation
     // yet, and a refusal here is final for the joiner.
-    agent
-        .raft()
-        .read_linearizable(|s| {
-            s.check_admission(&join.token_id, &join.secret_sha256, now, id, &record)
-        })
+    leader
+        .replica
+        .read(|s| s.check_admission(&join.token_id, &join.secret_sha256, now, id, &record))
         .await?
         .map_err(|r| ApiError::new(r.kind, r.message))?;
     let response = admit_node(
-        agent,
+        leader,
         Candidate {
             id,
             name: join.name.clone(),
@@ -365,13 +381,16 @@ pub async fn admit_with_token(agent: &Agent, join: TokenJoin) -> Result<JoinResp
 /// A join with the pre-shared secret's signature, checked against the secret's verify key in
 /// the committed state and given the secret's hash for the replicated admission; any other
 /// join as it came.
-async fn with_signed_secret(agent: &Agent, mut join: TokenJoin) -> Result<TokenJoin, ApiError> {
+async fn with_signed_secret(
+    leader: Leader<'_, impl Replica>,
+    mut join: TokenJoin,
+) -> Result<TokenJoin, ApiError> {
     let Some(signature) = &join.secret_signature else {
         return Ok(join);
     };
-    let record = agent
-        .raft()
-        .read_linearizable(|s| s.join_tokens.get(&join.token_id).cloned())
+    let record = leader
+        .replica
+        .read(|s| s.join_tokens.get(&join.token_id).cloned())
         .await?
         .filter(|r| r.unlimited());
     let refused = |m: &str| ApiError::new(ErrorKind::Unauthorized, m.to_string());
@@ -404,7 +423,7 @@ async fn with_signed_secret(agent: &Agent, mut join: TokenJoin) -> Result<TokenJ
 /// Signs a certificate for member `id` at `addr` from `csr_pem`, which must carry the key with
 /// `key_fingerprint`, valid for this leader's `--cert-validity`.
 pub fn sign_member(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     ca: &ClusterCa,
     csr_pem: &str,
     id: NodeId,
@@ -414,10 +433,10 @@ pub fn sign_member(
     ca.sign_node(
         csr_pem,
         id,
-        agent.cluster_id(),
+        leader.settings().cluster_id.as_str(),
         key_fingerprint,
         crate::config::host_of(addr),
-        agent.cert_validity(),
+        leader.settings().cert_validity,
     )
     .map_err(|e| {
         ApiError::new(
@@ -429,9 +448,9 @@ pub fn sign_member(
 
 /// The CA that signs members' certificates now (during a CA rotation, the new one once every
 /// member trusts it), with its key, and the CAs members trust (one, or two), as one PEM.
-pub fn signing_ca(agent: &Agent) -> Result<(ClusterCa, String), ApiError> {
-    let (signing, trusted) = agent
-        .raft()
+pub fn signing_ca(leader: Leader<'_, impl Replica>) -> Result<(ClusterCa, String), ApiError> {
+    let (signing, trusted) = leader
+        .replica
         .read_local(|s| (s.signing_ca().cloned(), s.trusted_ca_pems().concat()))?;
     let signing = signing.ok_or_else(|| {
         ApiError::new(

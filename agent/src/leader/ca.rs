@@ -7,30 +7,28 @@ use muster_shared::tls::{self, ClusterCa};
 use crate::agent::Agent;
 use crate::api::types::CaStatus;
 use crate::api::{ApiError, ErrorKind};
-use crate::clock::now_ms;
+use crate::leading::{Leader, Replica};
 use crate::state::ca_rotation::{CaStage, Phase};
 use crate::state::{CaMaterial, ClusterState, NodeId, Request, SecretReplacement};
 
 /// Starts a rotation: a new CA, trusted next to the current one.
-pub async fn rotate(agent: &Agent) -> Result<CaStatus, ApiError> {
-    every_member_can_follow(agent).await?;
+/// The caller has checked that every member can follow ([`every_member_can_follow`]).
+pub async fn rotate(leader: Leader<'_, impl Replica>) -> Result<CaStatus, ApiError> {
+    let cluster_id = leader.settings().cluster_id.as_str();
     let internal = |e: tls::TlsError| ApiError::internal(e.to_string());
-    let current = agent
-        .raft()
-        .read_linearizable(|s| s.ca.clone())
+    let current = leader
+        .replica
+        .read(|s| s.ca.clone())
         .await?
         .ok_or_else(|| ApiError::new(ErrorKind::ClusterUninitialized, "no CA yet"))?;
     let current = ClusterCa::from_pem(&current.cert_pem, &current.key_pem).map_err(internal)?;
-    let next = ClusterCa::generate(agent.cluster_id()).map_err(internal)?;
+    let next = ClusterCa::generate(cluster_id).map_err(internal)?;
     let cross_pems = vec![
-        current
-            .cross_sign(&next, agent.cluster_id())
-            .map_err(internal)?,
-        next.cross_sign(&current, agent.cluster_id())
-            .map_err(internal)?,
+        current.cross_sign(&next, cluster_id).map_err(internal)?,
+        next.cross_sign(&current, cluster_id).map_err(internal)?,
     ];
-    agent
-        .raft()
+    leader
+        .replica
         .write(Request::BeginCaRotation {
             ca: CaMaterial {
                 cert_pem: next.cert_pem().to_string(),
@@ -38,16 +36,16 @@ pub async fn rotate(agent: &Agent) -> Result<CaStatus, ApiError> {
             },
             pin: next.pin().to_string(),
             cross_pems,
-            now_ms: now_ms(),
+            now_ms: leader.replica.wall_ms(),
         })
         .await?;
     tracing::info!(pin = %next.pin(), "CA rotation started: members now trust the new CA next to the old");
-    status(agent).await
+    status(leader).await
 }
 
 /// A rotation waits for every member, and its log entries are new: an agent of an older
 /// version could not apply them. Every member must answer the probe with this version.
-async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
+pub async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
     let ours = env!("CARGO_PKG_VERSION");
     // Boxed: the probe runs operations through the dispatcher that runs this one.
     let report = Box::pin(super::probe::report(agent)).await?;
@@ -85,13 +83,13 @@ async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
 /// secret is replaced by `new_join_secret` (made by the node the operator talks to, which alone
 /// sees the secret): the answer lists what was retired.
 pub async fn finish(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     force: bool,
     new_join_secret: Option<SecretReplacement>,
 ) -> Result<CaStatus, ApiError> {
-    let pin = agent
-        .raft()
-        .read_linearizable(|s| s.ca_next.as_ref().map(|n| n.pin.clone()))
+    let pin = leader
+        .replica
+        .read(|s| s.ca_next.as_ref().map(|n| n.pin.clone()))
         .await?
         .ok_or_else(|| {
             ApiError::new(
@@ -99,12 +97,12 @@ pub async fn finish(
                 "no CA rotation is in progress; start one with `muster ca rotate`",
             )
         })?;
-    let response = agent
-        .raft()
+    let response = leader
+        .replica
         .write(Request::FinishCaRotation {
             pin,
             force,
-            now_ms: super::cluster_now(agent)?,
+            now_ms: leader.cluster_now()?,
             new_join_secret,
         })
         .await?;
@@ -115,7 +113,7 @@ pub async fn finish(
         join_secret = retired.join_secret.is_some(),
         "CA rotation finished: the old CA is no longer trusted and its tokens are revoked"
     );
-    let mut status = status(agent).await?;
+    let mut status = status(leader).await?;
     status.retired_join_tokens = retired.join_tokens;
     status.retired_operator_tokens = retired.operator_tokens;
     status.retired_join_secret = retired.join_secret;
@@ -125,17 +123,22 @@ pub async fn finish(
 }
 
 /// Records a member's acknowledgement.
-pub async fn ack(agent: &Agent, id: NodeId, pin: String, stage: CaStage) -> Result<(), ApiError> {
-    agent
-        .raft()
+pub async fn ack(
+    leader: Leader<'_, impl Replica>,
+    id: NodeId,
+    pin: String,
+    stage: CaStage,
+) -> Result<(), ApiError> {
+    leader
+        .replica
         .write(Request::AckCaRotation { id, pin, stage })
         .await?;
     Ok(())
 }
 
 /// The CA and the rotation in progress, from the committed state.
-pub async fn status(agent: &Agent) -> Result<CaStatus, ApiError> {
-    let state = agent.raft().read_linearizable(Clone::clone).await?;
+pub async fn status(leader: Leader<'_, impl Replica>) -> Result<CaStatus, ApiError> {
+    let state = leader.replica.read(Clone::clone).await?;
     describe(&state)
 }
 

@@ -4,10 +4,9 @@
 //! Zincati's ticks and floods of no-ops cost no fsync'd log entry on every member. Status is a
 //! linearizable read.
 
-use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::fleetlock::{FleetLockStatus, GroupStatus, HolderStatus};
-use crate::clock::now_ms;
+use crate::leading::{Leader, Replica};
 use crate::state::fleetlock::{Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, UnknownGroups};
 use crate::state::{Request, member_id};
 
@@ -18,16 +17,19 @@ pub const STALE_AFTER_MS: u64 = 3_600_000;
 /// unlock that would change nothing is answered from a linearizable read instead (when the
 /// read succeeds). Between that read and a write the state may change; the write decides again
 /// when it is applied.
-pub async fn command(agent: &Agent, mut command: Command) -> Result<Outcome, ApiError> {
+pub async fn command(
+    leader: Leader<'_, impl Replica>,
+    mut command: Command,
+) -> Result<Outcome, ApiError> {
     let asked = match &command {
         Command::Lock { group, id, .. } => Some((group.clone(), id.clone(), true)),
         Command::Unlock { group, id } => Some((group.clone(), id.clone(), false)),
         _ => None,
     };
     if let Some((group, id, lock)) = asked {
-        let decided = agent
-            .raft()
-            .read_linearizable(|s| s.fleetlock.decide(&group, &id, lock))
+        let decided = leader
+            .replica
+            .read(|s| s.fleetlock.decide(&group, &id, lock))
             .await;
         match decided {
             Ok(Ok(Outcome::Locked | Outcome::Unlocked)) => {}
@@ -40,21 +42,21 @@ pub async fn command(agent: &Agent, mut command: Command) -> Result<Outcome, Api
         }
     }
     if let Command::Lock { now_ms: at, .. } = &mut command {
-        *at = now_ms();
+        *at = leader.replica.wall_ms();
     }
-    let response = agent.raft().write(Request::FleetLock(command)).await?;
+    let response = leader.replica.write(Request::FleetLock(command)).await?;
     response
         .fleetlock
         .ok_or_else(|| ApiError::internal("FleetLock command without an outcome"))
 }
 
 /// The semaphores as of now (a linearizable read).
-pub async fn status(agent: &Agent) -> Result<FleetLockStatus, ApiError> {
-    let (fleetlock, nodes) = agent
-        .raft()
-        .read_linearizable(|s| (s.fleetlock.clone(), s.nodes.clone()))
+pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus, ApiError> {
+    let (fleetlock, nodes) = leader
+        .replica
+        .read(|s| (s.fleetlock.clone(), s.nodes.clone()))
         .await?;
-    let now = now_ms();
+    let now = leader.replica.wall_ms();
     let mut groups: Vec<GroupStatus> = fleetlock
         .groups
         .iter()

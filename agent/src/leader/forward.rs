@@ -41,7 +41,7 @@ pub async fn run_once(
 ) -> Result<serde_json::Value, ApiError> {
     let view = agent.raft().view();
     if view.is_leader {
-        super::authorize(agent, authority, &op).await?;
+        super::authorize(agent.leader(), authority, &op).await?;
         return execute(agent, op).await;
     }
     let from_raft = view

@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::types::LeaseInfo;
+use crate::leading::{Leader, Replica};
 use crate::state::Request;
 use crate::state::lease::{Command, Lease, check_name, check_ttl, owns};
 
@@ -61,23 +61,12 @@ impl LeaseRequest {
     }
 }
 
-/// This leader's reading of the lease clock.
-async fn clock(agent: &Agent) -> Result<u64, ApiError> {
-    let term = agent.raft().view().term;
-    if let Some(ms) = agent.lease_clock().reading(term) {
-        return Ok(ms);
-    }
-    // A new term: start from everything committed so far.
-    let base = agent
-        .raft()
-        .read_linearizable(|s| s.leases.clock_ms)
-        .await?;
-    Ok(agent.lease_clock().start(term, base))
-}
-
-pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<LeaseInfo>, ApiError> {
+pub async fn change(
+    leader: Leader<'_, impl Replica>,
+    request: LeaseRequest,
+) -> Result<Option<LeaseInfo>, ApiError> {
     request.check()?;
-    let clock_ms = clock(agent).await?;
+    let clock_ms = leader.lease_now().await?;
     // A claim on a lease someone else holds is refused without a write, so that many waiters
     // polling one lease do not fill the log. Judged on this leader's applied state: it may
     // lag a release by a moment (the waiter asks again), never a grant (refusing is safe).
@@ -88,7 +77,7 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
         ..
     } = &request
     {
-        let held = agent.raft().read_local(|s| {
+        let held = leader.replica.read_local(|s| {
             let now = clock_ms.max(s.leases.clock_ms);
             s.leases
                 .live(name, now)
@@ -135,7 +124,7 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
             },
         ),
     };
-    let response = agent.raft().write(Request::Lease(command)).await?;
+    let response = leader.replica.write(Request::Lease(command)).await?;
     let outcome = response
         .lease
         .ok_or_else(|| ApiError::internal("lease command without an outcome"))?;
@@ -148,26 +137,28 @@ pub async fn change(agent: &Agent, request: LeaseRequest) -> Result<Option<Lease
     }))
 }
 
-pub async fn get(agent: &Agent, name: String) -> Result<Option<LeaseInfo>, ApiError> {
+pub async fn get(
+    leader: Leader<'_, impl Replica>,
+    name: String,
+) -> Result<Option<LeaseInfo>, ApiError> {
     check_name("lease", &name)?;
-    let now = clock(agent).await?;
-    agent
-        .raft()
-        .read_linearizable(|s| {
+    let now = leader.lease_now().await?;
+    leader
+        .replica
+        .read(|s| {
             let now = now.max(s.leases.clock_ms);
             s.leases
                 .live(&name, now)
                 .map(|l| info(&name, l, now, false))
         })
         .await
-        .map_err(ApiError::from)
 }
 
-pub async fn list(agent: &Agent) -> Result<Vec<LeaseInfo>, ApiError> {
-    let now = clock(agent).await?;
-    agent
-        .raft()
-        .read_linearizable(|s| {
+pub async fn list(leader: Leader<'_, impl Replica>) -> Result<Vec<LeaseInfo>, ApiError> {
+    let now = leader.lease_now().await?;
+    leader
+        .replica
+        .read(|s| {
             let now = now.max(s.leases.clock_ms);
             s.leases
                 .held
@@ -177,7 +168,6 @@ pub async fn list(agent: &Agent) -> Result<Vec<LeaseInfo>, ApiError> {
                 .collect()
         })
         .await
-        .map_err(ApiError::from)
 }
 
 fn info(name: &str, l: &Lease, now: u64, renewed: bool) -> LeaseInfo {

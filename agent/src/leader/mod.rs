@@ -19,6 +19,8 @@ mod remove;
 mod renew;
 mod settings;
 mod status;
+#[cfg(test)]
+mod tests;
 mod tokens;
 mod view;
 
@@ -37,7 +39,7 @@ pub use view::{Sightings, cluster_view};
 use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::join::JoinRequest;
-use crate::clock::now_ms;
+use crate::leading::{Leader, Replica};
 use crate::state::Request;
 use crate::state::scope::{self, Access};
 
@@ -257,7 +259,7 @@ fn local_socket() -> Authority {
 /// `caller`: operator tokens are checked against the committed state, and operations that
 /// return the CA's key (`backup`) come only from voters.
 pub async fn check_forwarded(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     caller: crate::state::NodeId,
     forwarded: &Forwarded,
 ) -> Result<(), ApiError> {
@@ -268,7 +270,7 @@ pub async fn check_forwarded(
             "a member may forward only joins and status on its own behalf",
         ));
     }
-    authorize(agent, &forwarded.authority, &forwarded.op).await?;
+    authorize(leader, &forwarded.authority, &forwarded.op).await?;
     if let LeaderOp::RenewCertificate { node_id, .. } | LeaderOp::CaAck { node_id, .. } =
         &forwarded.op
         && crate::state::parse_member_id(node_id) != Some(caller)
@@ -281,8 +283,8 @@ pub async fn check_forwarded(
     if let (Authority::Node, LeaderOp::SetAddress { name, .. }) =
         (&forwarded.authority, &forwarded.op)
     {
-        let own = agent
-            .raft()
+        let own = leader
+            .replica
             .read_local(|s| s.nodes.get(&caller).map(|n| n.name.clone()))?;
         if own.as_deref() != Some(name.as_str()) {
             return Err(ApiError::new(
@@ -291,7 +293,7 @@ pub async fn check_forwarded(
             ));
         }
     }
-    if forwarded.op.returns_key_material() && !agent.raft().view().voters.contains(&caller) {
+    if forwarded.op.returns_key_material() && !leader.replica.view().voters.contains(&caller) {
         return Err(ApiError::new(
             ErrorKind::Unauthorized,
             "only a voter may ask for the cluster's key material (a backup holds the CA key); \
@@ -304,14 +306,14 @@ pub async fn check_forwarded(
 /// The leader's check of an operator token: valid in the committed state (a follower may not
 /// have applied its revocation yet), and its scopes allow `op`.
 pub async fn authorize(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     authority: &Authority,
     op: &LeaderOp,
 ) -> Result<(), ApiError> {
     let Authority::OperatorToken { id, secret_sha256 } = authority else {
         return Ok(());
     };
-    let scopes = tokens::check_operator_token_committed(agent, id, secret_sha256).await?;
+    let scopes = tokens::check_operator_token_committed(leader, id, secret_sha256).await?;
     if scope::allows(&scopes, op.access()) {
         return Ok(());
     }
@@ -339,47 +341,51 @@ fn describe(access: Access<'_>) -> String {
 
 /// Executes `op` on this node, which must be the leader.
 pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+    let leader = agent.leader();
     match op {
-        LeaderOp::Write { request } => kv::write(agent, request).await,
-        LeaderOp::KvGet { key } => json(kv::get(agent, key).await?),
-        LeaderOp::KvList { prefix } => json(kv::list(agent, prefix).await?),
+        LeaderOp::Write { request } => kv::write(leader, request).await,
+        LeaderOp::KvGet { key } => json(kv::get(leader, key).await?),
+        LeaderOp::KvList { prefix } => json(kv::list(leader, prefix).await?),
         LeaderOp::KvWatch {
             prefix,
             from_revision,
-        } => json(kv::watch(agent, prefix, from_revision).await?),
-        LeaderOp::Lease { request } => json(lease::change(agent, request).await?),
-        LeaderOp::LeaseGet { name } => json(lease::get(agent, name).await?),
-        LeaderOp::LeaseList => json(lease::list(agent).await?),
+        } => json(kv::watch(leader, prefix, from_revision).await?),
+        LeaderOp::Lease { request } => json(lease::change(leader, request).await?),
+        LeaderOp::LeaseGet { name } => json(lease::get(leader, name).await?),
+        LeaderOp::LeaseList => json(lease::list(leader).await?),
         LeaderOp::Status => json(status::local(agent)?),
-        LeaderOp::TokenJoin { join } => json(admit::admit_with_token(agent, join).await?),
-        LeaderOp::RegistrantJoin { join } => json(admit::admit_registrant(agent, join).await?),
-        LeaderOp::CreateJoinToken { create } => json(tokens::create_join(agent, create).await?),
-        LeaderOp::ListJoinTokens => json(tokens::list_join(agent).await?),
-        LeaderOp::RevokeJoinToken { id } => json(tokens::revoke_join(agent, &id).await?),
+        LeaderOp::TokenJoin { join } => json(admit::admit_with_token(leader, join).await?),
+        LeaderOp::RegistrantJoin { join } => json(admit::admit_registrant(leader, join).await?),
+        LeaderOp::CreateJoinToken { create } => json(tokens::create_join(leader, create).await?),
+        LeaderOp::ListJoinTokens => json(tokens::list_join(leader).await?),
+        LeaderOp::RevokeJoinToken { id } => json(tokens::revoke_join(leader, &id).await?),
         LeaderOp::CreateOperatorToken { create } => {
-            json(tokens::create_operator(agent, create).await?)
+            json(tokens::create_operator(leader, create).await?)
         }
-        LeaderOp::ListOperatorTokens => json(tokens::list_operator(agent).await?),
-        LeaderOp::RevokeOperatorToken { id } => json(tokens::revoke_operator(agent, &id).await?),
+        LeaderOp::ListOperatorTokens => json(tokens::list_operator(leader).await?),
+        LeaderOp::RevokeOperatorToken { id } => json(tokens::revoke_operator(leader, &id).await?),
         LeaderOp::RemoveNode { name, force } => {
             json(remove::remove_node(agent, &name, force).await?)
         }
-        LeaderOp::Backup => json(backup::snapshot(agent).await?),
-        LeaderOp::FleetLock { command } => json(fleetlock::command(agent, command).await?),
-        LeaderOp::FleetLockStatus => json(fleetlock::status(agent).await?),
-        LeaderOp::Settings => json(settings::get(agent).await?),
-        LeaderOp::SetSettings { settings } => json(settings::set(agent, settings).await?),
+        LeaderOp::Backup => json(backup::snapshot(leader).await?),
+        LeaderOp::FleetLock { command } => json(fleetlock::command(leader, command).await?),
+        LeaderOp::FleetLockStatus => json(fleetlock::status(leader).await?),
+        LeaderOp::Settings => json(settings::get(leader).await?),
+        LeaderOp::SetSettings { settings } => json(settings::set(leader, settings).await?),
         LeaderOp::RenewCertificate { node_id, csr_pem } => {
             let id = crate::state::parse_member_id(&node_id)
                 .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
-            json(renew::renew(agent, id, &csr_pem).await?)
+            json(renew::renew(leader, id, &csr_pem).await?)
         }
-        LeaderOp::CaRotate => json(ca::rotate(agent).await?),
+        LeaderOp::CaRotate => {
+            ca::every_member_can_follow(agent).await?;
+            json(ca::rotate(leader).await?)
+        }
         LeaderOp::CaFinish {
             force,
             new_join_secret,
-        } => json(ca::finish(agent, force, new_join_secret).await?),
-        LeaderOp::CaStatus => json(ca::status(agent).await?),
+        } => json(ca::finish(leader, force, new_join_secret).await?),
+        LeaderOp::CaStatus => json(ca::status(leader).await?),
         LeaderOp::CaAck {
             node_id,
             pin,
@@ -387,7 +393,7 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         } => {
             let id = crate::state::parse_member_id(&node_id)
                 .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
-            json(ca::ack(agent, id, pin, stage).await?)
+            json(ca::ack(leader, id, pin, stage).await?)
         }
         LeaderOp::SetAddress { name, addr } => {
             json(address::set_address(agent, &name, &addr).await?)
@@ -403,47 +409,4 @@ fn json(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
 /// Reads a typed answer back from the JSON an operation returned (possibly from the leader).
 pub fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
     serde_json::from_value(value).map_err(|e| ApiError::internal(format!("unexpected answer: {e}")))
-}
-
-/// The time token expiry is judged on: this leader's token clock. Its term starts it at this
-/// node's wall clock, but never behind the latest reading the cluster has committed
-/// (`ClusterState::wall_clock_ms`), so a leader whose clock lags does not revive tokens an
-/// earlier leader saw expire; from there it counts monotonic time, so a wall-clock step while
-/// this node leads neither ages every token (a step forward, committed, then back) nor freezes
-/// them. A step is logged.
-fn cluster_now(agent: &Agent) -> Result<u64, ApiError> {
-    let term = agent.raft().view().term;
-    let wall = now_ms();
-    let now = match agent.token_clock().reading(term) {
-        Some(now) => now,
-        None => {
-            let committed = agent.raft().read_local(|s| s.wall_clock_ms)?;
-            agent.token_clock().start(term, wall.max(committed))
-        }
-    };
-    let stepped = wall.abs_diff(now);
-    if stepped >= CLOCK_STEP_LOGGED_MS && log_clock_step(wall) {
-        tracing::warn!(
-            wall_ms = wall,
-            token_clock_ms = now,
-            "this node's wall clock differs from the token clock by {} s (a clock step?); join \
-             tokens keep the monotonic time counted since this node became leader",
-            stepped / 1000
-        );
-    }
-    Ok(now)
-}
-
-/// A difference between the wall and token clocks worth a log line.
-const CLOCK_STEP_LOGGED_MS: u64 = 5_000;
-
-/// True at most once a minute.
-fn log_clock_step(wall: u64) -> bool {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let last = LAST.load(Ordering::Relaxed);
-    wall.abs_diff(last) >= 60_000
-        && LAST
-            .compare_exchange(last, wall, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
 }

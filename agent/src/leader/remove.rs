@@ -27,7 +27,7 @@ const _: () = assert!(REMOVE_WAIT.as_secs() + 5 <= FORWARD_TIMEOUT.as_secs());
 /// have a reachable majority.
 pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeRemoved, ApiError> {
     // Two removals at once could each pass the quorum check alone and fail it together.
-    let one_at_a_time = agent.membership_ops().lock().await;
+    let one_at_a_time = agent.leader_local().membership_ops.lock().await;
     let (records, removed) = agent
         .raft()
         .read_linearizable(|s| (s.nodes.clone(), s.removed.clone()))
@@ -76,7 +76,7 @@ pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeR
     // finish leaving.
     drop(one_at_a_time);
     tracing::info!(node = %name, id = %member_id(id), force, "member removed; taking it out of the configuration");
-    agent.record_membership_event(
+    agent.leader_local().record_membership_event(
         format!("removed {name}"),
         if force {
             "muster node remove --force".into()

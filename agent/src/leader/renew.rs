@@ -6,8 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::Agent;
 use crate::api::{ApiError, ErrorKind};
+use crate::leading::{Leader, Replica};
 use crate::state::{NodeId, member_id};
 
 /// What a renewing member gets back.
@@ -21,15 +21,15 @@ pub struct RenewedCertificate {
 /// Issues member `id` a new certificate for the key in `csr_pem`, which must be the key the
 /// member record holds (a removed member, or anyone else's key, is refused).
 pub async fn renew(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     id: NodeId,
     csr_pem: &str,
 ) -> Result<RenewedCertificate, ApiError> {
     // Linearizable: a removal committed by an earlier leader counts even if this one has not
     // applied it yet.
-    let (record, removed) = agent
-        .raft()
-        .read_linearizable(|s| (s.nodes.get(&id).cloned(), s.removed.contains(&id)))
+    let (record, removed) = leader
+        .replica
+        .read(|s| (s.nodes.get(&id).cloned(), s.removed.contains(&id)))
         .await?;
     let record = match (record, removed) {
         (_, true) => {
@@ -50,9 +50,9 @@ pub async fn renew(
         (Some(record), false) => record,
     };
     // During a CA rotation, the new CA once every member trusts it (state/ca_rotation.rs).
-    let (ca, _) = super::admit::signing_ca(agent)?;
+    let (ca, _) = super::admit::signing_ca(leader)?;
     let cert_pem = super::admit::sign_member(
-        agent,
+        leader,
         &ca,
         csr_pem,
         id,

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::api::probe::{SettingsInfo, SettingsUpdate};
+use crate::leading::{Leader, Replica};
 use crate::policy::Automation;
 use crate::state::Request;
 use crate::state::settings::MembershipSettings;
@@ -29,9 +29,9 @@ fn millis(delay: Option<Duration>) -> u64 {
 }
 
 /// The settings in force now (a linearizable read).
-pub async fn get(agent: &Agent) -> Result<SettingsInfo, ApiError> {
-    let replicated = agent.raft().read_linearizable(|s| s.settings).await?;
-    let a = effective(agent.automation(), replicated);
+pub async fn get(leader: Leader<'_, impl Replica>) -> Result<SettingsInfo, ApiError> {
+    let replicated = leader.replica.read(|s| s.settings).await?;
+    let a = effective(leader.settings().automation, replicated);
     Ok(SettingsInfo {
         settings: SettingsUpdate {
             replace_after_ms: millis(a.replace_after),
@@ -49,7 +49,10 @@ pub async fn get(agent: &Agent) -> Result<SettingsInfo, ApiError> {
 }
 
 /// Writes the settings for every leader from now on.
-pub async fn set(agent: &Agent, update: SettingsUpdate) -> Result<SettingsInfo, ApiError> {
+pub async fn set(
+    leader: Leader<'_, impl Replica>,
+    update: SettingsUpdate,
+) -> Result<SettingsInfo, ApiError> {
     let settings = MembershipSettings {
         replace_after_ms: update.replace_after_ms,
         cleanup_dead_after_ms: update.cleanup_dead_after_ms,
@@ -57,9 +60,9 @@ pub async fn set(agent: &Agent, update: SettingsUpdate) -> Result<SettingsInfo, 
         standbys: update.standbys,
     };
     settings.check().map_err(ApiError::invalid)?;
-    agent
-        .raft()
+    leader
+        .replica
         .write(Request::SetSettings { settings })
         .await?;
-    get(agent).await
+    get(leader).await
 }

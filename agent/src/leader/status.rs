@@ -77,7 +77,7 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
     }
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let (membership_events, membership_waiting) = if view.is_leader {
-        agent.membership_log()
+        agent.leader_local().membership_log()
     } else {
         Default::default()
     };

@@ -15,6 +15,7 @@ use crate::agent::Agent;
 use crate::api::types::{JoinTokenInfo, OperatorTokenInfo, TokenCreated};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
+use crate::leading::{Leader, Replica};
 use crate::state::scope::Scope;
 use crate::state::{JoinTokenRecord, OperatorTokenRecord, Request};
 
@@ -86,11 +87,11 @@ impl NewToken {
 impl NewToken {
     /// The pin the record keeps: the one in the token's text, which must be a CA the cluster
     /// trusts now (a token pinned to a retired CA would be dead on arrival).
-    fn recorded_pin(&self, agent: &Agent) -> Result<String, ApiError> {
+    fn recorded_pin(&self, leader: Leader<'_, impl Replica>) -> Result<String, ApiError> {
         if self.ca_pin.is_empty() {
-            return Ok(agent.ca_pin());
+            return Ok(leader.ca_pin());
         }
-        if !agent.trusts_ca_pin(&self.ca_pin) {
+        if !leader.trusts_ca_pin(&self.ca_pin) {
             return Err(ApiError::new(
                 ErrorKind::CaPinMismatch,
                 "the token names a CA this cluster no longer trusts; create it again on a member",
@@ -140,7 +141,7 @@ pub async fn issue_join_token(
     uses: u32,
     description: String,
 ) -> Result<TokenCreated, ApiError> {
-    let token = SecretToken::generate(TokenKind::Join, &agent.ca_pin());
+    let token = SecretToken::generate(TokenKind::Join, &agent.leader().ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
         secret_sha256: token.secret_hash(),
@@ -174,7 +175,7 @@ pub async fn issue_operator_token(
             "an operator token has 1..={MAX_SCOPES} scopes (admin, kv:PREFIX[:ro], lease:NAME, fleetlock)"
         )));
     }
-    let token = SecretToken::generate(TokenKind::Operator, &agent.ca_pin());
+    let token = SecretToken::generate(TokenKind::Operator, &agent.leader().ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
         secret_sha256: token.secret_hash(),
@@ -197,10 +198,13 @@ pub async fn issue_operator_token(
 }
 
 /// Leader: records a join token.
-pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInfo, ApiError> {
+pub async fn create_join(
+    leader: Leader<'_, impl Replica>,
+    create: NewToken,
+) -> Result<JoinTokenInfo, ApiError> {
     create.check(true)?;
-    let now = super::cluster_now(agent)?;
-    let live = agent.raft().read_local(|s| {
+    let now = leader.cluster_now()?;
+    let live = leader.replica.read_local(|s| {
         s.join_tokens
             .values()
             .filter(|t| t.state(now) == "active")
@@ -214,7 +218,7 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
             ),
         ));
     }
-    let ca_pin = Some(create.recorded_pin(agent)?);
+    let ca_pin = Some(create.recorded_pin(leader)?);
     let token = JoinTokenRecord {
         secret_sha256: create.secret_sha256,
         description: create.description,
@@ -229,8 +233,8 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
         verify_key: None,
     };
     let info = join_info(&create.id, &token, now);
-    agent
-        .raft()
+    leader
+        .replica
         .write(Request::CreateJoinToken {
             id: create.id,
             token,
@@ -241,11 +245,11 @@ pub async fn create_join(agent: &Agent, create: NewToken) -> Result<JoinTokenInf
 }
 
 /// Leader: every join token the cluster still remembers, newest first.
-pub async fn list_join(agent: &Agent) -> Result<Vec<JoinTokenInfo>, ApiError> {
-    let now = super::cluster_now(agent)?;
-    let mut list = agent
-        .raft()
-        .read_linearizable(|s| {
+pub async fn list_join(leader: Leader<'_, impl Replica>) -> Result<Vec<JoinTokenInfo>, ApiError> {
+    let now = leader.cluster_now()?;
+    let mut list = leader
+        .replica
+        .read(|s| {
             s.join_tokens
                 .iter()
                 .map(|(id, t)| join_info(id, t, now))
@@ -257,29 +261,32 @@ pub async fn list_join(agent: &Agent) -> Result<Vec<JoinTokenInfo>, ApiError> {
 }
 
 /// Leader: revokes a join token. Nodes it already admitted stay members.
-pub async fn revoke_join(agent: &Agent, id: &str) -> Result<JoinTokenInfo, ApiError> {
-    agent
-        .raft()
+pub async fn revoke_join(
+    leader: Leader<'_, impl Replica>,
+    id: &str,
+) -> Result<JoinTokenInfo, ApiError> {
+    leader
+        .replica
         .write(Request::RevokeJoinToken {
             id: id.to_string(),
-            now_ms: super::cluster_now(agent)?,
+            now_ms: leader.cluster_now()?,
         })
         .await?;
     tracing::info!(token = %id, "join token revoked");
-    let now = super::cluster_now(agent)?;
-    agent
-        .raft()
+    let now = leader.cluster_now()?;
+    leader
+        .replica
         .read_local(|s| s.join_tokens.get(id).map(|t| join_info(id, t, now)))?
         .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("no join token {id}")))
 }
 
 /// Leader: records an operator token.
 pub async fn create_operator(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     create: NewToken,
 ) -> Result<OperatorTokenInfo, ApiError> {
     create.check(false)?;
-    let live = agent.raft().read_local(|s| {
+    let live = leader.replica.read_local(|s| {
         s.operator_tokens
             .values()
             .filter(|t| t.revoked_ms.is_none())
@@ -296,18 +303,18 @@ pub async fn create_operator(
             "an operator token has 1..={MAX_SCOPES} scopes"
         )));
     }
-    let ca_pin = Some(create.recorded_pin(agent)?);
+    let ca_pin = Some(create.recorded_pin(leader)?);
     let token = OperatorTokenRecord {
         secret_sha256: create.secret_sha256,
         description: create.description,
-        created_ms: now_ms(),
+        created_ms: leader.replica.wall_ms(),
         revoked_ms: None,
         scopes: create.scopes,
         ca_pin,
     };
     let info = operator_info(&create.id, &token);
-    agent
-        .raft()
+    leader
+        .replica
         .write(Request::CreateOperatorToken {
             id: create.id,
             token,
@@ -317,10 +324,12 @@ pub async fn create_operator(
     Ok(info)
 }
 
-pub async fn list_operator(agent: &Agent) -> Result<Vec<OperatorTokenInfo>, ApiError> {
-    let mut list = agent
-        .raft()
-        .read_linearizable(|s| {
+pub async fn list_operator(
+    leader: Leader<'_, impl Replica>,
+) -> Result<Vec<OperatorTokenInfo>, ApiError> {
+    let mut list = leader
+        .replica
+        .read(|s| {
             s.operator_tokens
                 .iter()
                 .map(|(id, t)| operator_info(id, t))
@@ -331,17 +340,20 @@ pub async fn list_operator(agent: &Agent) -> Result<Vec<OperatorTokenInfo>, ApiE
     Ok(list)
 }
 
-pub async fn revoke_operator(agent: &Agent, id: &str) -> Result<OperatorTokenInfo, ApiError> {
-    agent
-        .raft()
+pub async fn revoke_operator(
+    leader: Leader<'_, impl Replica>,
+    id: &str,
+) -> Result<OperatorTokenInfo, ApiError> {
+    leader
+        .replica
         .write(Request::RevokeOperatorToken {
             id: id.to_string(),
-            now_ms: super::cluster_now(agent)?,
+            now_ms: leader.cluster_now()?,
         })
         .await?;
     tracing::info!(token = %id, "operator token revoked");
-    agent
-        .raft()
+    leader
+        .replica
         .read_local(|s| s.operator_tokens.get(id).map(|t| operator_info(id, t)))?
         .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("no operator token {id}")))
 }
@@ -349,7 +361,10 @@ pub async fn revoke_operator(agent: &Agent, id: &str) -> Result<OperatorTokenInf
 /// Checks the `Authorization: Bearer …` of an operator call over TCP against this node's
 /// applied state. A token revoked a moment ago may still pass on a follower that has not
 /// applied the revocation yet (normally milliseconds behind the leader).
-pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authority, ApiError> {
+pub fn authorize_operator(
+    leader: Leader<'_, impl Replica>,
+    bearer: Option<&str>,
+) -> Result<Authority, ApiError> {
     // 401: the caller has not authenticated (as opposed to a refused join token, 403).
     let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
     let Some(text) = bearer else {
@@ -360,17 +375,17 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authori
     let Authority::OperatorToken {
         id,
         secret_sha256: presented,
-    } = operator_authority(agent, text)?
+    } = operator_authority(leader, text)?
     else {
         return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
     };
-    let record_pin = agent.raft().read_local(|s| {
+    let record_pin = leader.replica.read_local(|s| {
         s.operator_tokens
             .get(&id)
             .filter(|t| secret_hashes_match(&t.secret_sha256, &presented) && t.revoked_ms.is_none())
             .map(|t| t.ca_pin.clone())
     })?;
-    let valid = record_pin.is_some_and(|pin| pinned_to_trusted_ca(agent, pin.as_deref()));
+    let valid = record_pin.is_some_and(|pin| pinned_to_trusted_ca(leader, pin.as_deref()));
     if !valid {
         return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
     }
@@ -382,11 +397,14 @@ pub fn authorize_operator(agent: &Agent, bearer: Option<&str>) -> Result<Authori
 
 /// The authority an operator token's text claims, checked for form and cluster only: whether
 /// the token is valid is for the caller to find out (locally, or from the leader).
-pub fn operator_authority(agent: &Agent, text: &str) -> Result<Authority, ApiError> {
+pub fn operator_authority(
+    leader: Leader<'_, impl Replica>,
+    text: &str,
+) -> Result<Authority, ApiError> {
     let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
     let token =
         SecretToken::parse(TokenKind::Operator, text).map_err(|e| unauthorized(&e.to_string()))?;
-    if !agent.trusts_ca_pin(token.ca_pin()) {
+    if !leader.trusts_ca_pin(token.ca_pin()) {
         return Err(unauthorized(
             "the operator token belongs to another cluster",
         ));
@@ -400,8 +418,8 @@ pub fn operator_authority(agent: &Agent, text: &str) -> Result<Authority, ApiErr
 /// True if a token record is pinned to a CA the cluster trusts now. Pinless records predate
 /// pinned records; every finished rotation revokes them, so they are valid only while the CA
 /// they were made under is still the cluster's.
-pub fn pinned_to_trusted_ca(agent: &Agent, record_pin: Option<&str>) -> bool {
-    record_pin.is_none_or(|pin| agent.trusts_ca_pin(pin))
+pub fn pinned_to_trusted_ca(leader: Leader<'_, impl Replica>, record_pin: Option<&str>) -> bool {
+    record_pin.is_none_or(|pin| leader.trusts_ca_pin(pin))
 }
 
 const UNKNOWN_OPERATOR_TOKEN: &str = "the operator token is unknown or revoked; create one with `muster operator-token create` on a member";
@@ -409,13 +427,13 @@ const UNKNOWN_OPERATOR_TOKEN: &str = "the operator token is unknown or revoked; 
 /// Leader: an operator token a follower vouched for is still valid in the committed state (the
 /// follower may not have applied its revocation yet).
 pub async fn check_operator_token_committed(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     id: &str,
     secret_sha256: &str,
 ) -> Result<Vec<Scope>, ApiError> {
-    let scopes = agent
-        .raft()
-        .read_linearizable(|s| {
+    let scopes = leader
+        .replica
+        .read(|s| {
             s.operator_tokens
                 .get(id)
                 .filter(|t| {
@@ -425,7 +443,7 @@ pub async fn check_operator_token_committed(
         })
         .await?;
     scopes
-        .filter(|(_, pin)| pinned_to_trusted_ca(agent, pin.as_deref()))
+        .filter(|(_, pin)| pinned_to_trusted_ca(leader, pin.as_deref()))
         .map(|(scopes, _)| scopes)
         .ok_or_else(|| ApiError::new(ErrorKind::Unauthenticated, UNKNOWN_OPERATOR_TOKEN))
 }

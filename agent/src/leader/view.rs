@@ -156,9 +156,9 @@ pub fn cluster_view(
         spares,
         joint_target: (raft.voter_sets.len() > 1)
             .then(|| raft.voter_sets.last().cloned().unwrap_or_default()),
-        promote_after: agent.promote_after(),
+        promote_after: agent.leader_local().settings.promote_after,
         formation: None,
-        automation: super::settings::effective(agent.automation(), settings),
+        automation: super::settings::effective(agent.leader_local().settings.automation, settings),
         has_quorum: !agent.raft().quorum_lost(),
     })
 }

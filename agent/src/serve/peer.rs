@@ -125,7 +125,7 @@ async fn require_operator(
     let authorized = if agent.hears_no_leader() {
         authorize_with_leader(&agent, bearer).await
     } else {
-        leader::authorize_operator(&agent, bearer)
+        leader::authorize_operator(agent.leader(), bearer)
     };
     match authorized {
         Ok(authority) => {
@@ -161,9 +161,9 @@ async fn require_operator(
 async fn authorize_with_leader(agent: &Agent, bearer: Option<&str>) -> Result<Authority, ApiError> {
     let Some(text) = bearer else {
         // The same refusal as a member's.
-        return leader::authorize_operator(agent, None);
+        return leader::authorize_operator(agent.leader(), None);
     };
-    let authority = leader::operator_authority(agent, text)?;
+    let authority = leader::operator_authority(agent.leader(), text)?;
     leader::run(agent, &authority, LeaderOp::Status).await?;
     Ok(authority)
 }
@@ -380,7 +380,7 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
             "this node is no longer the leader; retry",
         ));
     }
-    if let Err(e) = leader::check_forwarded(&agent, caller.node_id, &forwarded).await {
+    if let Err(e) = leader::check_forwarded(agent.leader(), caller.node_id, &forwarded).await {
         tracing::warn!(caller = %member_id(caller.node_id), error = %e, "refused a forwarded operation");
         return error_response(&e);
     }
@@ -420,7 +420,7 @@ async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     // A signed secret join has no hash to compare here; the leader checks its signature.
     let checked = match join.secret_signature {
         Some(_) => Ok(()),
-        None => leader::precheck_token(&agent, &join.token_id, &join.secret_sha256),
+        None => leader::precheck_token(agent.leader(), &join.token_id, &join.secret_sha256),
     };
     if let Err(e) = checked {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, "token join refused here");
@@ -443,7 +443,7 @@ async fn secret_hello(State(agent): State<Arc<Agent>>, req: Request) -> Response
         Ok(h) => h,
         Err(e) => return error_response(&e),
     };
-    answer(leader::prove_secret(&agent, &hello))
+    answer(leader::prove_secret(agent.leader(), &hello))
 }
 
 /// Serves the peer API until `stop` resolves.

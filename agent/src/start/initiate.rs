@@ -227,7 +227,8 @@ async fn init_raft_group(
             .ca
             .clone()
             .ok_or_else(|| AgentError::failed("formation state lacks the CA"))?;
-        let (operator_token, record) = new_operator_token(&agent.ca_pin(), "created at formation");
+        let (operator_token, record) =
+            new_operator_token(&agent.leader().ca_pin(), "created at formation");
         raft.write(Request::InitCluster {
             cluster_id: agent.cluster_id().to_string(),
             ca,

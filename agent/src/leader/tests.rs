@@ -1,0 +1,595 @@
+//! Every leader action against the in-memory replica (`leading/fake.rs`): what it writes, what
+//! it refuses without writing, and what it answers. The raft group, forwarding and the wire are
+//! covered by the integration suites; these pin the actions' own rules.
+
+use muster_shared::tls::NodeKey;
+use muster_shared::token::{SecretToken, TokenKind};
+
+use super::lease::LeaseRequest;
+use super::tokens::NewToken;
+use super::*;
+use crate::api::ErrorKind;
+use crate::api::probe::SettingsUpdate;
+use crate::leading::fake::{Fixture, LEADER};
+use crate::state::ca_rotation::CaStage;
+use crate::state::fleetlock::{Command, Outcome};
+use crate::state::kv::Expect;
+use crate::state::scope::Scope;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn kind<T: std::fmt::Debug>(r: Result<T, ApiError>) -> ErrorKind {
+    r.expect_err("refused").kind
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
+fn put(key: &str, value: &str, expect: Option<Expect>) -> Request {
+    Request::KvPut {
+        key: key.into(),
+        value: value.into(),
+        expect,
+    }
+}
+
+// --- key-value ---------------------------------------------------------------------------
+
+#[test]
+fn kv_writes_read_back_and_compare_and_set_refuses_a_stale_revision() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let first = kv::write(l, put("app/a", "1", Some(Expect::Absent)))
+            .await
+            .expect("create");
+        let rev = first["revision"].as_u64().expect("a revision");
+        let got = kv::get(l, "app/a".into()).await.expect("get");
+        assert_eq!((got.value.as_str(), got.mod_revision), ("1", rev));
+        assert_eq!(
+            kind(kv::write(l, put("app/a", "2", Some(Expect::Absent))).await),
+            ErrorKind::RevisionMismatch
+        );
+        kv::write(l, put("app/a", "2", Some(Expect::Revision(rev))))
+            .await
+            .expect("CAS at the current revision");
+        assert_eq!(
+            kind(kv::write(l, put("app/a", "3", Some(Expect::Revision(rev)))).await),
+            ErrorKind::RevisionMismatch,
+            "the old revision no longer matches"
+        );
+        assert_eq!(kind(kv::get(l, "app/b".into()).await), ErrorKind::NotFound);
+        kv::write(l, put("other/x", "x", None)).await.expect("put");
+        let listed: Vec<String> = kv::list(l, "app/".into())
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(listed, ["app/a"]);
+        let changes = kv::watch(l, "app/".into(), rev).await.expect("watch");
+        assert_eq!(
+            changes.events.len(),
+            2,
+            "the create and the CAS: {changes:?}"
+        );
+    });
+}
+
+#[test]
+fn a_kv_space_without_revisions_gets_them_through_the_log_once() {
+    let fx = Fixture::new(T0);
+    fx.replica
+        .apply(&put("k", "v", None))
+        .expect("a put before the upgrade");
+    fx.replica.set_legacy_kv();
+    let before = fx.replica.writes();
+    block_on(async {
+        kv::get(fx.leader(), "k".into()).await.expect("get");
+        assert_eq!(fx.replica.writes(), before + 1, "one KvUpgrade entry");
+        kv::get(fx.leader(), "k".into()).await.expect("get");
+        assert_eq!(fx.replica.writes(), before + 1, "and never again");
+    });
+}
+
+// --- settings ----------------------------------------------------------------------------
+
+#[test]
+fn settings_come_from_the_flags_until_written_and_bad_ones_are_refused() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let flags = settings::get(l).await.expect("get");
+        assert_eq!(flags.source, "leader_flags");
+        let update = SettingsUpdate {
+            replace_after_ms: 60_000,
+            cleanup_dead_after_ms: 0,
+            min_voters: 3,
+            standbys: 1,
+        };
+        let written = settings::set(l, update).await.expect("set");
+        assert_eq!(
+            (written.source.as_str(), &written.settings),
+            ("cluster", &update)
+        );
+        let writes = fx.replica.writes();
+        let bad = SettingsUpdate {
+            min_voters: 0,
+            ..update
+        };
+        assert_eq!(
+            kind(settings::set(l, bad).await),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            fx.replica.writes(),
+            writes,
+            "a refused setting is not written"
+        );
+    });
+}
+
+// --- FleetLock ---------------------------------------------------------------------------
+
+fn lock(id: &str) -> Command {
+    Command::Lock {
+        group: "default".into(),
+        id: id.into(),
+        via: LEADER,
+        now_ms: 0,
+    }
+}
+
+#[test]
+fn fleetlock_writes_only_changes_and_stamps_locks_with_the_leader_clock() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        assert_eq!(
+            fleetlock::command(l, lock("m1")).await.expect("lock"),
+            Outcome::Locked
+        );
+        let writes = fx.replica.writes();
+        assert_eq!(
+            fleetlock::command(l, lock("m1")).await.expect("again"),
+            Outcome::AlreadyHeld
+        );
+        let unlock_other = Command::Unlock {
+            group: "default".into(),
+            id: "m2".into(),
+        };
+        assert_eq!(
+            fleetlock::command(l, unlock_other).await.expect("unlock"),
+            Outcome::NotHeld
+        );
+        assert!(
+            fleetlock::command(l, lock("m2")).await.is_err(),
+            "one slot, held by m1"
+        );
+        assert_eq!(
+            fx.replica.writes(),
+            writes,
+            "no-ops and refusals cost no log entry"
+        );
+
+        let status = fleetlock::status(l).await.expect("status");
+        let holder = &status.groups[0].holders[0];
+        assert_eq!(
+            (holder.id.as_str(), holder.since_ms, holder.via.as_str()),
+            ("m1", T0, "leader")
+        );
+        assert!(!holder.stale);
+        fx.replica.set_wall(T0 + fleetlock::STALE_AFTER_MS + 1);
+        assert!(fleetlock::status(l).await.expect("status").groups[0].holders[0].stale);
+    });
+}
+
+#[test]
+fn fleetlock_falls_back_to_a_write_when_the_read_cannot_be_confirmed() {
+    let fx = Fixture::new(T0);
+    block_on(async {
+        fleetlock::command(fx.leader(), lock("m1"))
+            .await
+            .expect("lock");
+        fx.replica.fail_reads(true);
+        let writes = fx.replica.writes();
+        assert_eq!(
+            fleetlock::command(fx.leader(), lock("m1"))
+                .await
+                .expect("decided by the write"),
+            Outcome::AlreadyHeld
+        );
+        assert_eq!(fx.replica.writes(), writes + 1);
+    });
+}
+
+// --- leases ------------------------------------------------------------------------------
+
+fn claim(holder: &str, key: Option<String>) -> LeaseRequest {
+    LeaseRequest::Claim {
+        name: "backup".into(),
+        holder: holder.into(),
+        ttl_ms: 30_000,
+        key_sha256: key.map(|k| muster_shared::token::sha256_hex(k.as_bytes())),
+    }
+}
+
+#[test]
+fn a_lease_is_granted_once_renewed_with_its_key_and_refused_to_others_without_a_write() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let granted = lease::change(l, claim("a", None))
+            .await
+            .expect("claim")
+            .expect("granted");
+        let key = granted.key.clone().expect("a new grant carries its key");
+        let writes = fx.replica.writes();
+        assert_eq!(
+            kind(lease::change(l, claim("b", None)).await),
+            ErrorKind::LeaseHeld
+        );
+        assert_eq!(
+            fx.replica.writes(),
+            writes,
+            "a held lease is refused before the log"
+        );
+        let renewed = lease::change(l, claim("a", Some(key.clone())))
+            .await
+            .expect("renew")
+            .expect("still held");
+        assert!(renewed.renewed && renewed.key.is_none(), "{renewed:?}");
+        assert_eq!(
+            renewed.token, granted.token,
+            "a renewal keeps the fencing token"
+        );
+        let listed = lease::list(l).await.expect("list");
+        assert_eq!(listed.len(), 1);
+        let release = LeaseRequest::Release {
+            name: "backup".into(),
+            holder: "a".into(),
+            key_sha256: muster_shared::token::sha256_hex(key.as_bytes()),
+        };
+        lease::change(l, release).await.expect("release");
+        assert_eq!(lease::get(l, "backup".into()).await.expect("get"), None);
+        let next = lease::change(l, claim("b", None))
+            .await
+            .expect("claim")
+            .expect("granted");
+        assert!(next.token > granted.token, "fencing tokens only grow");
+    });
+}
+
+#[test]
+fn a_new_term_starts_the_lease_clock_from_the_committed_reading() {
+    let fx = Fixture::new(T0);
+    block_on(async {
+        lease::change(fx.leader(), claim("a", None))
+            .await
+            .expect("claim");
+        let committed = fx.replica.state().leases.clock_ms;
+        fx.replica.next_term();
+        let now = fx.leader().lease_now().await.expect("clock");
+        assert!(
+            now >= committed,
+            "never behind what was committed: {now} < {committed}"
+        );
+        assert!(now < committed + 5_000, "and not ahead by wall time: {now}");
+    });
+}
+
+// --- tokens ------------------------------------------------------------------------------
+
+fn new_join_token(pin: &str, ttl_ms: u64, uses: u32) -> (SecretToken, NewToken) {
+    let token = SecretToken::generate(TokenKind::Join, pin);
+    let create = NewToken {
+        id: token.id().to_string(),
+        secret_sha256: token.secret_hash(),
+        ttl_ms,
+        uses,
+        description: "test".into(),
+        scopes: Vec::new(),
+        ca_pin: token.ca_pin().to_string(),
+    };
+    (token, create)
+}
+
+#[test]
+fn join_tokens_are_recorded_with_their_pin_listed_and_revoked() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let (_, create) = new_join_token(fx.ca.pin(), 3_600_000, 2);
+        let info = tokens::create_join(l, create.clone())
+            .await
+            .expect("create");
+        assert_eq!(
+            (info.state.as_str(), info.expires_ms),
+            ("active", T0 + 3_600_000)
+        );
+        let record = fx.replica.state().join_tokens[&create.id].clone();
+        assert_eq!(record.ca_pin.as_deref(), Some(fx.ca.pin()));
+
+        let (_, foreign) = new_join_token(&"0".repeat(64), 3_600_000, 1);
+        assert_eq!(
+            kind(tokens::create_join(l, foreign).await),
+            ErrorKind::CaPinMismatch
+        );
+        let (_, too_long) = new_join_token(fx.ca.pin(), u64::MAX / 2, 1);
+        assert_eq!(
+            kind(tokens::create_join(l, too_long).await),
+            ErrorKind::InvalidArgument
+        );
+
+        let revoked = tokens::revoke_join(l, &create.id).await.expect("revoke");
+        assert_eq!(revoked.state, "revoked");
+        assert_eq!(
+            kind(tokens::revoke_join(l, "0123456789abcdef").await),
+            ErrorKind::NotFound
+        );
+        assert_eq!(tokens::list_join(l).await.expect("list").len(), 1);
+    });
+}
+
+#[test]
+fn an_operator_token_authorizes_until_revoked_and_only_within_its_scopes() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let token = SecretToken::generate(TokenKind::Operator, fx.ca.pin());
+        let create = NewToken {
+            id: token.id().to_string(),
+            secret_sha256: token.secret_hash(),
+            ttl_ms: 0,
+            uses: 0,
+            description: String::new(),
+            scopes: vec!["kv:app/".parse::<Scope>().expect("scope")],
+            ca_pin: token.ca_pin().to_string(),
+        };
+        tokens::create_operator(l, create).await.expect("create");
+        let text = token.reveal();
+        let by = tokens::authorize_operator(l, Some(&text)).expect("a valid token");
+        let read = LeaderOp::KvGet {
+            key: "app/x".into(),
+        };
+        authorize(l, &by, &read).await.expect("within its scope");
+        let admin = LeaderOp::ListJoinTokens;
+        assert_eq!(
+            kind(authorize(l, &by, &admin).await),
+            ErrorKind::Unauthorized
+        );
+
+        tokens::revoke_operator(l, token.id())
+            .await
+            .expect("revoke");
+        assert_eq!(
+            kind(tokens::authorize_operator(l, Some(&text))),
+            ErrorKind::Unauthenticated
+        );
+        assert_eq!(
+            kind(authorize(l, &by, &read).await),
+            ErrorKind::Unauthenticated
+        );
+        let other_cluster = SecretToken::generate(TokenKind::Operator, &"0".repeat(64));
+        assert_eq!(
+            kind(tokens::operator_authority(l, &other_cluster.reveal())),
+            ErrorKind::Unauthenticated
+        );
+        assert_eq!(
+            kind(tokens::authorize_operator(l, None)),
+            ErrorKind::Unauthenticated
+        );
+    });
+}
+
+#[test]
+fn the_token_clock_never_runs_behind_what_the_cluster_committed() {
+    let fx = Fixture::new(T0);
+    block_on(async {
+        let (_, create) = new_join_token(fx.ca.pin(), 3_600_000, 1);
+        tokens::create_join(fx.leader(), create)
+            .await
+            .expect("create");
+        let committed = fx.replica.state().wall_clock_ms;
+        // A new leader whose wall clock lags by an hour.
+        fx.replica.next_term();
+        fx.replica.set_wall(committed - 3_600_000);
+        let now = fx.leader().cluster_now().expect("now");
+        assert!(now >= committed, "{now} < {committed}");
+    });
+}
+
+// --- admission and renewal ---------------------------------------------------------------
+
+fn token_join(
+    token: &SecretToken,
+    name: &str,
+    node_id: crate::state::NodeId,
+) -> (admit::TokenJoin, NodeKey) {
+    let key = NodeKey::generate().expect("key");
+    let join = admit::TokenJoin {
+        token_id: token.id().to_string(),
+        secret_sha256: token.secret_hash(),
+        secret_signature: None,
+        node_id: crate::state::member_id(node_id),
+        name: name.into(),
+        addr: format!("127.0.0.{node_id}:7000"),
+        key_fingerprint: key.fingerprint(),
+        csr_pem: key.csr_pem(name, "127.0.0.1").expect("csr"),
+    };
+    (join, key)
+}
+
+#[test]
+fn a_token_admits_as_many_nodes_as_its_uses_as_nonvoters_with_signed_certificates() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let (token, create) = new_join_token(fx.ca.pin(), 3_600_000, 1);
+        tokens::create_join(l, create).await.expect("create");
+        let (join, _) = token_join(&token, "n2", 2);
+        let admitted = admit::admit_with_token(l, join).await.expect("admitted");
+        assert_eq!(admitted.cluster_id, crate::leading::fake::CLUSTER_ID);
+        assert!(muster_shared::tls::issued_by(
+            &admitted.cert_pem,
+            fx.ca.cert_pem()
+        ));
+        let view = fx.replica.view();
+        assert!(
+            view.nodes.contains_key(&2) && !view.voters.contains(&2),
+            "a nonvoter"
+        );
+
+        let (again, _) = token_join(&token, "n3", 3);
+        assert_eq!(
+            kind(admit::admit_with_token(l, again).await),
+            ErrorKind::TokenConsumed
+        );
+        let mut wrong = token_join(&token, "n4", 4).0;
+        wrong.secret_sha256 = "0".repeat(64);
+        assert!(admit::admit_with_token(l, wrong).await.is_err());
+        assert!(!fx.replica.view().nodes.contains_key(&4));
+    });
+}
+
+#[test]
+fn renewal_signs_the_recorded_key_only_and_never_for_a_removed_member() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let (token, create) = new_join_token(fx.ca.pin(), 3_600_000, 1);
+        tokens::create_join(l, create).await.expect("create");
+        let (join, key) = token_join(&token, "n2", 2);
+        admit::admit_with_token(l, join).await.expect("admitted");
+        let csr = key.csr_pem("n2", "127.0.0.2").expect("csr");
+        let renewed = renew::renew(l, 2, &csr).await.expect("renewed");
+        assert!(muster_shared::tls::issued_by(
+            &renewed.cert_pem,
+            fx.ca.cert_pem()
+        ));
+        let stranger = NodeKey::generate().expect("key");
+        let csr = stranger.csr_pem("n2", "127.0.0.2").expect("csr");
+        assert_eq!(
+            kind(renew::renew(l, 2, &csr).await),
+            ErrorKind::Unauthorized
+        );
+        assert_eq!(
+            kind(renew::renew(l, 9, &csr).await),
+            ErrorKind::Unauthorized
+        );
+        fx.replica
+            .apply(&Request::RemoveNode {
+                id: 2,
+                force: false,
+            })
+            .expect("removed");
+        let csr = key.csr_pem("n2", "127.0.0.2").expect("csr");
+        assert_eq!(kind(renew::renew(l, 2, &csr).await), ErrorKind::Removed);
+    });
+}
+
+// --- CA rotation and backup --------------------------------------------------------------
+
+#[test]
+fn a_ca_rotation_starts_trusting_and_its_finish_retires_the_old_tokens() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        assert_eq!(ca::status(l).await.expect("status").phase, "none");
+        let (_, create) = new_join_token(fx.ca.pin(), 3_600_000, 1);
+        tokens::create_join(l, create.clone())
+            .await
+            .expect("create");
+        let started = ca::rotate(l).await.expect("rotate");
+        assert_eq!(started.phase, "trusting");
+        let next_pin = started.next_pin.clone().expect("a new CA");
+        assert!(l.trusts_ca_pin(&next_pin) && l.trusts_ca_pin(fx.ca.pin()));
+        assert_eq!(
+            kind(ca::finish(l, true, None).await),
+            ErrorKind::CaRotationPending,
+            "nobody trusts the new CA yet: even --force is refused"
+        );
+        ca::ack(l, LEADER, next_pin.clone(), CaStage::Trusted)
+            .await
+            .expect("ack");
+        assert_eq!(ca::status(l).await.expect("status").phase, "reissuing");
+        assert_eq!(
+            kind(ca::finish(l, false, None).await),
+            ErrorKind::CaRotationPending,
+            "nobody holds a certificate from the new CA yet"
+        );
+        assert_eq!(
+            kind(ca::finish(l, true, None).await),
+            ErrorKind::CaRotationPending,
+            "--force never cuts off a majority"
+        );
+        ca::ack(l, LEADER, next_pin.clone(), CaStage::Reissued)
+            .await
+            .expect("ack");
+        assert_eq!(ca::status(l).await.expect("status").phase, "ready");
+        let finished = ca::finish(l, false, None).await.expect("finish");
+        assert_eq!(finished.phase, "none");
+        assert_eq!(finished.retired_join_tokens, [create.id]);
+        assert!(!l.trusts_ca_pin(fx.ca.pin()), "the old CA is gone");
+        assert_eq!(l.ca_pin(), next_pin);
+        assert_eq!(kind(ca::finish(l, true, None).await), ErrorKind::NotFound);
+    });
+}
+
+#[test]
+fn a_backup_is_the_committed_state_with_its_cluster_id() {
+    let fx = Fixture::new(T0);
+    block_on(async {
+        kv::write(fx.leader(), put("k", "v", None))
+            .await
+            .expect("put");
+        let backup = backup::snapshot(fx.leader()).await.expect("backup");
+        assert_eq!(backup.cluster_id, crate::leading::fake::CLUSTER_ID);
+        assert_eq!(backup.state, fx.replica.state());
+        assert!(backup.applied_index >= 2);
+    });
+}
+
+// --- forwarded operations ----------------------------------------------------------------
+
+#[test]
+fn a_forwarded_backup_comes_only_from_a_voter_and_a_renewal_only_from_its_member() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        let backup = Forwarded {
+            op: LeaderOp::Backup,
+            authority: Authority::LocalSocket,
+        };
+        check_forwarded(l, LEADER, &backup).await.expect("a voter");
+        assert_eq!(
+            kind(check_forwarded(l, 7, &backup).await),
+            ErrorKind::Unauthorized
+        );
+        let renew = Forwarded {
+            op: LeaderOp::RenewCertificate {
+                node_id: crate::state::member_id(7),
+                csr_pem: String::new(),
+            },
+            authority: Authority::Node,
+        };
+        check_forwarded(l, 7, &renew).await.expect("its own");
+        assert_eq!(
+            kind(check_forwarded(l, 8, &renew).await),
+            ErrorKind::Unauthorized
+        );
+        let write_as_node = Forwarded {
+            op: LeaderOp::ListJoinTokens,
+            authority: Authority::Node,
+        };
+        assert_eq!(
+            kind(check_forwarded(l, 7, &write_as_node).await),
+            ErrorKind::Unauthorized
+        );
+    });
+}
