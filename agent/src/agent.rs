@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::PeerClients;
 use crate::leading::{Leader, LeaderLocal, LeaderSettings};
+use crate::observe::counters::ListenerCounters;
 use crate::policy::Automation;
 use crate::raft::RaftNode;
 use crate::state::{FormationRecord, Node, NodeId};
@@ -55,14 +56,7 @@ pub struct Agent {
     leader: LeaderLocal,
     check_in: Mutex<CheckIn>,
     removal: RemovalSignal,
-    refused_rpcs: AtomicU64,
-    /// Connections closed at once for being over a connection limit.
-    over_limit: AtomicU64,
-    /// When an over-limit refusal was last logged (ms since the epoch): at most one a 10 s.
-    over_limit_logged_ms: AtomicU64,
-    /// Callers already logged as refused, and why: a refused node retries for ever, and one
-    /// line says it.
-    refusals_logged: Mutex<std::collections::HashSet<(NodeId, &'static str)>>,
+    counters: ListenerCounters,
 }
 
 impl Agent {
@@ -85,10 +79,7 @@ impl Agent {
             }),
             check_in: Mutex::default(),
             removal: RemovalSignal::default(),
-            refused_rpcs: AtomicU64::new(0),
-            over_limit: AtomicU64::new(0),
-            over_limit_logged_ms: AtomicU64::new(0),
-            refusals_logged: Mutex::default(),
+            counters: ListenerCounters::default(),
         }
     }
 
@@ -185,39 +176,9 @@ impl Agent {
         &self.removal
     }
 
-    /// Counts a request refused because the caller had no certificate of this cluster, or was
-    /// not (or no longer) a member.
-    pub fn count_refused(&self) {
-        self.refused_rpcs.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// True the first time node `id` is refused for `why` (so it is logged once).
-    pub fn first_refusal(&self, id: NodeId, why: &'static str) -> bool {
-        self.refusals_logged
-            .lock()
-            .map(|mut seen| seen.insert((id, why)))
-            .unwrap_or(false)
-    }
-
-    pub fn refused_rpcs(&self) -> u64 {
-        self.refused_rpcs.load(Ordering::Relaxed)
-    }
-
-    /// Counts a connection closed for being over a limit; true when it should be logged (the
-    /// first in 10 s: a flood must not flood the log too).
-    pub fn count_over_limit(&self) -> bool {
-        self.over_limit.fetch_add(1, Ordering::Relaxed);
-        let now = crate::clock::now_ms();
-        let last = self.over_limit_logged_ms.load(Ordering::Relaxed);
-        now.saturating_sub(last) >= 10_000
-            && self
-                .over_limit_logged_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    pub fn over_limit(&self) -> u64 {
-        self.over_limit.load(Ordering::Relaxed)
+    /// What the listeners count (refused requests, connections over a limit).
+    pub fn counters(&self) -> &ListenerCounters {
+        &self.counters
     }
 }
 

@@ -256,5 +256,8 @@ fn the_node_tasks_the_page_lists_are_the_ones_node_rs_spawns() {
             "node.rs starts {path}, which docs/architecture.md does not list"
         );
     }
-    assert!(started >= 4, "found {started} tasks in node.rs: the parser is broken");
+    assert!(
+        started >= 4,
+        "found {started} tasks in node.rs: the parser is broken"
+    );
 }

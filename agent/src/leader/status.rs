@@ -88,7 +88,7 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
         term: view.term,
         commit_index: view.last_applied.unwrap_or(0),
         members,
-        refused_rpcs: agent.refused_rpcs(),
+        refused_rpcs: agent.counters().refused_rpcs(),
         revoked_certificates: agent.revoked().len(),
         quorum_lost: agent.raft().quorum_lost(),
         membership_events,

@@ -2,6 +2,7 @@
 //! and readiness (`health.rs`, also what systemd is told), and the status page (`page.rs`).
 //! Each gathers a plain snapshot from the agent, then a pure function renders or decides.
 
+pub mod counters;
 pub mod health;
 pub mod metrics;
 pub mod page;

@@ -69,7 +69,11 @@ impl Gate<'_> {
     }
 
     fn over_limit(&self, over: OverLimit, remote: SocketAddr) {
-        if self.agent.count_over_limit() {
+        if self
+            .agent
+            .counters()
+            .count_over_limit(crate::clock::now_ms())
+        {
             let name = self.name;
             tracing::warn!(%remote, ?over, listener = name, "connection refused: over the listener's connection limit");
         }
@@ -78,7 +82,11 @@ impl Gate<'_> {
     fn accept_failed(&self, e: &io::Error) {
         // EMFILE/ENFILE: the process is out of descriptors. Counted with the refusals; the
         // budget of each listener should keep this from happening at all.
-        if self.agent.count_over_limit() {
+        if self
+            .agent
+            .counters()
+            .count_over_limit(crate::clock::now_ms())
+        {
             let name = self.name;
             if is_out_of_descriptors(e) {
                 tracing::error!(listener = name, error = %e, "out of file descriptors: shedding new connections; raise LimitNOFILE or lower --max-connections");

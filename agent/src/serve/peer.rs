@@ -212,8 +212,8 @@ fn check_member(agent: &Agent, req: &Request, spares: bool) -> Result<PeerIdenti
         && !view.nodes.contains_key(&id.node_id)
         && is_tombstoned(agent, id.node_id)
     {
-        agent.count_refused();
-        if agent.first_refusal(id.node_id, "removed") {
+        agent.counters().count_refused();
+        if agent.counters().first_refusal(id.node_id, "removed") {
             tracing::warn!(peer = %member_id(id.node_id), "refused a raft request: the node was removed (answered 410; logged once)");
         }
         return Err(ApiError::new(
@@ -237,8 +237,8 @@ fn check_member(agent: &Agent, req: &Request, spares: bool) -> Result<PeerIdenti
             Ok(id)
         }
         Some(id) if id.cluster_id == agent.cluster_id() => {
-            agent.count_refused();
-            if agent.first_refusal(id.node_id, "not a member") {
+            agent.counters().count_refused();
+            if agent.counters().first_refusal(id.node_id, "not a member") {
                 tracing::warn!(peer = %member_id(id.node_id), "refused a raft request: the node is not a member (logged once)");
             }
             Err(ApiError::new(
@@ -250,7 +250,7 @@ fn check_member(agent: &Agent, req: &Request, spares: bool) -> Result<PeerIdenti
             ))
         }
         other => {
-            agent.count_refused();
+            agent.counters().count_refused();
             let why = match other {
                 Some(id) => format!(
                     "certificate belongs to cluster {}, not this one",
@@ -350,7 +350,7 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         // A removed node still in the configuration (a voter being demoted) keeps replicating,
         // but it no longer acts for operators.
         Ok(caller) if is_tombstoned(&agent, caller.node_id) => {
-            agent.count_refused();
+            agent.counters().count_refused();
             return error_response(&ApiError::new(
                 ErrorKind::Unauthorized,
                 format!(
@@ -480,7 +480,7 @@ pub async fn serve_peers(
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     // Most often a client certificate from another CA: refused and counted.
-                    agent.count_refused();
+                    agent.counters().count_refused();
                     tracing::debug!(%remote, error = %e, "TLS handshake failed");
                     return;
                 }
@@ -503,7 +503,7 @@ pub async fn serve_peers(
                 && id.cluster_id == agent.cluster_id()
                 && agent.revoked().contains(id.node_id)
             {
-                agent.count_refused();
+                agent.counters().count_refused();
                 return;
             }
             let peer = Peer(identity);
