@@ -9,6 +9,7 @@ pub mod form;
 pub mod limits;
 pub mod policy;
 pub mod ratelimit;
+pub mod retry;
 pub mod storage;
 pub mod tls;
 pub mod token;

@@ -3,8 +3,7 @@
 //! proxy that sends every request to the next replica, the way a load balancer spreads them.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -12,8 +11,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
+use crate::process::{Process, Stdout};
 use crate::{Discovery, free_port, http_client, tail, wait_for};
 
 /// One member of an [`EtcdCluster`].
@@ -21,19 +21,10 @@ pub struct Member {
     pub name: String,
     pub client_url: String,
     pub peer_url: String,
-    log_path: PathBuf,
-    child: Option<Child>,
+    process: Process,
 }
 
-impl Member {
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log_path).unwrap_or_default()
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.id())
-    }
-}
+crate::process::wraps_process!(Member);
 
 /// A v3 etcd cluster on loopback, with fast raft timing so that losing a member costs little.
 pub struct EtcdCluster {
@@ -61,9 +52,8 @@ impl EtcdCluster {
         let initial = initial.join(",");
         let mut members = Vec::new();
         for (name, peer, client) in urls {
-            let log_path = tmp.path().join(format!("{name}.log"));
-            let log = std::fs::File::create(&log_path)?;
-            let child = Command::new(bin)
+            let mut command = Command::new(bin);
+            command
                 .args(["--name", &name])
                 .arg("--data-dir")
                 .arg(tmp.path().join(format!("{name}.etcd")))
@@ -73,19 +63,14 @@ impl EtcdCluster {
                 .args(["--advertise-client-urls", &client])
                 .args(["--initial-cluster", &initial])
                 .args(["--initial-cluster-token", "muster-test"])
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::from(log.try_clone()?))
-                .stderr(Stdio::from(log))
-                .kill_on_drop(true)
-                .spawn()
-                .with_context(|| format!("starting {}", bin.display()))?;
+                .args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
+            let mut process = Process::new(&name, tmp.path(), &name);
+            process.spawn(command, Stdout::Log)?;
             members.push(Member {
                 name,
                 client_url: client,
                 peer_url: peer,
-                log_path,
-                child: Some(child),
+                process,
             });
         }
         let cluster = Self { members, _tmp: tmp };
@@ -116,12 +101,7 @@ impl EtcdCluster {
 
     /// SIGKILL to member `i`; returns once it is gone.
     pub async fn kill9(&mut self, i: usize) -> Result<()> {
-        if let Some(mut child) = self.members[i].child.take() {
-            tokio::time::timeout(Duration::from_secs(20), child.kill())
-                .await
-                .context("etcd did not die")??;
-        }
-        Ok(())
+        self.members[i].process.kill9().await
     }
 
     /// The logs of every member, for failure messages.

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use muster_tests::{AgentProc, Discovery, get, tail, wait_for, wait_formed};
+use muster_tests::{AgentProc, Discovery, get, refs, tail, wait_for, wait_formed};
 
 const FORM: Duration = Duration::from_secs(60);
 
@@ -17,10 +17,6 @@ fn start_all(root: &Path, prefix: &str, n: usize, url: &str) -> Vec<AgentProc> {
     (1..=n)
         .map(|i| start(root, &format!("{prefix}{i}"), url))
         .collect()
-}
-
-fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
-    agents.iter().collect()
 }
 
 async fn record_state(url: &str) -> Option<String> {

@@ -9,22 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use muster_tests::{
-    AgentProc, Discovery, form_through_discovery, free_port, init_and_join, run_muster, tail,
-    wait_for, wait_formed,
+    AgentProc, Discovery, form, free_port, init_and_join, refs, run_muster, tail, wait_for,
+    wait_formed,
 };
 
 const FORM: Duration = Duration::from_secs(60);
 const PROMOTE_AFTER: &str = "500ms";
-
-fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
-    agents.iter().collect()
-}
-
-async fn form(d: &Discovery, root: &Path, prefix: &str, n: u32) -> Vec<AgentProc> {
-    form_through_discovery(d, root, prefix, n, |_| Vec::new())
-        .await
-        .expect("formed")
-}
 
 /// A `[[member]]` table for a machine at `addr` whose data dir is `root/name`.
 fn member(root: &Path, name: &str, addr: &str) -> String {

@@ -7,16 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use muster_tests::{AgentProc, Discovery, OperatorApi, voter_target, wait_for, wait_formed};
+use muster_tests::{AgentProc, Discovery, OperatorApi, refs, voter_target, wait_for, wait_formed};
 
 const FORM: Duration = Duration::from_secs(60);
 /// Short repair timings, so the test sees every step within seconds.
 const REPLACE_AFTER: Duration = Duration::from_secs(4);
 const CLEANUP_AFTER: Duration = Duration::from_secs(14);
-
-fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
-    agents.iter().collect()
-}
 
 /// Starts `name` from the group's launch template with short repair timings.
 fn start_from_template(

@@ -33,10 +33,6 @@ fn start(root: &Path, name: &str, addr: &str, args: &[&str]) -> AgentProc {
     AgentProc::start_bare(root, name, addr, &all, LOG).expect("start")
 }
 
-fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
-    agents.iter().collect()
-}
-
 #[tokio::test]
 async fn init_then_two_token_joins_make_three_voters_and_init_is_refused_on_a_member() {
     let tmp = tempfile::tempdir().expect("tmp");

@@ -6,24 +6,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use muster_tests::{
-    AgentProc, Discovery, form_through_discovery, run_muster, tail, voter_target, wait_for,
-    wait_formed,
+    AgentProc, Discovery, form, refs, run_muster, tail, voter_target, wait_for, wait_formed,
 };
 
 const FORM: Duration = Duration::from_secs(60);
 /// Tests shorten the 3 s default so that growing a cluster step by step stays quick.
 const PROMOTE_AFTER: &str = "500ms";
-
-fn refs(agents: &[AgentProc]) -> Vec<&AgentProc> {
-    agents.iter().collect()
-}
-
-/// Forms an `n`-member cluster through a fresh discovery URL.
-async fn form(d: &Discovery, root: &Path, prefix: &str, n: u32) -> Vec<AgentProc> {
-    form_through_discovery(d, root, prefix, n, |_| Vec::new())
-        .await
-        .expect("formed")
-}
 
 /// Starts `name` joining through `via` with `token`.
 fn join(root: &Path, name: &str, via: &AgentProc, token: &str) -> AgentProc {

@@ -9,14 +9,15 @@
 
 use std::sync::{Arc, RwLock};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::danger::{ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use rustls::{RootCertStore, SignatureScheme};
 
+use super::verifier::{ClientCheck, ServerCheck, Verifier};
 use super::{Result, certs, private_key, ring_provider};
 
 /// The replaceable credentials; cheap to clone (one shared slot).
@@ -85,12 +86,12 @@ impl NodeCredentials {
 
     /// The verifier of client certificates against the current trust.
     pub(super) fn client_verifier(&self) -> Arc<dyn ClientCertVerifier> {
-        Arc::new(CurrentTrust(self.clone()))
+        Verifier::new(CurrentTrust(self.clone()))
     }
 
     /// The verifier of server certificates against the current trust.
     pub(super) fn server_verifier(&self) -> Arc<dyn ServerCertVerifier> {
-        Arc::new(CurrentTrust(self.clone()))
+        Verifier::new(CurrentTrust(self.clone()))
     }
 }
 
@@ -146,26 +147,12 @@ impl ResolvesClientCert for CurrentCert {
     }
 }
 
+/// Checks a peer's chain against the trust in force at that handshake.
 #[derive(Debug)]
 struct CurrentTrust(NodeCredentials);
 
-impl ClientCertVerifier for CurrentTrust {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        // Joiners have no certificate yet; routes that need one check for it.
-        false
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        // Hints are optional, and the trust can change under a borrowed slice: send none
-        // (members present their one certificate whatever the hints say).
-        &[]
-    }
-
-    fn verify_client_cert(
+impl ClientCheck for CurrentTrust {
+    fn check_client(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
@@ -176,42 +163,10 @@ impl ClientCertVerifier for CurrentTrust {
             .clients
             .verify_client_cert(end_entity, intermediates, now)
     }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        ClientCertVerifier::verify_tls12_signature(
-            self.0.current().clients.as_ref(),
-            message,
-            cert,
-            dss,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        ClientCertVerifier::verify_tls13_signature(
-            self.0.current().clients.as_ref(),
-            message,
-            cert,
-            dss,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        ClientCertVerifier::supported_verify_schemes(self.0.current().clients.as_ref())
-    }
 }
 
-impl ServerCertVerifier for CurrentTrust {
-    fn verify_server_cert(
+impl ServerCheck for CurrentTrust {
+    fn check_server(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
@@ -226,37 +181,5 @@ impl ServerCertVerifier for CurrentTrust {
             ocsp_response,
             now,
         )
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        ServerCertVerifier::verify_tls12_signature(
-            self.0.current().servers.as_ref(),
-            message,
-            cert,
-            dss,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        ServerCertVerifier::verify_tls13_signature(
-            self.0.current().servers.as_ref(),
-            message,
-            cert,
-            dss,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        ServerCertVerifier::supported_verify_schemes(self.0.current().servers.as_ref())
     }
 }

@@ -32,6 +32,7 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, PutOptions,
     TlsOptions, Txn, TxnOp,
 };
+use muster_shared::retry::{RetryPolicy, retry};
 use muster_shared::token::new_discovery_token;
 
 use self::background::Probe;
@@ -47,9 +48,10 @@ use crate::v2::Response;
 const MAX_ATTEMPTS: usize = 64;
 /// A held watch reads its token again at least this often, even without a wake-up.
 const REREAD_EVERY: Duration = Duration::from_secs(5);
-/// How long a request keeps retrying while etcd does not answer, and the pause between tries.
-const RETRY_FOR: Duration = Duration::from_secs(3);
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// How a request retries while etcd does not answer: every 100 ms for 3 s (a member that died
+/// mid-request; the client moves on to another endpoint meanwhile).
+const UNANSWERED: RetryPolicy =
+    RetryPolicy::constant(Duration::from_millis(100)).within(Duration::from_secs(3));
 
 /// How to reach etcd.
 #[derive(Debug, Clone)]
@@ -76,6 +78,11 @@ pub struct EtcdStore {
 fn writer_tag() -> u64 {
     let hex = muster_shared::token::random_hex(8);
     u64::from_str_radix(&hex, 16).unwrap_or(1).max(1)
+}
+
+/// Whether etcd did not answer (worth another try), as opposed to an answer that refuses.
+fn is_unavailable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unavailable(_))
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -138,16 +145,7 @@ impl EtcdStore {
     /// [`Self::load`], retried for a while when etcd does not answer (a member that died
     /// mid-request: the client moves on to another endpoint).
     async fn load_retrying(&self, token: &str) -> Result<(TokenState, i64), StoreError> {
-        let deadline = tokio::time::Instant::now() + RETRY_FOR;
-        loop {
-            match self.load(token).await {
-                Err(StoreError::Unavailable(why)) if tokio::time::Instant::now() < deadline => {
-                    tracing::debug!(error = %why, "etcd read failed; retrying");
-                    tokio::time::sleep(RETRY_PAUSE).await;
-                }
-                other => return other,
-            }
-        }
+        retry(&UNANSWERED, is_unavailable, || self.load(token)).await
     }
 
     /// Reads a live token: its state and its lease.
@@ -240,21 +238,17 @@ impl Store for EtcdStore {
         ttl: Duration,
         client: ClientKey,
     ) -> Result<String, StoreError> {
-        let deadline = tokio::time::Instant::now() + RETRY_FOR;
-        loop {
-            let token = new_discovery_token();
-            match self.try_create_token(&token, size, ttl, client).await {
-                Ok(true) => return Ok(token),
+        // A lost answer may leave an unused token behind; its lease removes it.
+        retry(&UNANSWERED, is_unavailable, || async {
+            loop {
+                let token = new_discovery_token();
                 // A freshly drawn token that exists: draw again.
-                Ok(false) => continue,
-                // A lost answer may leave an unused token behind; its lease removes it.
-                Err(StoreError::Unavailable(why)) if tokio::time::Instant::now() < deadline => {
-                    tracing::debug!(error = %why, "etcd token creation failed; retrying");
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                if self.try_create_token(&token, size, ttl, client).await? {
+                    return Ok(token);
                 }
-                Err(e) => return Err(e),
             }
-        }
+        })
+        .await
     }
 
     async fn adopt_token(
@@ -285,7 +279,7 @@ impl Store for EtcdStore {
         // see whether it was committed (it is then ours, whatever was planned since).
         let writer = writer_tag();
         let mut unsure: Option<u64> = None;
-        let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        let mut unanswered = UNANSWERED.start();
         for _ in 0..MAX_ATTEMPTS {
             let (mut state, lease) = self.load_retrying(token).await?;
             if let Some(e) = unsure
@@ -315,11 +309,11 @@ impl Store for EtcdStore {
                 )]);
             let resp = match self.client.kv_client().txn(txn).await {
                 Ok(r) => r,
-                Err(e) if tokio::time::Instant::now() < deadline => {
+                Err(e) if !unanswered.expired() => {
                     // Maybe committed, maybe not: the next read tells.
                     tracing::debug!(error = %e, "etcd write answer lost; checking");
                     unsure = Some(event.index);
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    unanswered.wait().await;
                     continue;
                 }
                 Err(e) => return Err(unavailable(e)),

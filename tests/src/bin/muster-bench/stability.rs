@@ -8,11 +8,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use muster_tests::http_client;
 use serde::Serialize;
 
 use crate::cluster::{ClusterBench, ClusterSystem, Member, PollStats, RaftTiming, form};
-use crate::discovery::start_muster;
 use crate::{StabilityArgs, find_etcd};
 
 /// Pause between the cluster forming and the clock starting: formation's own elections and
@@ -40,21 +38,8 @@ pub async fn run(args: StabilityArgs) -> Result<()> {
     let etcd_bin = find_etcd(args.skip_etcd)?;
     let timing = RaftTiming::new(args.heartbeat_ms, args.election_ms)?;
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
-    let discovery = start_muster(tmp.path()).await?;
-    let muster = ClusterSystem::Muster { timing };
-    let mut bench = ClusterBench {
-        discovery,
-        muster: muster.clone(),
-        root: tmp.path().to_path_buf(),
-        http: http_client(),
-    };
-    let mut systems = vec![muster];
-    if let Some(bin) = etcd_bin {
-        systems.push(ClusterSystem::Etcd {
-            bin,
-            timing: Some(timing),
-        });
-    }
+    let etcd = etcd_bin.map(|bin| (bin, Some(timing)));
+    let (mut bench, systems) = ClusterBench::start(tmp.path(), timing, etcd).await?;
     let mut results = Vec::new();
     for system in &systems {
         eprintln!(
