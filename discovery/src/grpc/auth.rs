@@ -66,7 +66,12 @@ impl<S: Store> Auth for Grpc<S> {
         };
         let client = client_of(&req);
         // Each attempt costs a write credit: guessing is as slow as --write-rate makes it.
-        self.within_rate(&self.app.write_limiter, client, "authenticates", "--write-rate")?;
+        self.within_rate(
+            &self.app.write_limiter,
+            client,
+            "authenticates",
+            "--write-rate",
+        )?;
         let r = req.into_inner();
         if !creds.matches(&r.name, &r.password) {
             self.app.metrics.grpc_limited("auth_failed");

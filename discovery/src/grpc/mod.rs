@@ -193,7 +193,10 @@ mod tests {
     fn the_routed_paths_are_the_generated_services() {
         // GrpcRouter::call matches literal paths (no allocation per call); they must stay the
         // names the generated servers answer to.
-        assert_eq!(<KvServer<Grpc<FjallStore>> as NamedService>::NAME, "etcdserverpb.KV");
+        assert_eq!(
+            <KvServer<Grpc<FjallStore>> as NamedService>::NAME,
+            "etcdserverpb.KV"
+        );
         assert_eq!(
             <WatchServer<Grpc<FjallStore>> as NamedService>::NAME,
             "etcdserverpb.Watch"

@@ -30,7 +30,9 @@ pub enum CredentialsError {
     EmptyPassword,
     #[error("the password is longer than {MAX_CREDENTIAL} bytes")]
     LongPassword,
-    #[error("after {SHA256_PREFIX:?} the file must hold 64 lowercase hex digits (`printf %s PASSWORD | sha256sum`)")]
+    #[error(
+        "after {SHA256_PREFIX:?} the file must hold 64 lowercase hex digits (`printf %s PASSWORD | sha256sum`)"
+    )]
     BadHash,
 }
 
@@ -142,8 +144,11 @@ impl Credentials {
     fn mac(&self, expires: u64, nonce: &str) -> String {
         hmac_sha256_hex(
             self.key.as_bytes(),
-            format!("muster-discovery v3 auth token v1\n{}\n{expires}\n{nonce}", self.user)
-                .as_bytes(),
+            format!(
+                "muster-discovery v3 auth token v1\n{}\n{expires}\n{nonce}",
+                self.user
+            )
+            .as_bytes(),
         )
     }
 }
@@ -198,12 +203,13 @@ mod tests {
         let extended = format!("{}.{rest}", expires.parse::<u64>().expect("n") + 3600);
         assert_eq!(c.check(Some(&extended), now), Err(TokenRefusal::Invalid));
         let other = Credentials::new("root", "pw").expect("creds");
-        assert_eq!(
-            other.check(Some(&token), now),
-            Err(TokenRefusal::Invalid)
-        );
+        assert_eq!(other.check(Some(&token), now), Err(TokenRefusal::Invalid));
         for junk in ["", "a.b.c", "1.2", "99999999999.0123456789abcdef.zz"] {
-            assert_eq!(c.check(Some(junk), now), Err(TokenRefusal::Invalid), "{junk}");
+            assert_eq!(
+                c.check(Some(junk), now),
+                Err(TokenRefusal::Invalid),
+                "{junk}"
+            );
         }
     }
 }

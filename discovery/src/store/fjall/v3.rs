@@ -185,7 +185,9 @@ impl V3Log {
         }
         // The first write after `at` of each key in the range.
         let mut first_after: BTreeMap<String, Entry> = BTreeMap::new();
-        let after = self.log.range((at + 1).to_be_bytes()..=newest.to_be_bytes());
+        let after = self
+            .log
+            .range((at + 1).to_be_bytes()..=newest.to_be_bytes());
         for item in after {
             let (_, v) = item.into_inner().map_err(unavailable)?;
             let record: Record = serde_json::from_slice(&v).map_err(unavailable)?;

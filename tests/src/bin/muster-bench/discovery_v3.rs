@@ -244,8 +244,13 @@ async fn measure(sys: &System, plan: Arc<Plan>, clients: u16, duration: Duration
     let wall = started.elapsed().as_secs_f64();
     let cpu_us = cpu.elapsed_us();
     let client_cpu_us = client_cpu.elapsed_us();
-    if plan.workload == Workload::MemberRegistration && plan.next.load(Ordering::Relaxed) > plan.pool.len() * SIZE {
-        eprintln!("note: the registration pool ran out before --duration ended on {}", sys.name);
+    if plan.workload == Workload::MemberRegistration
+        && plan.next.load(Ordering::Relaxed) > plan.pool.len() * SIZE
+    {
+        eprintln!(
+            "note: the registration pool ran out before --duration ended on {}",
+            sys.name
+        );
     }
     times.sort_unstable();
     let pct = |p: f64| {
@@ -334,7 +339,10 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
     }];
     let _etcd = match &etcd_bin {
         Some(bin) => {
-            eprintln!("starting etcd {} as the v3 discovery backend…", bin.display());
+            eprintln!(
+                "starting etcd {} as the v3 discovery backend…",
+                bin.display()
+            );
             let cluster = EtcdCluster::start(bin, 1).await?;
             let member = &cluster.members[0];
             systems.push(System {
