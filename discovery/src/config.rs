@@ -251,6 +251,27 @@ pub struct ServeConfig {
     )]
     pub etcd_key: Option<PathBuf>,
 
+    /// A user that every etcd v3 (gRPC) call must authenticate as: etcd members then need
+    /// `--discovery-user NAME --discovery-password …`. Needs --v3-password-file. The v2 API and
+    /// /new are not affected.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_V3_USER",
+        hide_env_values = true,
+        requires = "v3_password_file"
+    )]
+    pub v3_user: Option<String>,
+
+    /// File holding --v3-user's password, or `sha256:<hex>` of it (so that the server's disk
+    /// need not hold the password). One trailing newline is ignored.
+    #[arg(
+        long,
+        env = "MUSTER_DISCOVERY_V3_PASSWORD_FILE",
+        hide_env_values = true,
+        requires = "v3_user"
+    )]
+    pub v3_password_file: Option<PathBuf>,
+
     /// Log format: text or json.
     #[arg(long, env = "MUSTER_DISCOVERY_LOG_FORMAT", hide_env_values = true, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
@@ -367,6 +388,8 @@ impl ServeConfig {
             etcd_ca: None,
             etcd_cert: None,
             etcd_key: None,
+            v3_user: None,
+            v3_password_file: None,
             log_format: "text".into(),
         }
     }

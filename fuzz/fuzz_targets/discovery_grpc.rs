@@ -31,6 +31,7 @@ fuzz_target!(|data: &[u8]| {
         0 => "/etcdserverpb.KV/Range",
         1 => "/etcdserverpb.KV/Put",
         2 => "/etcdserverpb.Watch/Watch",
+        3 => "/etcdserverpb.Auth/Authenticate",
         _ => "/etcdserverpb.KV/Txn",
     };
     let declared = frame
@@ -39,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     let mut state = V3State::default();
     match decode_call(path, frame, MAX_MESSAGE, MAX_SIZE) {
         Err(status) => {
-            if *selector > 2 {
+            if *selector > 3 {
                 assert_eq!(status.code(), tonic::Code::Unimplemented);
             } else if frame.first() == Some(&0) && declared.is_some_and(|l| l > MAX_MESSAGE) {
                 assert_eq!(status.code(), tonic::Code::OutOfRange);

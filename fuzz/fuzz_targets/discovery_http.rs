@@ -261,6 +261,7 @@ async fn run(data: &[u8]) {
             hold: Duration::from_secs(30),
             max_watches: 4,
             body_timeout: Duration::from_secs(10),
+            v3_auth: None,
         },
         metrics: Metrics::default(),
         limiter: RateLimiter::new(0, 1),

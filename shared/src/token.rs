@@ -330,7 +330,7 @@ pub fn secret_proof(secret_sha256: &str, nonce: &str, ca_pin: &str, cluster_id: 
 }
 
 /// HMAC-SHA-256 (RFC 2104) as lowercase hex.
-fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+pub fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     const BLOCK: usize = 64;
     let mut block_key = [0u8; BLOCK];

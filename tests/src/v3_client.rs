@@ -47,6 +47,8 @@ pub struct Joiner {
     pub token: String,
     pub name: String,
     pub peer_url: String,
+    /// `--discovery-user NAME --discovery-password PW`: Authenticate first, then send the token.
+    pub user: Option<(String, String)>,
 }
 
 /// A registered member as the Ranges and Watch events show it.
@@ -92,7 +94,22 @@ impl Joiner {
         if let Some(tls) = &self.tls {
             options = options.with_tls(tls.clone());
         }
-        Ok(Client::connect(&self.endpoints, Some(options)).await?)
+        let Some((user, password)) = &self.user else {
+            return Ok(Client::connect(&self.endpoints, Some(options)).await?);
+        };
+        match Client::connect(&self.endpoints, Some(options.clone().with_user(user, password)))
+            .await
+        {
+            // etcd's client carries on without a token when the server's auth is off.
+            Err(etcd_client::Error::GRpcStatus(s))
+                // 9: FAILED_PRECONDITION in the gRPC spec.
+                if s.code() as i32 == 9
+                    && s.message().contains("authentication is not enabled") =>
+            {
+                Ok(Client::connect(&self.endpoints, Some(options)).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Runs the whole join; returns `--initial-cluster` (`name=url,…` in create-revision order)

@@ -145,6 +145,7 @@ fn member(at: &str, body: &str, flags: &BTreeMap<String, String>) -> Joiner {
         token: token.clone(),
         name: flags["--name"].clone(),
         peer_url: flags["--initial-advertise-peer-urls"].clone(),
+        user: None,
     }
 }
 

@@ -20,6 +20,7 @@ fn joiner(endpoint: &str, token: &str, i: usize) -> Joiner {
         token: token.to_string(),
         name: format!("m{i}"),
         peer_url: format!("http://10.0.0.{i}:2380"),
+        user: None,
     }
 }
 
@@ -660,4 +661,306 @@ async fn etcds_go_client_joins_over_h2c_and_over_tls() {
     )
     .await;
     assert_eq!(answer, "cluster m1=http://10.0.0.1:2380");
+}
+
+/// gRPC status codes (from the gRPC spec) the auth tests expect.
+const UNAUTHENTICATED: i32 = 16;
+const OUT_OF_RANGE: i32 = 11;
+
+fn status_message(e: &etcd_client::Error) -> String {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.message().to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// A service whose v3 API needs `root` with `password_file_text` in its password file.
+async fn with_v3_user(tmp: &tempfile::TempDir, password_file_text: &str) -> Discovery {
+    let file = tmp.path().join("v3-password");
+    std::fs::write(&file, password_file_text).expect("password file");
+    let file = file.to_str().expect("utf-8 path").to_string();
+    Discovery::start(&["--v3-user", "root", "--v3-password-file", &file])
+        .await
+        .expect("discovery with --v3-user")
+}
+
+#[tokio::test]
+async fn v3_user_guards_every_call_with_etcds_errors() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    // The file holds only the password's SHA-256: the server's disk never holds the password.
+    let hash = muster_shared::token::sha256_hex(b"s3cret");
+    let mut d = with_v3_user(&tmp, &format!("sha256:{hash}\n")).await;
+    let ep = endpoint(&d);
+    let token = fresh_token();
+    let size_key = format!("/_etcd/registry/{token}/_config/size");
+    let prefix = format!("/_etcd/registry/{token}/members");
+
+    // No auth token: etcd's "user name is empty" on Put, Range and Watch; nothing stored.
+    let mut anon = etcd_client::Client::connect([ep.as_str()], None)
+        .await
+        .expect("connect");
+    let e = anon
+        .put(size_key.as_str(), "2", None)
+        .await
+        .expect_err("put");
+    assert_eq!(grpc_code(&e), Some(tonic_code::INVALID_ARGUMENT), "{e}");
+    assert_eq!(status_message(&e), "etcdserver: user name is empty");
+    let e = anon.get(size_key.as_str(), None).await.expect_err("range");
+    assert_eq!(status_message(&e), "etcdserver: user name is empty");
+    let watched = match anon
+        .watch(
+            prefix.as_str(),
+            Some(etcd_client::WatchOptions::new().with_prefix()),
+        )
+        .await
+    {
+        Err(e) => Err(e),
+        Ok(mut stream) => stream.message().await.map(|_| ()),
+    };
+    let e = watched.expect_err("an anonymous watch is refused");
+    assert_eq!(status_message(&e), "etcdserver: user name is empty");
+
+    // Wrong password or wrong user: etcd's "authentication failed".
+    for (user, password) in [("root", "S3cret"), ("admin", "s3cret"), ("root", "")] {
+        let options = etcd_client::ConnectOptions::new().with_user(user, password);
+        let Err(e) = etcd_client::Client::connect([ep.as_str()], Some(options)).await else {
+            panic!("{user}:{password} was accepted");
+        };
+        assert_eq!(grpc_code(&e), Some(tonic_code::INVALID_ARGUMENT), "{e}");
+        assert_eq!(
+            status_message(&e),
+            "etcdserver: authentication failed, invalid user ID or password"
+        );
+    }
+
+    // The right credentials: the operator's size Put and etcd's whole join.
+    let options = etcd_client::ConnectOptions::new().with_user("root", "s3cret");
+    let mut c = etcd_client::Client::connect([ep.as_str()], Some(options))
+        .await
+        .expect("authenticated");
+    c.put(size_key.as_str(), "2", None).await.expect("size put");
+    let joiners: Vec<_> = (1..=2)
+        .map(|i| Joiner {
+            user: Some(("root".into(), "s3cret".into())),
+            ..joiner(&ep, &token, i)
+        })
+        .collect();
+    let results = join_all(joiners).await;
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].as_ref().map(|c| c.split(',').count()), Ok(2));
+
+    // Auth tokens belong to the process that issued them (as etcd's simple tokens belong to a
+    // member): after a restart the old one gets etcd's "invalid auth token", the answer on
+    // which etcd's client authenticates again, and a new Authenticate is accepted.
+    d.kill9().await.expect("kill");
+    d.restart().await.expect("restart");
+    let refused = wait_for(
+        "the restarted service to refuse the old auth token",
+        Duration::from_secs(20),
+        || {
+            let mut c = c.clone();
+            let key = size_key.clone();
+            async move {
+                match c.get(key, None).await {
+                    Err(e) if grpc_code(&e) == Some(UNAUTHENTICATED) => Some(e),
+                    Err(e) if matches!(e, etcd_client::Error::GRpcStatus(ref s) if s.code() as i32 != 14) => {
+                        panic!("unexpected refusal: {e}")
+                    }
+                    // Unavailable while the connection comes back: ask again.
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await
+    .expect("old token refused");
+    assert_eq!(status_message(&refused), "etcdserver: invalid auth token");
+    c.refresh_token().await.expect("authenticate again");
+    let got = c.get(size_key.as_str(), None).await.expect("range");
+    assert_eq!(got.kvs().first().map(|kv| kv.value()), Some(&b"2"[..]));
+
+    let metrics = muster_tests::get(&format!("{}/metrics", d.base))
+        .await
+        .expect("metrics")
+        .body;
+    assert!(
+        metrics.contains("muster_discovery_grpc_limited_total{reason=\"auth_token_invalid\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn etcdctl_and_etcds_go_client_authenticate_as_the_discovery_user() {
+    let Some(ctl_bin) = etcdctl("etcdctl_and_etcds_go_client_authenticate") else {
+        return;
+    };
+    let Some(go_bin) = go_v3join("etcdctl_and_etcds_go_client_authenticate").await else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let d = with_v3_user(&tmp, "s3cret\n").await;
+    let ep = endpoint(&d);
+    let token = fresh_token();
+    let size_key = format!("/_etcd/registry/{token}/_config/size");
+    let e = ctl(&ctl_bin, &d, &["put", &size_key, "2"])
+        .await
+        .expect_err("no user");
+    assert!(e.contains("user name is empty"), "{e}");
+    let e = ctl(
+        &ctl_bin,
+        &d,
+        &["--user", "root:wrong", "put", &size_key, "2"],
+    )
+    .await
+    .expect_err("wrong password");
+    assert!(e.contains("authentication failed"), "{e}");
+    assert_eq!(
+        ctl(
+            &ctl_bin,
+            &d,
+            &["--user", "root:s3cret", "put", &size_key, "2"]
+        )
+        .await,
+        Ok("OK\n".into())
+    );
+    // etcd's own client (grpc-go, clientv3) as a member with --discovery-user.
+    let auth = ["-user", "root", "-password", "s3cret"];
+    let members: Vec<_> = (1..=2)
+        .map(|i| {
+            let (bin, ep, token) = (go_bin.clone(), ep.clone(), token.clone());
+            tokio::spawn(async move { go_join(&bin, &ep, &token, i, &auth).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for m in members {
+        answers.push(m.await.expect("member"));
+    }
+    assert!(answers[0].starts_with("cluster "), "{answers:?}");
+    assert_eq!(answers[0], answers[1]);
+    let wrong = go_join(
+        &go_bin,
+        &ep,
+        &token,
+        3,
+        &["-user", "root", "-password", "x"],
+    )
+    .await;
+    assert!(wrong.contains("authentication failed"), "{wrong}");
+
+    // Without --v3-user, a member that still has --discovery-user carries on: Authenticate
+    // answers "authentication is not enabled", which etcd's client accepts, as against an etcd
+    // with auth off.
+    let open = Discovery::start(&[])
+        .await
+        .expect("discovery without a user");
+    let open_ep = endpoint(&open);
+    let token = fresh_token();
+    put_size(&open, &token, "1").await.expect("size");
+    let answer = go_join(&go_bin, &open_ep, &token, 1, &auth).await;
+    assert_eq!(answer, "cluster m1=http://10.0.0.1:2380");
+    let got = ctl(
+        &ctl_bin,
+        &open,
+        &[
+            "--user",
+            "root:anything",
+            "get",
+            &format!("/_etcd/registry/{token}/_config/size"),
+        ],
+    )
+    .await
+    .expect("etcdctl with a user against a service without one");
+    assert!(got.ends_with("1\n"), "{got}");
+}
+
+#[tokio::test]
+async fn range_at_a_past_revision_reads_history_or_says_why_not() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let mut c = client(&d).await;
+    let token = fresh_token();
+    put_size(&d, &token, "3").await.expect("size");
+    let prefix = format!("/_etcd/registry/{token}/members");
+    let (a, b) = (format!("{prefix}/a1"), format!("{prefix}/b2"));
+    let rev = |r: &etcd_client::PutResponse| r.header().map_or(0, |h| h.revision());
+    let r1 = rev(&c
+        .put(a.as_str(), "n1=http://10.0.0.1:2380", None)
+        .await
+        .expect("a"));
+    let r2 = rev(&c
+        .put(a.as_str(), "n1=http://10.0.0.9:2380", None)
+        .await
+        .expect("a again"));
+    let r3 = rev(&c
+        .put(b.as_str(), "n2=http://10.0.0.2:2380", None)
+        .await
+        .expect("b"));
+    assert!(r1 < r2 && r2 < r3, "{r1} {r2} {r3}");
+    let at = |revision: i64| {
+        let mut c = c.clone();
+        let prefix = prefix.clone();
+        async move {
+            c.get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_revision(revision),
+                ),
+            )
+            .await
+        }
+    };
+    let shown = |r: &etcd_client::GetResponse| -> Vec<(String, String, i64, i64, i64)> {
+        r.kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key_str()
+                        .unwrap_or("")
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or("")
+                        .to_string(),
+                    kv.value_str().unwrap_or("").to_string(),
+                    kv.create_revision(),
+                    kv.mod_revision(),
+                    kv.version(),
+                )
+            })
+            .collect()
+    };
+    let v1 = "n1=http://10.0.0.1:2380".to_string();
+    let v9 = "n1=http://10.0.0.9:2380".to_string();
+    let v2 = "n2=http://10.0.0.2:2380".to_string();
+    let before = at(r1 - 1).await.expect("before");
+    assert_eq!(shown(&before), vec![]);
+    // The header is the newest revision, as etcd answers a read in the past.
+    assert_eq!(before.header().map(|h| h.revision()), Some(r3));
+    let first = at(r1).await.expect("at r1");
+    assert_eq!(shown(&first), vec![("a1".into(), v1.clone(), r1, r1, 1)]);
+    let second = at(r2).await.expect("at r2");
+    assert_eq!(shown(&second), vec![("a1".into(), v9.clone(), r1, r2, 2)]);
+    let third = at(r3).await.expect("at r3");
+    assert_eq!(
+        shown(&third),
+        vec![("a1".into(), v9, r1, r2, 2), ("b2".into(), v2, r3, r3, 1)]
+    );
+    let e = at(r3 + 1000).await.expect_err("future");
+    assert_eq!(grpc_code(&e), Some(OUT_OF_RANGE), "{e}");
+    assert_eq!(
+        status_message(&e),
+        "etcdserver: mvcc: required revision is a future revision"
+    );
+
+    // etcdctl get --rev shows the same past.
+    if let Some(bin) = etcdctl("range_at_a_past_revision") {
+        let got = ctl(
+            &bin,
+            &d,
+            &["get", "--prefix", &prefix, "--rev", &r1.to_string()],
+        )
+        .await
+        .expect("etcdctl get --rev");
+        assert_eq!(got, format!("{a}\n{v1}\n"));
+    }
 }

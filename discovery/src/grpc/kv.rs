@@ -39,9 +39,22 @@ fn key_value(key: String, e: Entry, keys_only: bool) -> KeyValue {
 #[tonic::async_trait]
 impl<S: Store> Kv for Grpc<S> {
     async fn range(&self, req: Request<RangeRequest>) -> Result<Response<RangeResponse>, Status> {
+        self.authorize(&req)?;
+        let client = client_of(&req);
         let r = req.into_inner();
         let token = check::range(&r)?;
         let v3 = self.app.store.v3().ok_or_else(no_v3)?;
+        // A past revision (`etcdctl get --rev N`; etcd's discovery never asks) scans the
+        // revision log, so it costs a write credit.
+        let at = u64::try_from(r.revision).ok().filter(|rev| *rev > 0);
+        if at.is_some() {
+            self.within_rate(
+                &self.app.write_limiter,
+                client,
+                "reads past revisions",
+                "--write-rate",
+            )?;
+        }
         let size = match self.app.store.read(&token, |s| s.meta.size).await {
             Ok(size) => Some(size),
             // An unknown token reads as empty, as a missing key does in etcd; etcd's discovery
@@ -50,7 +63,7 @@ impl<S: Store> Kv for Grpc<S> {
             Err(e) => return Err(store_error(&self.app.metrics, e)),
         };
         let (mut found, revision) = v3
-            .range(&token, &r.key, &r.range_end)
+            .range(&token, &r.key, &r.range_end, at)
             .await
             .map_err(|e| v3_error(&self.app.metrics, e))?;
         if size.is_none() {
@@ -96,6 +109,7 @@ impl<S: Store> Kv for Grpc<S> {
     }
 
     async fn put(&self, req: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        self.authorize(&req)?;
         let client = client_of(&req);
         let metrics = &self.app.metrics;
         self.within_rate(&self.app.write_limiter, client, "writes", "--write-rate")?;
@@ -131,7 +145,7 @@ impl<S: Store> Kv for Grpc<S> {
 
 impl<S: Store> Grpc<S> {
     /// Refuses (and counts) a call over a per-client rate limit.
-    fn within_rate(
+    pub(super) fn within_rate(
         &self,
         limiter: &muster_shared::ratelimit::RateLimiter,
         client: ClientKey,

@@ -3,8 +3,11 @@
 //! `application/grpc` to [`GrpcRouter`]; everything else still goes to the axum router.
 //!
 //! [`check`] decides what a request may do, [`kv`] serves Range and Put, [`watch`] serves Watch,
-//! [`status`] maps refusals to gRPC statuses, [`observe`] counts outcomes; other etcd RPCs answer Unimplemented naming the subset served.
+//! [`auth`] serves Authenticate and checks every call's auth token (`--v3-user`), [`status`]
+//! maps refusals to gRPC statuses, [`observe`] counts outcomes; other etcd RPCs answer
+//! Unimplemented naming the subset served.
 
+pub mod auth;
 pub mod check;
 mod kv;
 mod observe;
@@ -17,10 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use tonic::server::NamedService;
 use tower::ServiceExt;
 
 use self::proto::etcdserverpb::ResponseHeader;
+use self::proto::etcdserverpb::auth_server::AuthServer;
 use self::proto::etcdserverpb::watch_server::WatchServer;
 use crate::http::App;
 use crate::limits::ClientKey;
@@ -49,6 +52,15 @@ impl<S: Store> Grpc<S> {
         Arc::new(Self {
             app: self.app.clone(),
         })
+    }
+
+    /// Refuses a call without a valid auth token when `--v3-user` is set.
+    fn authorize<T>(&self, req: &tonic::Request<T>) -> Result<(), tonic::Status> {
+        auth::authorize(
+            self.app.config.v3_auth.as_ref(),
+            req.metadata(),
+            &self.app.metrics,
+        )
     }
 }
 
@@ -86,6 +98,7 @@ fn is_too_large(message: &str) -> bool {
 pub struct GrpcRouter<S: Store> {
     kv: proto::etcdserverpb::kv_server::KvServer<Grpc<S>>,
     watch: WatchServer<Grpc<S>>,
+    auth: AuthServer<Grpc<S>>,
     app: Arc<App<S>>,
 }
 
@@ -94,6 +107,7 @@ impl<S: Store> Clone for GrpcRouter<S> {
         Self {
             kv: self.kv.clone(),
             watch: self.watch.clone(),
+            auth: self.auth.clone(),
             app: self.app.clone(),
         }
     }
@@ -106,7 +120,10 @@ impl<S: Store> GrpcRouter<S> {
             kv: kv::server(grpc.clone())
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_SEND_MESSAGE),
-            watch: WatchServer::from_arc(grpc)
+            watch: WatchServer::from_arc(grpc.clone())
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_SEND_MESSAGE),
+            auth: AuthServer::from_arc(grpc)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_SEND_MESSAGE),
             app,
@@ -119,14 +136,25 @@ impl<S: Store> GrpcRouter<S> {
         self,
         req: hyper::Request<Body>,
     ) -> Result<hyper::Response<Body>, Infallible> {
-        let path = req.uri().path().to_string();
-        let kv_name = <proto::etcdserverpb::kv_server::KvServer<Grpc<S>> as NamedService>::NAME;
-        let watch_name = <WatchServer<Grpc<S>> as NamedService>::NAME;
-        let (method, response) = match path.as_str() {
-            p if p == format!("/{kv_name}/Range") || p == format!("/{kv_name}/Put") => {
-                let method = if p.ends_with("Range") { "Range" } else { "Put" };
+        // Routed on the static path names: no allocation per call.
+        let method = match req.uri().path() {
+            "/etcdserverpb.KV/Range" => Some("Range"),
+            "/etcdserverpb.KV/Put" => Some("Put"),
+            "/etcdserverpb.Auth/Authenticate" => Some("Authenticate"),
+            "/etcdserverpb.Watch/Watch" => Some("Watch"),
+            _ => None,
+        };
+        let (method, response) = match method {
+            Some(method @ ("Range" | "Put" | "Authenticate")) => {
                 let timeout = self.app.config.body_timeout;
-                match tokio::time::timeout(timeout, self.kv.oneshot(req)).await {
+                let served = async {
+                    if method == "Authenticate" {
+                        self.auth.oneshot(req).await
+                    } else {
+                        self.kv.oneshot(req).await
+                    }
+                };
+                match tokio::time::timeout(timeout, served).await {
                     Ok(Ok(r)) => (method, r.map(Body::new)),
                     Ok(Err(never)) => match never {},
                     Err(_) => {
@@ -138,7 +166,7 @@ impl<S: Store> GrpcRouter<S> {
                     }
                 }
             }
-            p if p == format!("/{watch_name}/Watch") => match self.watch.oneshot(req).await {
+            Some(_) => match self.watch.oneshot(req).await {
                 Ok(r) => ("Watch", r.map(Body::new)),
                 Err(never) => match never {},
             },
@@ -148,5 +176,34 @@ impl<S: Store> GrpcRouter<S> {
             ),
         };
         Ok(observe::observe(self.app, method, response))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tonic::server::NamedService;
+
+    use super::proto::etcdserverpb::auth_server::AuthServer;
+    use super::proto::etcdserverpb::kv_server::KvServer;
+    use super::proto::etcdserverpb::watch_server::WatchServer;
+    use super::*;
+    use crate::store::fjall::FjallStore;
+
+    #[test]
+    fn the_routed_paths_are_the_generated_services() {
+        // GrpcRouter::call matches literal paths (no allocation per call); they must stay the
+        // names the generated servers answer to.
+        assert_eq!(
+            <KvServer<Grpc<FjallStore>> as NamedService>::NAME,
+            "etcdserverpb.KV"
+        );
+        assert_eq!(
+            <WatchServer<Grpc<FjallStore>> as NamedService>::NAME,
+            "etcdserverpb.Watch"
+        );
+        assert_eq!(
+            <AuthServer<Grpc<FjallStore>> as NamedService>::NAME,
+            "etcdserverpb.Auth"
+        );
     }
 }

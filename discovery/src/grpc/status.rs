@@ -10,7 +10,7 @@ use crate::store::v3::V3StoreError;
 use crate::v3::keys::KeyError;
 
 /// The etcd RPCs this service serves; named in every Unimplemented answer.
-pub const SERVED: &str = "muster-discovery serves only the etcd v3 discovery subset: etcdserverpb.KV/Range, etcdserverpb.KV/Put and etcdserverpb.Watch/Watch (no Txn, DeleteRange, Compact, Lease, Cluster, Maintenance or Auth; --discovery-user is not supported)";
+pub const SERVED: &str = "muster-discovery serves only the etcd v3 discovery subset: etcdserverpb.KV/Range, etcdserverpb.KV/Put, etcdserverpb.Watch/Watch and etcdserverpb.Auth/Authenticate (no Txn, DeleteRange, Compact, Lease, Cluster, Maintenance, nor Auth's user and role management)";
 
 /// A key outside what a client may touch.
 pub fn key_refused(e: &KeyError) -> Status {
@@ -42,6 +42,10 @@ pub fn v3_error(metrics: &Metrics, e: V3StoreError) -> Status {
         V3StoreError::TooManyMembers { .. } => {
             metrics.grpc_limited("too_many_members");
             Status::resource_exhausted(e.to_string())
+        }
+        // etcd's texts: its client maps them back to ErrCompacted / ErrFutureRev by text.
+        V3StoreError::Compacted | V3StoreError::FutureRevision => {
+            Status::out_of_range(e.to_string())
         }
         V3StoreError::Unavailable(why) => Status::unavailable(why),
     }

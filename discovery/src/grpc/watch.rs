@@ -35,6 +35,7 @@ impl<S: Store> Watch for Grpc<S> {
         req: Request<Streaming<WatchRequest>>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         self.app.store.v3().ok_or_else(no_v3)?;
+        self.authorize(&req)?;
         let client = client_of(&req);
         // A few answers of slack: a client that stops reading stalls its own watches only.
         let (tx, rx) = mpsc::channel(8);

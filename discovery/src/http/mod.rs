@@ -65,6 +65,8 @@ pub struct HttpConfig {
     pub max_watches: usize,
     /// How long a request body may take to arrive.
     pub body_timeout: Duration,
+    /// The etcd v3 API's user (`--v3-user`): every gRPC call needs its auth token.
+    pub v3_auth: Option<crate::v3::auth::Credentials>,
 }
 
 pub struct App<S> {

@@ -77,7 +77,7 @@ pub async fn v3_members<S: Store>(app: &App<S>, token: &str) -> Vec<(String, Str
     };
     let prefix = members_prefix(token);
     let end = crate::v3::keys::prefix_end(prefix.as_bytes());
-    let Ok((found, _)) = v3.range(token, prefix.as_bytes(), &end).await else {
+    let Ok((found, _)) = v3.range(token, prefix.as_bytes(), &end, None).await else {
         return Vec::new();
     };
     let mut members: Vec<(String, String, u64)> = found

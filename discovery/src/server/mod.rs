@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::fjall::{FjallStore, OpenError};
 use crate::store::{Caps, Store};
+use crate::v3::auth::Credentials;
 use muster_shared::ratelimit::RateLimiter;
 
 /// How long in-flight requests may take to finish after SIGTERM.
@@ -43,6 +44,8 @@ pub enum ServeError {
     },
     #[error("TLS setup failed: {0}")]
     Tls(String),
+    #[error("--v3-password-file {path}: {why}")]
+    V3Password { path: String, why: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -85,7 +88,23 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServeError> {
     run(store, config, described).await
 }
 
+/// The v3 API's user from `--v3-user` and `--v3-password-file`, if set.
+fn v3_credentials(config: &ServeConfig) -> Result<Option<Credentials>, ServeError> {
+    let (Some(user), Some(path)) = (&config.v3_user, &config.v3_password_file) else {
+        return Ok(None);
+    };
+    let failed = |why: String| ServeError::V3Password {
+        path: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+    Credentials::new(user, &text)
+        .map(Some)
+        .map_err(|e| failed(e.to_string()))
+}
+
 async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Result<(), ServeError> {
+    let v3_auth = v3_credentials(&config)?;
     let tls = match config.tls() {
         Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(tls::load(cert, key)?)),
         None => None,
@@ -111,6 +130,7 @@ async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Resu
             hold: config.hold,
             max_watches: config.max_watches,
             body_timeout: config.body_timeout,
+            v3_auth,
         },
         metrics: Metrics::default(),
         limiter: RateLimiter::new(config.new_rate, config.new_burst),

@@ -16,6 +16,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub enum V3StoreError {
     #[error("the token has {held} member keys, the most it may (its size plus {extra})")]
     TooManyMembers { held: usize, extra: usize },
+    /// The revision asked for is older than the history kept (etcd's `ErrCompacted`).
+    #[error("etcdserver: mvcc: required revision has been compacted")]
+    Compacted,
+    /// The revision asked for is newer than the newest (etcd's `ErrFutureRev`).
+    #[error("etcdserver: mvcc: required revision is a future revision")]
+    FutureRevision,
     #[error("storage unavailable: {0}")]
     Unavailable(String),
 }
@@ -39,12 +45,15 @@ pub type WatchFeed = (u64, mpsc::Receiver<Result<WatchItem, V3StoreError>>);
 
 pub trait V3Keys: Send + Sync {
     /// Keys of `token` in `[start, end)` (just `start` if `end` is empty), from one snapshot,
-    /// with the revision they were read at. The caller checked the range stays in the token.
+    /// with the newest revision (the answer's header). `at`: as they were at that past
+    /// revision (`etcdctl get --rev`), or [`V3StoreError::Compacted`] when the history needed
+    /// is gone. The caller checked the range stays in the token.
     fn range<'a>(
         &'a self,
         token: &'a str,
         start: &'a [u8],
         end: &'a [u8],
+        at: Option<u64>,
     ) -> BoxFuture<'a, Result<(RangeResult, u64), V3StoreError>>;
 
     /// Writes a member key of `token` durably under the cap; returns its record.

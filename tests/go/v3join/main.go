@@ -4,6 +4,7 @@
 // Written for these tests from the protocol facts in spec/etcd-v3-discovery.md.
 //
 // Usage: v3join -endpoints URL[,URL] -token T -name N -peer URL [-cacert F] [-timeout 60s]
+// [-user NAME -password PW] (etcd's --discovery-user and --discovery-password).
 // Prints "cluster <name=url,...>" and exits 0, or prints etcd's discovery error and exits 1.
 package main
 
@@ -151,6 +152,8 @@ func main() {
 	peer := flag.String("peer", "", "peer URL")
 	cacert := flag.String("cacert", "", "CA bundle for https endpoints")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after")
+	user := flag.String("user", "", "discovery user (etcd's --discovery-user)")
+	password := flag.String("password", "", "discovery password (etcd's --discovery-password)")
 	flag.Parse()
 
 	cfg := clientv3.Config{
@@ -158,6 +161,9 @@ func main() {
 		DialTimeout:          2 * time.Second,
 		DialKeepAliveTime:    2 * time.Second,
 		DialKeepAliveTimeout: 6 * time.Second,
+		// As etcd's discovery sets them: clientv3 Authenticates at New when both are set.
+		Username: *user,
+		Password: *password,
 	}
 	if *cacert != "" {
 		pem, err := ioutil.ReadFile(*cacert)

@@ -19,6 +19,23 @@ fn unavailable(e: impl std::fmt::Display) -> V3StoreError {
     V3StoreError::Unavailable(format!("etcd: {e}"))
 }
 
+/// The backing etcd's answer to a Range, as the same answer (its compaction and future-revision
+/// refusals included); anything else means it is unavailable.
+fn range_error(e: etcd_client::Error) -> V3StoreError {
+    if let etcd_client::Error::GRpcStatus(status) = &e {
+        if status.code() == tonic::Code::OutOfRange {
+            let m = status.message();
+            if m.contains("has been compacted") {
+                return V3StoreError::Compacted;
+            }
+            if m.contains("future revision") {
+                return V3StoreError::FutureRevision;
+            }
+        }
+    }
+    unavailable(e)
+}
+
 pub struct EtcdV3 {
     client: Client,
     layout: Layout,
@@ -155,16 +172,22 @@ impl V3Keys for EtcdV3 {
         token: &'a str,
         start: &'a [u8],
         end: &'a [u8],
+        at: Option<u64>,
     ) -> BoxFuture<'a, Result<(RangeResult, u64), V3StoreError>> {
         Box::pin(async move {
             let map = Mapping::new(&self.layout, token);
-            let (key, options) = map.range(start, end);
+            let (key, mut options) = map.range(start, end);
+            if let Some(at) = at {
+                // The revisions clients see are the backing etcd's: it reads its own history.
+                let rev = i64::try_from(at).unwrap_or(i64::MAX);
+                options = Some(options.unwrap_or_default().with_revision(rev));
+            }
             let resp = self
                 .client
                 .kv_client()
                 .get(key, options)
                 .await
-                .map_err(unavailable)?;
+                .map_err(range_error)?;
             let kvs: Vec<(String, Entry)> = resp
                 .kvs()
                 .iter()

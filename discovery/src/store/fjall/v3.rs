@@ -160,6 +160,75 @@ impl V3Log {
         }
     }
 
+    /// A Range as of the past revision `at` (`etcdctl get --rev`), with the newest revision.
+    /// Keys written after `at` are looked up in the log: one created after `at` did not exist
+    /// then; one that did reads as its newest write at or before `at`. When that write is older
+    /// than the log's history the answer is [`V3StoreError::Compacted`], as etcd answers for a
+    /// compacted revision: we keep no older versions to answer from.
+    pub fn range_at(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        at: u64,
+    ) -> Result<(RangeResult, u64), V3StoreError> {
+        // Everything up to `newest` is in the log before it is visible here (commit_group).
+        let (now, newest) = self.range(start, end, 0);
+        if at > newest {
+            return Err(V3StoreError::FutureRevision);
+        }
+        if at == newest {
+            return Ok((now, newest));
+        }
+        let compacted = self.compacted.load(Ordering::Acquire);
+        if at < compacted {
+            return Err(V3StoreError::Compacted);
+        }
+        // The first write after `at` of each key in the range.
+        let mut first_after: BTreeMap<String, Entry> = BTreeMap::new();
+        let after = self
+            .log
+            .range((at + 1).to_be_bytes()..=newest.to_be_bytes());
+        for item in after {
+            let (_, v) = item.into_inner().map_err(unavailable)?;
+            let record: Record = serde_json::from_slice(&v).map_err(unavailable)?;
+            if in_range(record.key.as_bytes(), start, end) {
+                first_after.entry(record.key).or_insert(record.entry);
+            }
+        }
+        let mut kvs: BTreeMap<String, Entry> = now.kvs.into_iter().collect();
+        let mut wanted = std::collections::BTreeSet::new();
+        for (key, first) in first_after {
+            kvs.remove(&key);
+            if first.create_revision <= at {
+                wanted.insert(key);
+            }
+        }
+        if !wanted.is_empty() {
+            let from = compacted.max(FIRST_REVISION) + 1;
+            for item in self.log.range(from.to_be_bytes()..=at.to_be_bytes()).rev() {
+                let (_, v) = item.into_inner().map_err(unavailable)?;
+                let record: Record = serde_json::from_slice(&v).map_err(unavailable)?;
+                if wanted.remove(&record.key) {
+                    kvs.insert(record.key, record.entry);
+                    if wanted.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+        // A trim racing the scans may have removed part of what was needed.
+        if !wanted.is_empty() || at < self.compacted.load(Ordering::Acquire) {
+            return Err(V3StoreError::Compacted);
+        }
+        let kvs: Vec<(String, Entry)> = kvs.into_iter().collect();
+        let result = RangeResult {
+            count: kvs.len() as u64,
+            kvs,
+            more: false,
+        };
+        Ok((result, newest))
+    }
+
     /// How many keys start with `prefix`.
     pub fn count_prefix(&self, prefix: &str) -> usize {
         self.state

@@ -21,8 +21,18 @@ impl V3Keys for Arc<V3Log> {
         _token: &'a str,
         start: &'a [u8],
         end: &'a [u8],
+        at: Option<u64>,
     ) -> BoxFuture<'a, Result<(RangeResult, u64), V3StoreError>> {
-        Box::pin(async move { Ok(V3Log::range(self, start, end, 0)) })
+        Box::pin(async move {
+            let Some(at) = at else {
+                return Ok(V3Log::range(self, start, end, 0));
+            };
+            // A past revision scans the revision log: off the async threads.
+            let (log, start, end) = (self.clone(), start.to_vec(), end.to_vec());
+            tokio::task::spawn_blocking(move || log.range_at(&start, &end, at))
+                .await
+                .map_err(|e| V3StoreError::Unavailable(e.to_string()))?
+        })
     }
 
     fn put<'a>(

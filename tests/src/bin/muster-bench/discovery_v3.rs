@@ -1,49 +1,167 @@
-//! `muster-bench discovery --protocol v3`: etcd v3 discovery (the join sequence of etcd 3.6 and
-//! 3.7, `muster_tests::v3_client` over the etcd-client crate) through `muster-discovery`, and
-//! the same client and workload through etcd 3.4 itself as the discovery etcd.
+//! `muster-bench discovery --protocol v3`: etcd v3 discovery through `muster-discovery`, and the
+//! same client and workloads through etcd 3.4 itself as the discovery etcd (its v3 API), in the
+//! same run. Every request is sent by the `etcd-client` crate, one HTTP/2 connection per client.
 //!
-//! Workload: each of `--clients` closed-loop clients repeatedly creates a token (a Put of its
-//! size key), then starts three members at once and waits until all three hold the same
-//! three-member cluster. One formation = 1 size Put + 3 × (4 Ranges, 1 Put, 0–1 Watch).
+//! Workloads, each `--duration` long with `--clients` closed-loop clients:
+//! - **token creation**: a Put of a fresh token's `…/_config/size` = 3 (etcd's documented recipe;
+//!   muster makes it a token with the limits of `/new`);
+//! - **member registration**: a Put of `…/members/<id>` = `name=peerURL`, 3 per pre-made token;
+//! - **member listing**: a Range of `…/members` (prefix) over 100 tokens of 3 members each, as
+//!   etcd's discovery client sends it (linearizable, the client's default);
+//! - **formation**: the whole v3 join of three members at once on a fresh token
+//!   (`muster_tests::v3_client`: 1 size Put + 3 × (4 Ranges, 1 Put, 0–1 Watch)), timed until all
+//!   three hold the same cluster: the join-to-cluster latency.
+//!
+//! Both servers stay up for the whole run; each round runs every workload on both systems (the
+//! order alternates between rounds), and each figure is the median round. Server CPU per
+//! operation is read from /proc for the server process only, so the load generator's own CPU
+//! does not count.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use etcd_client::{GetOptions, KvClient};
 use muster_tests::Discovery;
 use muster_tests::etcd_cluster::EtcdCluster;
 use muster_tests::v3_client::Joiner;
 use serde::Serialize;
 
 use super::DiscoveryArgs;
+use crate::discovery_cpu as cpu;
 
-/// Members per formation.
+/// Members per formation and per token.
 const SIZE: usize = 3;
 /// A formation that takes longer than this counts as failed.
 const FORMATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Tokens the listing workload reads: enough to defeat a single-key cache, all of them hot.
+const LIST_TOKENS: usize = 100;
+/// The smallest registration pool (tokens), whatever the measured creation rate.
+const MIN_POOL: usize = 1000;
+/// Per-request ceiling: a hung server ends the benchmark instead of stalling it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The goal: at least this many times etcd's throughput...
+const THROUGHPUT_GOAL: f64 = 2.0;
+/// ...with a p99 no worse than etcd's.
+const P99_GOAL: f64 = 1.0;
 
-#[derive(Debug, Clone, Serialize)]
-struct Result3 {
-    system: String,
-    formations: u64,
-    failed: u64,
-    formations_per_sec: f64,
-    p50_ms: f64,
-    p99_ms: f64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Workload {
+    TokenCreation,
+    MemberRegistration,
+    MemberListing,
+    Formation,
 }
 
-/// Forms one 3-member cluster on a fresh token; returns how long it took.
-async fn formation(endpoint: &str, client: &mut etcd_client::Client) -> Result<Duration> {
-    let started = Instant::now();
+const WORKLOADS: [Workload; 4] = [
+    Workload::TokenCreation,
+    Workload::MemberRegistration,
+    Workload::MemberListing,
+    Workload::Formation,
+];
+
+impl Workload {
+    fn label(self) -> &'static str {
+        match self {
+            Workload::TokenCreation => "token creation (Put size)",
+            Workload::MemberRegistration => "member registration (Put)",
+            Workload::MemberListing => "member listing (Range)",
+            Workload::Formation => "join, 3 members (formation)",
+        }
+    }
+}
+
+/// A system under test: its gRPC endpoint and the server process whose CPU counts.
+struct System {
+    name: String,
+    endpoint: String,
+    pid: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Stats {
+    ops: u64,
+    failed: u64,
+    ops_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// CPU (user + system) of the server process per successful operation.
+    server_cpu_us_per_op: f64,
+    /// CPU of the load generator (this process, the same client for both systems) per
+    /// operation: on a 2-core machine it competes with the server for the same cores.
+    client_cpu_us_per_op: f64,
+}
+
+/// What the workers share in one measurement.
+struct Plan {
+    workload: Workload,
+    endpoint: String,
+    /// Registration: pre-made tokens, 3 registrations each, handed out in order.
+    pool: Vec<String>,
+    next: AtomicUsize,
+    /// Listing: full tokens, read in turn.
+    listed: Vec<String>,
+}
+
+fn size_key(token: &str) -> String {
+    format!("/_etcd/registry/{token}/_config/size")
+}
+
+fn member_key(token: &str, n: usize) -> String {
+    // A stable, distinct member id per (token, n), shaped as etcd's (hex, no leading zeros).
+    format!("/_etcd/registry/{token}/members/{:x}", 0x1000 + n)
+}
+
+fn member_value(n: usize) -> String {
+    format!("m{n}=http://10.9.0.{}:2380", n + 1)
+}
+
+async fn timed<T>(
+    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+        Ok(r) => Ok(r?),
+        Err(_) => bail!("no answer within {REQUEST_TIMEOUT:?}"),
+    }
+}
+
+/// One operation of the plan's workload. `Ok(false)`: the registration pool is used up.
+async fn one_op(plan: &Plan, kv: &mut KvClient, client: usize, seq: usize) -> Result<bool> {
+    match plan.workload {
+        Workload::TokenCreation => {
+            let token = muster_shared::token::new_discovery_token();
+            timed(kv.put(size_key(&token), SIZE.to_string(), None)).await?;
+        }
+        Workload::MemberRegistration => {
+            let n = plan.next.fetch_add(1, Ordering::Relaxed);
+            let Some(token) = plan.pool.get(n / SIZE) else {
+                return Ok(false);
+            };
+            let m = n % SIZE;
+            timed(kv.put(member_key(token, m), member_value(m), None)).await?;
+        }
+        Workload::MemberListing => {
+            let token = &plan.listed[(client * 7 + seq) % plan.listed.len()];
+            let prefix = format!("/_etcd/registry/{token}/members");
+            let resp = timed(kv.get(prefix, Some(GetOptions::new().with_prefix()))).await?;
+            if resp.kvs().len() != SIZE {
+                bail!("listing found {} members, not {SIZE}", resp.kvs().len());
+            }
+        }
+        Workload::Formation => {
+            formation(&plan.endpoint, kv).await?;
+        }
+    }
+    Ok(true)
+}
+
+/// Forms one 3-member cluster on a fresh token with etcd's v3 join sequence.
+async fn formation(endpoint: &str, kv: &mut KvClient) -> Result<()> {
     let token = muster_shared::token::new_discovery_token();
-    client
-        .put(
-            format!("/_etcd/registry/{token}/_config/size"),
-            SIZE.to_string(),
-            None,
-        )
-        .await
-        .context("size put")?;
+    timed(kv.put(size_key(&token), SIZE.to_string(), None)).await?;
     let joins: Vec<_> = (1..=SIZE)
         .map(|i| {
             let member = Joiner {
@@ -52,6 +170,7 @@ async fn formation(endpoint: &str, client: &mut etcd_client::Client) -> Result<D
                 token: token.clone(),
                 name: format!("m{i}"),
                 peer_url: format!("http://10.9.0.{i}:2380"),
+                user: None,
             };
             tokio::spawn(async move { member.join(FORMATION_TIMEOUT).await })
         })
@@ -66,36 +185,50 @@ async fn formation(endpoint: &str, client: &mut etcd_client::Client) -> Result<D
     if clusters.iter().any(|c| c != &clusters[0]) {
         bail!("members disagree: {clusters:?}");
     }
-    Ok(started.elapsed())
+    Ok(())
 }
 
-/// `clients` closed loops of formations for `duration`.
-async fn measure(
-    system: &str,
-    endpoint: &str,
-    clients: u16,
-    duration: Duration,
-) -> Result<Result3> {
+/// Connects `clients` clients (one HTTP/2 connection each).
+async fn connect(endpoint: &str, clients: u16) -> Result<Vec<KvClient>> {
+    let mut out = Vec::new();
+    for _ in 0..clients {
+        let c = etcd_client::Client::connect([endpoint], None)
+            .await
+            .with_context(|| format!("connecting to {endpoint}"))?;
+        out.push(c.kv_client());
+    }
+    Ok(out)
+}
+
+/// Runs the plan on every client until `duration` passes; latencies and CPU per operation.
+async fn measure(sys: &System, plan: Arc<Plan>, clients: u16, duration: Duration) -> Result<Stats> {
+    let kvs = connect(&sys.endpoint, clients).await?;
+    let cpu = cpu::Sample::take(&[sys.pid]);
+    let client_cpu = cpu::Sample::take(&[std::process::id()]);
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + duration;
-    let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            let endpoint = endpoint.to_string();
+    let tasks: Vec<_> = kvs
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut kv)| {
+            let plan = plan.clone();
             tokio::spawn(async move {
                 let mut times = Vec::new();
                 let mut failed = 0u64;
-                let Ok(mut client) = etcd_client::Client::connect([endpoint.as_str()], None).await
-                else {
-                    return (times, 1);
-                };
+                let mut seq = 0;
                 while tokio::time::Instant::now() < deadline {
-                    match formation(&endpoint, &mut client).await {
-                        Ok(t) => times.push(t.as_micros() as u64),
+                    let t = Instant::now();
+                    match one_op(&plan, &mut kv, i, seq).await {
+                        Ok(true) => times.push(t.elapsed().as_micros() as u64),
+                        Ok(false) => break,
                         Err(e) => {
-                            eprintln!("formation failed: {e:#}");
+                            if failed < 3 {
+                                eprintln!("{:?} failed: {e:#}", plan.workload);
+                            }
                             failed += 1;
                         }
                     }
+                    seq += 1;
                 }
                 (times, failed)
             })
@@ -109,6 +242,16 @@ async fn measure(
         failed += f;
     }
     let wall = started.elapsed().as_secs_f64();
+    let cpu_us = cpu.elapsed_us();
+    let client_cpu_us = client_cpu.elapsed_us();
+    if plan.workload == Workload::MemberRegistration
+        && plan.next.load(Ordering::Relaxed) > plan.pool.len() * SIZE
+    {
+        eprintln!(
+            "note: the registration pool ran out before --duration ended on {}",
+            sys.name
+        );
+    }
     times.sort_unstable();
     let pct = |p: f64| {
         if times.is_empty() {
@@ -117,29 +260,83 @@ async fn measure(
         let rank = ((p * times.len() as f64).ceil() as usize).clamp(1, times.len());
         times[rank - 1] as f64 / 1000.0
     };
-    Ok(Result3 {
-        system: system.to_string(),
-        formations: times.len() as u64,
+    let ops = times.len() as u64;
+    Ok(Stats {
+        ops,
         failed,
-        formations_per_sec: times.len() as f64 / wall,
+        ops_per_sec: ops as f64 / wall,
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
+        server_cpu_us_per_op: if ops == 0 { 0.0 } else { cpu_us / ops as f64 },
+        client_cpu_us_per_op: if ops == 0 {
+            0.0
+        } else {
+            client_cpu_us / ops as f64
+        },
     })
+}
+
+/// Creates `n` size-3 tokens with `clients` parallel clients (untimed setup).
+async fn make_tokens(endpoint: &str, clients: u16, n: usize, members: bool) -> Result<Vec<String>> {
+    let tokens: Arc<Vec<String>> = Arc::new(
+        (0..n)
+            .map(|_| muster_shared::token::new_discovery_token())
+            .collect(),
+    );
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for mut kv in connect(endpoint, clients).await? {
+        let (tokens, next) = (tokens.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(token) = tokens.get(i) else {
+                    return Ok::<_, anyhow::Error>(());
+                };
+                timed(kv.put(size_key(token), SIZE.to_string(), None)).await?;
+                if members {
+                    for m in 0..SIZE {
+                        timed(kv.put(member_key(token, m), member_value(m), None)).await?;
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.context("setup task")??;
+    }
+    Ok(Arc::try_unwrap(tokens).unwrap_or_else(|a| (*a).clone()))
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    workload: Workload,
+    system: String,
+    #[serde(flatten)]
+    stats: Stats,
+}
+
+#[derive(Debug, Serialize)]
+struct Verdict {
+    workload: Workload,
+    throughput_ratio: f64,
+    p99_ratio: f64,
+    cpu_ratio: f64,
+    met: bool,
 }
 
 pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> {
     if args.store != "fjall" {
-        bail!(
-            "--protocol v3 measures the embedded store only (v3 on --store etcd is not served yet)"
-        );
+        bail!("--protocol v3 measures the embedded store only");
     }
     let tmp = tempfile::tempdir().context("creating a temp dir")?;
     let discovery =
         Discovery::start_with(&tmp.path().join("data"), "127.0.0.1:0", BENCH_LIMITS).await?;
-    let mut systems = vec![(
-        "muster-discovery".to_string(),
-        format!("http://{}", discovery.addr),
-    )];
+    let mut systems = vec![System {
+        name: "muster-discovery".to_string(),
+        endpoint: format!("http://{}", discovery.addr),
+        pid: discovery.pid().context("muster-discovery has no pid")?,
+    }];
     let _etcd = match &etcd_bin {
         Some(bin) => {
             eprintln!(
@@ -147,19 +344,81 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
                 bin.display()
             );
             let cluster = EtcdCluster::start(bin, 1).await?;
-            systems.push(("etcd 3.4 (v3 API)".to_string(), cluster.endpoints()));
+            let member = &cluster.members[0];
+            systems.push(System {
+                name: "etcd 3.4".to_string(),
+                endpoint: member.client_url.clone(),
+                pid: member.pid().context("etcd has no pid")?,
+            });
             Some(cluster)
         }
         None => None,
     };
-    let mut results = Vec::new();
-    for (name, endpoint) in &systems {
-        let mut rounds = Vec::new();
-        for _ in 0..args.rounds {
-            rounds.push(measure(name, endpoint, args.clients, args.duration).await?);
+    let mut listed = Vec::new();
+    for sys in &systems {
+        listed.push(make_tokens(&sys.endpoint, args.clients, LIST_TOKENS, true).await?);
+    }
+    // rounds[workload][system] = one Stats per round.
+    let mut rounds: Vec<Vec<Vec<Stats>>> = vec![vec![Vec::new(); systems.len()]; WORKLOADS.len()];
+    for round in 0..args.rounds as usize {
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..systems.len()).collect()
+        } else {
+            (0..systems.len()).rev().collect()
+        };
+        for (w, &workload) in WORKLOADS.iter().enumerate() {
+            for &s in &order {
+                let sys = &systems[s];
+                let pool = if workload == Workload::MemberRegistration {
+                    // Registrations run at about the creation rate just measured (both are
+                    // one durable write); half again as many tokens as that would need.
+                    let rate = rounds[0][s].last().map_or(0.0, |st| st.ops_per_sec);
+                    let n = (rate * args.duration.as_secs_f64() / SIZE as f64 * 1.5) as usize;
+                    make_tokens(&sys.endpoint, args.clients, n.max(MIN_POOL), false).await?
+                } else {
+                    Vec::new()
+                };
+                let plan = Arc::new(Plan {
+                    workload,
+                    endpoint: sys.endpoint.clone(),
+                    pool,
+                    next: AtomicUsize::new(0),
+                    listed: listed[s].clone(),
+                });
+                eprintln!("round {}: {} on {}…", round + 1, workload.label(), sys.name);
+                let stats = measure(sys, plan, args.clients, args.duration).await?;
+                rounds[w][s].push(stats);
+            }
         }
-        rounds.sort_by(|a, b| a.formations_per_sec.total_cmp(&b.formations_per_sec));
-        results.push(rounds[rounds.len() / 2].clone());
+    }
+    let mut rows = Vec::new();
+    let mut verdicts = Vec::new();
+    for (w, &workload) in WORKLOADS.iter().enumerate() {
+        let medians: Vec<Stats> = rounds[w]
+            .iter_mut()
+            .map(|rs| {
+                rs.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+                rs[rs.len() / 2].clone()
+            })
+            .collect();
+        if let [m, e] = medians.as_slice() {
+            let throughput_ratio = m.ops_per_sec / e.ops_per_sec.max(f64::MIN_POSITIVE);
+            let p99_ratio = m.p99_ms / e.p99_ms.max(f64::MIN_POSITIVE);
+            verdicts.push(Verdict {
+                workload,
+                throughput_ratio,
+                p99_ratio,
+                cpu_ratio: m.server_cpu_us_per_op / e.server_cpu_us_per_op.max(f64::MIN_POSITIVE),
+                met: throughput_ratio >= THROUGHPUT_GOAL && p99_ratio <= P99_GOAL,
+            });
+        }
+        for (s, stats) in medians.into_iter().enumerate() {
+            rows.push(Row {
+                workload,
+                system: systems[s].name.clone(),
+                stats,
+            });
+        }
     }
     if args.json {
         let report = serde_json::json!({
@@ -168,22 +427,56 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
             "duration_s": args.duration.as_secs_f64(),
             "rounds": args.rounds,
             "members_per_formation": SIZE,
-            "results": results,
+            "results": rows,
+            "verdicts": verdicts,
+            "all_rounds": WORKLOADS.iter().enumerate().map(|(w, workload)| serde_json::json!({
+                "workload": workload,
+                "systems": systems.iter().enumerate().map(|(s, sys)| serde_json::json!({
+                    "system": sys.name, "rounds": rounds[w][s],
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
         });
         println!("{report}");
     } else {
         println!(
-            "etcd v3 discovery, {} clients × {:?}, median of {} rounds; one formation = {SIZE} members",
+            "etcd v3 discovery, {} clients × {:?}, median of {} rounds",
             args.clients, args.duration, args.rounds
         );
         println!(
-            "{:<22} {:>11} {:>7} {:>14} {:>9} {:>9}",
-            "system", "formations", "failed", "formations/s", "p50 ms", "p99 ms"
+            "{:<30} {:<18} {:>9} {:>7} {:>10} {:>8} {:>8} {:>10} {:>10}",
+            "workload",
+            "system",
+            "ops",
+            "failed",
+            "ops/s",
+            "p50 ms",
+            "p99 ms",
+            "cpu us/op",
+            "client us"
         );
-        for r in &results {
+        for r in &rows {
+            let s = &r.stats;
             println!(
-                "{:<22} {:>11} {:>7} {:>14.1} {:>9.1} {:>9.1}",
-                r.system, r.formations, r.failed, r.formations_per_sec, r.p50_ms, r.p99_ms
+                "{:<30} {:<18} {:>9} {:>7} {:>10.1} {:>8.2} {:>8.2} {:>10.1} {:>10.1}",
+                r.workload.label(),
+                r.system,
+                s.ops,
+                s.failed,
+                s.ops_per_sec,
+                s.p50_ms,
+                s.p99_ms,
+                s.server_cpu_us_per_op,
+                s.client_cpu_us_per_op
+            );
+        }
+        for v in &verdicts {
+            println!(
+                "{:<30} throughput {:.2}× etcd, p99 {:.2}×, cpu/op {:.2}×: goal (≥ {THROUGHPUT_GOAL}×, p99 ≤ {P99_GOAL}×) {}",
+                v.workload.label(),
+                v.throughput_ratio,
+                v.p99_ratio,
+                v.cpu_ratio,
+                if v.met { "met" } else { "NOT met" }
             );
         }
     }
