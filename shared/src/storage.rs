@@ -109,6 +109,25 @@ pub fn open_keyspace(db: &Database, name: &str) -> Result<Keyspace, StorageError
     Ok(db.keyspace(name, KeyspaceCreateOptions::default)?)
 }
 
+/// Makes the names of the keyspaces opened so far in the database at `dir` durable: call it
+/// once every keyspace is open, before anything is written.
+///
+/// fjall creates a new keyspace's folder (`keyspaces/ID`) without syncing `keyspaces/`, so
+/// after a power cut before the filesystem wrote that directory back, the folder is gone and
+/// fjall drops the journal's writes to that keyspace, acknowledged ones included (found by the
+/// power-cut tests, tests/tests/power_cut.rs).
+pub fn sync_keyspace_names(dir: &Path) -> Result<(), StorageError> {
+    for d in [dir.join("keyspaces"), dir.to_path_buf()] {
+        std::fs::File::open(&d)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| StorageError::CreateDir {
+                path: d.display().to_string(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
 /// Makes every earlier write durable (fsync of the journal).
 pub fn sync(db: &Database) -> Result<(), StorageError> {
     db.persist(PersistMode::SyncAll)?;

@@ -5,16 +5,16 @@
 //!
 //! Cycles per test: `MUSTER_POWERCUT_CYCLES` (default 3; the long mode is 20).
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use muster_tests::powercut::{PowerCutFs, cut_power};
-use muster_tests::{Discovery, HTTP_TIMEOUT, get, register, tail, wait_for};
+use muster_tests::{Discovery, HTTP_TIMEOUT, tail, wait_for};
 
 /// Power cuts per test.
 fn cycles() -> usize {
@@ -45,7 +45,7 @@ fn mounted(test: &str) -> Option<(tempfile::TempDir, PowerCutFs)> {
 }
 
 fn cut(fs: &PowerCutFs) -> muster_tests::powercut::Dropped {
-    cut_power(&[(fs, &[])], false).expect("cut")[0]
+    cut_power(&[(fs, &[])], false).expect("cut").remove(0)
 }
 
 #[test]
@@ -122,7 +122,10 @@ fn fs_a_rename_or_unlink_is_durable_only_after_the_directory_is_synced() {
     fs::create_dir(dir.join("sub")).expect("mkdir");
     durable_file(&dir.join("sub"), "f", b"f");
     cut(&fs);
-    assert!(!dir.join("sub").exists(), "sub's name in the root was never synced");
+    assert!(
+        !dir.join("sub").exists(),
+        "sub's name in the root was never synced"
+    );
     fs::create_dir(dir.join("sub")).expect("mkdir");
     sync_dir(dir);
     durable_file(&dir.join("sub"), "f", b"f");
@@ -145,17 +148,21 @@ fn fs_a_torn_write_keeps_only_the_first_half_of_the_last_write() {
     f.write_all_at(b"aaaa", 5).expect("write 1");
     f.write_all_at(b"bbbbbbbb", 9).expect("write 2");
     drop(f);
-    let dropped = cut_power(&[(&fs, &[])], true).expect("cut")[0];
+    let dropped = cut_power(&[(&fs, &[])], true).expect("cut").remove(0);
     assert!(dropped.torn, "{dropped:?}");
     // The earlier unsynced write is lost; the last one reached the disk half-way.
     let got = fs::read(dir.join("t")).expect("read");
-    assert_eq!(got, b"head:\0\0\0\0bbbb", "{:?}", String::from_utf8_lossy(&got));
+    assert_eq!(
+        got,
+        b"head:\0\0\0\0bbbb",
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
 }
 
 #[test]
 fn fs_a_cut_kills_the_processes_on_it_and_the_mount_goes_at_drop() {
-    let Some((tmp, fs)) =
-        mounted("fs_a_cut_kills_the_processes_on_it_and_the_mount_goes_at_drop")
+    let Some((tmp, fs)) = mounted("fs_a_cut_kills_the_processes_on_it_and_the_mount_goes_at_drop")
     else {
         return;
     };
@@ -167,16 +174,27 @@ fn fs_a_cut_kills_the_processes_on_it_and_the_mount_goes_at_drop() {
         .spawn()
         .expect("spawn");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while fs::read(dir.join("w")).map(|d| d.is_empty()).unwrap_or(true) {
-        assert!(std::time::Instant::now() < deadline, "the child never wrote");
+    while fs::read(dir.join("w"))
+        .map(|d| d.is_empty())
+        .unwrap_or(true)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never wrote"
+        );
         // The poll interval of this deadline loop.
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let dropped = cut_power(&[(&fs, &[child.id()])], false).expect("cut")[0];
+    let dropped = cut_power(&[(&fs, &[child.id()])], false)
+        .expect("cut")
+        .remove(0);
     let status = child.wait().expect("wait");
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc_sigkill()), "{status:?}");
-    assert!(dropped.names >= 1, "the child's file was never synced: {dropped:?}");
+    assert!(
+        dropped.names >= 1,
+        "the child's file was never synced: {dropped:?}"
+    );
     assert!(!dir.join("w").exists());
     drop(fs);
     let mounts = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
@@ -207,6 +225,43 @@ struct DiscoveryLedger {
 
 type SharedLedger = Arc<Mutex<DiscoveryLedger>>;
 
+/// One pooled HTTP client for a whole test: `muster_tests::get` builds a client per call, which
+/// costs more than the request on a loaded 2-core machine.
+#[derive(Clone)]
+struct Http(reqwest::Client);
+
+impl Http {
+    fn new() -> Self {
+        Self(muster_tests::http_client())
+    }
+
+    /// Status and JSON body (`Null` if none) of `GET url`; `None` without an answer.
+    async fn get(&self, url: &str) -> Option<(u16, serde_json::Value, String)> {
+        let resp = self.0.get(url).send().await.ok()?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await.ok()?;
+        let json = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        Some((status, json, text))
+    }
+
+    /// Registers member `id` under a token URL the way etcd does; the createdIndex if 201.
+    async fn register(&self, url: &str, id: &str, value: &str) -> Option<u64> {
+        let resp = self
+            .0
+            .put(format!("{url}/{id}?prevExist=false"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("value={}", muster_tests::urlencode(value)))
+            .send()
+            .await
+            .ok()?;
+        if resp.status().as_u16() != 201 {
+            return None;
+        }
+        let json: serde_json::Value = resp.json().await.ok()?;
+        json["node"]["createdIndex"].as_u64()
+    }
+}
+
 fn acknowledged(ledger: &SharedLedger) -> usize {
     ledger
         .lock()
@@ -216,30 +271,25 @@ fn acknowledged(ledger: &SharedLedger) -> usize {
 
 /// A v2 writer: a token from `/new`, nine registrations under it, the next token, … until the
 /// service stops answering (the cut) or `MAX_OPS`.
-async fn v2_writer(base: String, tag: String, ledger: SharedLedger) {
+async fn v2_writer(http: Http, base: String, tag: String, ledger: SharedLedger) {
     let mut n = 0u64;
     while n < MAX_OPS {
-        let Ok(r) = get(&format!("{base}/new?size=9")).await else {
+        let Some((200, _, body)) = http.get(&format!("{base}/new?size=9")).await else {
             return;
         };
-        if r.status != 200 {
-            return;
-        }
-        let url = r.body.trim().to_string();
+        let url = body.trim().to_string();
         if let Ok(mut l) = ledger.lock() {
             l.tokens.push(url.clone());
         }
         for _ in 0..9 {
             n += 1;
-            let id = format!("{tag}{n:x}");
-            match register(&url, &id, &format!("{id}=http://127.0.0.1:2380")).await {
-                Ok(r) if r.status == 201 => {
-                    let index = r.json()["node"]["createdIndex"].as_u64().unwrap_or(0);
-                    if let Ok(mut l) = ledger.lock() {
-                        l.registrations.insert((url.clone(), id), index);
-                    }
-                }
-                _ => return,
+            let id = format!("{tag}{n:06x}");
+            let value = format!("{id}=http://127.0.0.1:2380");
+            let Some(index) = http.register(&url, &id, &value).await else {
+                return;
+            };
+            if let Ok(mut l) = ledger.lock() {
+                l.registrations.insert((url.clone(), id), index);
             }
         }
     }
@@ -261,8 +311,8 @@ async fn v3_writer(endpoint: String, tag: String, ledger: SharedLedger) {
         for _ in 0..8 {
             n += 1;
             keys.push((
-                format!("/_etcd/registry/{token}/members/{tag}{n:x}"),
-                format!("{tag}{n}=http://127.0.0.1:2380"),
+                format!("/_etcd/registry/{token}/members/{tag}{n:06x}"),
+                format!("m{tag}{n:x}=http://127.0.0.1:2380"),
             ));
         }
         for (key, value) in keys {
@@ -283,28 +333,49 @@ async fn v3_writer(endpoint: String, tag: String, ledger: SharedLedger) {
 /// Per writer, a bound on its operations in one cycle (the cut ends it long before).
 const MAX_OPS: u64 = 20_000;
 const WRITERS: usize = 16;
+/// Acknowledged writes (of all writers) before each cut.
+const ACKS_PER_CYCLE: usize = 200;
 
 /// Checks, after a restart, that every acknowledged write is there as acknowledged, and that
 /// new writes get indexes and revisions never handed out before.
-async fn check_discovery(d: &Discovery, ledger: &DiscoveryLedger, cycle: usize) {
-    let mut lost = Vec::new();
+async fn check_discovery(http: &Http, d: &Discovery, ledger: &DiscoveryLedger, cycle: usize) {
+    // Sixteen reads at a time (as many as there were writers, within the service's per-client
+    // connection budget): one at a time, the check would be most of a cycle's time.
+    let slots = Arc::new(tokio::sync::Semaphore::new(WRITERS));
+    let mut reads = tokio::task::JoinSet::new();
     for url in &ledger.tokens {
-        let r = get(&format!("{url}/_config/size")).await.expect("size");
-        if r.status != 200 || r.json()["node"]["value"].as_str() != Some("9") {
-            lost.push(format!("token {url}: {} {}", r.status, r.body));
-        }
+        let (http, url, slots) = (http.clone(), url.clone(), slots.clone());
+        reads.spawn(async move {
+            let _slot = slots.acquire().await;
+            match http.get(&format!("{url}/_config/size")).await {
+                Some((200, json, _)) if json["node"]["value"].as_str() == Some("9") => None,
+                other => Some(format!("token {url}: {other:?}")),
+            }
+        });
     }
     for ((url, id), index) in &ledger.registrations {
-        let r = get(&format!("{url}/{id}")).await.expect("get");
-        if r.status != 200 || r.json()["node"]["createdIndex"].as_u64() != Some(*index) {
-            lost.push(format!("{url}/{id}@{index}: {} {}", r.status, r.body));
-        }
+        let (http, url, id, index) = (http.clone(), url.clone(), id.clone(), *index);
+        let slots = slots.clone();
+        reads.spawn(async move {
+            let _slot = slots.acquire().await;
+            match http.get(&format!("{url}/{id}")).await {
+                Some((200, json, _)) if json["node"]["createdIndex"].as_u64() == Some(index) => {
+                    None
+                }
+                other => Some(format!("{url}/{id}@{index}: {other:?}")),
+            }
+        });
     }
+    let mut lost: Vec<String> = reads.join_all().await.into_iter().flatten().collect();
     let mut c = d.v3_client().await.expect("v3 client");
     for (key, (value, revision)) in &ledger.puts {
         let resp = c.get(key.as_str(), None).await.expect("range");
         match resp.kvs().first() {
-            Some(kv) if kv.value_str().ok() == Some(value) && kv.mod_revision() == *revision => {}
+            // A size key is the token's size, read back at a fixed revision (the service's
+            // design); a member key keeps the revision its Put was acknowledged with.
+            Some(kv)
+                if kv.value_str().ok() == Some(value)
+                    && (key.ends_with("/_config/size") || kv.mod_revision() == *revision) => {}
             other => lost.push(format!(
                 "{key}@{revision}: {:?}",
                 other.map(|kv| (kv.value_str().ok().map(String::from), kv.mod_revision()))
@@ -326,20 +397,30 @@ async fn check_discovery(d: &Discovery, ledger: &DiscoveryLedger, cycle: usize) 
         *top = (*top).max(*index);
     }
     for (url, top) in by_token.iter().rev().take(16) {
-        let r = register(url, &format!("after{cycle}"), "late=http://127.0.0.1:9")
+        let index = http
+            .register(url, &format!("fff{cycle:x}"), "late=http://127.0.0.1:9")
             .await
-            .expect("register");
-        assert_eq!(r.status, 201, "{url}: {}", r.body);
-        let index = r.json()["node"]["createdIndex"].as_u64().expect("index");
-        assert!(index > *top, "cycle {cycle}: index {index} reused under {url} (acknowledged up to {top})");
+            .unwrap_or_else(|| panic!("cycle {cycle}: registering under {url} after the restart"));
+        assert!(
+            index > *top,
+            "cycle {cycle}: index {index} reused under {url} (acknowledged up to {top})"
+        );
     }
-    // No revision reused: a new Put's revision is above every acknowledged one.
+    // No revision reused: a new member Put's revision is above every acknowledged one. (A
+    // size Put creates no revision: it answers with the current one.)
     let top = ledger.puts.values().map(|(_, r)| *r).max().unwrap_or(0);
     let token = muster_shared::token::new_discovery_token();
-    let resp = c
-        .put(format!("/_etcd/registry/{token}/_config/size"), "3", None)
+    c.put(format!("/_etcd/registry/{token}/_config/size"), "3", None)
         .await
-        .expect("put after restart");
+        .expect("size put after restart");
+    let resp = c
+        .put(
+            format!("/_etcd/registry/{token}/members/{cycle:x}"),
+            "late=http://127.0.0.1:9",
+            None,
+        )
+        .await
+        .expect("member put after restart");
     let revision = resp.header().map(|h| h.revision()).expect("header");
     assert!(
         revision > top,
@@ -360,25 +441,33 @@ async fn discovery_power_cut_under_load_loses_no_acknowledged_write_and_reuses_n
         .await
         .expect("start");
     let ledger: SharedLedger = Arc::default();
+    let http = Http::new();
     let started = Instant::now();
     for cycle in 0..cycles() {
         let before = acknowledged(&ledger);
         let endpoint = format!("http://{}", d.addr);
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
-                let tag = format!("c{cycle}w{w}x");
+                // Member ids are hex: the cycle and the writer, then a counter.
+                let tag = format!("{cycle:x}{w:02x}0");
                 if w % 2 == 0 {
-                    tokio::spawn(v2_writer(d.base.clone(), tag, ledger.clone()))
+                    tokio::spawn(v2_writer(http.clone(), d.base.clone(), tag, ledger.clone()))
                 } else {
                     tokio::spawn(v3_writer(endpoint.clone(), tag, ledger.clone()))
                 }
             })
             .collect();
-        wait_for("writes under load", Duration::from_secs(60), || async {
-            (acknowledged(&ledger) >= before + 300).then_some(())
+        wait_for("writes under load", Duration::from_secs(30), || async {
+            (acknowledged(&ledger) >= before + ACKS_PER_CYCLE).then_some(())
         })
         .await
-        .expect("progress");
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}: {} acknowledged; log:\n{}",
+                acknowledged(&ledger),
+                tail(&d.log(), 30)
+            )
+        });
         let pid = d.pid().expect("running");
         // Odd cycles also tear the last unsynced write.
         let dropped = cut_power(&[(&fs, &[pid])], cycle % 2 == 1).expect("power cut");
@@ -395,12 +484,17 @@ async fn discovery_power_cut_under_load_loses_no_acknowledged_write_and_reuses_n
             dropped[0]
         );
         d.restart().await.expect("restart on the same data dir");
-        let snapshot = ledger.lock().map(|mut l| std::mem::take(&mut *l)).expect("ledger");
-        check_discovery(&d, &snapshot, cycle).await;
+        let snapshot = ledger
+            .lock()
+            .map(|mut l| std::mem::take(&mut *l))
+            .expect("ledger");
+        check_discovery(&http, &d, &snapshot, cycle).await;
         if let Ok(mut l) = ledger.lock() {
             *l = snapshot;
         }
     }
     eprintln!("{} cycles in {:?}", cycles(), started.elapsed());
-    d.terminate().await.expect("stop");
+    // Stopped before the filesystem is unmounted (a graceful stop would wait for the pooled
+    // client's idle connections).
+    d.kill9().await.expect("stop");
 }

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
 use super::state::{self, Kind, State};
@@ -391,7 +391,10 @@ impl Filesystem for PowerCutFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.live().and_then(|mut s| s.sync_dir(ino.0).map_err(errno)) {
+        match self
+            .live()
+            .and_then(|mut s| s.sync_dir(ino.0).map_err(errno))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -22,6 +22,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+/// How many undone names [`Dropped`] lists.
+const UNDONE_SHOWN: usize = 20;
+
 /// The root directory's inode number (FUSE's).
 pub const ROOT: u64 = 1;
 
@@ -91,7 +94,7 @@ pub struct Node {
 }
 
 /// What a cut dropped: evidence that it landed on unsynced state (or did not).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Dropped {
     /// Bytes of unsynced writes thrown away.
     pub bytes: u64,
@@ -101,6 +104,9 @@ pub struct Dropped {
     pub names: u64,
     /// Whether a torn prefix of the last unsynced write was kept.
     pub torn: bool,
+    /// The first few names whose change was undone (`+name`: created, `-name`: removed), to
+    /// say what a store forgot to sync.
+    pub undone: Vec<String>,
 }
 
 impl std::ops::AddAssign for Dropped {
@@ -109,6 +115,8 @@ impl std::ops::AddAssign for Dropped {
         self.writes += o.writes;
         self.names += o.names;
         self.torn |= o.torn;
+        self.undone.extend(o.undone);
+        self.undone.truncate(UNDONE_SHOWN);
     }
 }
 
@@ -174,7 +182,11 @@ impl State {
     }
 
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<u64, Errno> {
-        self.dir(parent)?.live.get(name).copied().ok_or(libc::ENOENT)
+        self.dir(parent)?
+            .live
+            .get(name)
+            .copied()
+            .ok_or(libc::ENOENT)
     }
 
     /// A new file or directory `name` in `parent` (live only until `parent` is synced).
@@ -401,13 +413,22 @@ impl State {
                     f.size = f.durable_size;
                 }
                 Kind::Dir(d) => {
-                    let changed = d
+                    let added = d
                         .live
                         .iter()
                         .filter(|(k, v)| d.durable.get(*k) != Some(v))
-                        .count()
-                        + d.durable.keys().filter(|k| !d.live.contains_key(*k)).count();
-                    dropped.names += changed as u64;
+                        .map(|(k, _)| format!("+{}", k.to_string_lossy()));
+                    let removed = d
+                        .durable
+                        .keys()
+                        .filter(|k| !d.live.contains_key(*k))
+                        .map(|k| format!("-{}", k.to_string_lossy()));
+                    for name in added.chain(removed) {
+                        dropped.names += 1;
+                        if dropped.undone.len() < UNDONE_SHOWN {
+                            dropped.undone.push(name);
+                        }
+                    }
                     d.live = d.durable.clone();
                 }
             }
