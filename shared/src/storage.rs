@@ -109,15 +109,22 @@ pub fn open_keyspace(db: &Database, name: &str) -> Result<Keyspace, StorageError
     Ok(db.keyspace(name, KeyspaceCreateOptions::default)?)
 }
 
-/// Makes the names of the keyspaces opened so far in the database at `dir` durable: call it
-/// once every keyspace is open, before anything is written.
+/// Makes the names of the database at `dir` durable: its keyspaces opened so far (call it once
+/// every keyspace is open, before anything is written), and `dir` itself in its parent.
 ///
-/// fjall creates a new keyspace's folder (`keyspaces/ID`) without syncing `keyspaces/`, so
-/// after a power cut before the filesystem wrote that directory back, the folder is gone and
-/// fjall drops the journal's writes to that keyspace, acknowledged ones included (found by the
-/// power-cut tests, tests/tests/power_cut.rs).
+/// fjall syncs the folders it creates but not their parents: it creates a new keyspace's
+/// folder (`keyspaces/ID`) without syncing `keyspaces/`, and the database folder without
+/// syncing the directory that holds it. After a power cut before the filesystem wrote those
+/// directories back, the keyspace (or the whole database) is gone, acknowledged writes with
+/// it (found by the power-cut tests, tests/tests/power_cut.rs).
 pub fn sync_keyspace_names(dir: &Path) -> Result<(), StorageError> {
-    for d in [dir.join("keyspaces"), dir.to_path_buf()] {
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    let dirs = [
+        Some(dir.join("keyspaces")),
+        Some(dir.to_path_buf()),
+        parent.map(Path::to_path_buf),
+    ];
+    for d in dirs.into_iter().flatten() {
         std::fs::File::open(&d)
             .and_then(|f| f.sync_all())
             .map_err(|source| StorageError::CreateDir {

@@ -13,8 +13,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use muster_tests::history::{self, History, Op, Outcome};
 use muster_tests::powercut::{PowerCutFs, cut_power};
-use muster_tests::{Discovery, HTTP_TIMEOUT, tail, wait_for};
+use muster_tests::workload::{Workload, verify_durable};
+use muster_tests::{
+    AgentProc, Discovery, HTTP_TIMEOUT, OperatorApi, free_port, tail, wait_for, wait_formed,
+};
 
 /// Power cuts per test.
 fn cycles() -> usize {
@@ -497,4 +501,420 @@ async fn discovery_power_cut_under_load_loses_no_acknowledged_write_and_reuses_n
     // Stopped before the filesystem is unmounted (a graceful stop would wait for the pooled
     // client's idle connections).
     d.kill9().await.expect("stop");
+}
+
+// ---------------------------------------------------------------------------------------------
+// a 3-voter agent cluster: KV (with CAS), leases and FleetLock under load, power cuts of one
+// member, a majority and all three
+
+const NAMES: [&str; 3] = ["p1", "p2", "p3"];
+const LEASE: &str = "pc-lease";
+
+/// The cluster on three power-cut filesystems (one per data dir).
+struct PoweredCluster {
+    // Declared before the filesystems: the agents are stopped before the unmounts.
+    agents: Vec<AgentProc>,
+    fleetlock: Vec<String>,
+    fss: Vec<PowerCutFs>,
+}
+
+impl PoweredCluster {
+    async fn start(test: &str, root: &Path) -> Option<Self> {
+        let mut fss = Vec::new();
+        for name in NAMES {
+            fss.push(PowerCutFs::mount_for(test, &root.join(name))?);
+        }
+        let fleetlock: Vec<String> = NAMES
+            .iter()
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        // As `init_and_join`, but each agent with a FleetLock listener of its own.
+        let mut agents = vec![
+            AgentProc::start(
+                root,
+                NAMES[0],
+                &[
+                    "--init",
+                    "--promote-after",
+                    "500ms",
+                    "--fleetlock-listen",
+                    &fleetlock[0],
+                ],
+            )
+            .expect("start the first agent"),
+        ];
+        wait_formed(&[&agents[0]], 1, FORM).await.expect("formed");
+        for (i, name) in NAMES.iter().enumerate().skip(1) {
+            let token = agents[0].create_token(&[]).await.expect("join token");
+            let via = agents[0].addr.clone();
+            agents.push(
+                AgentProc::start(
+                    root,
+                    name,
+                    &[
+                        "--join",
+                        &via,
+                        "--token",
+                        &token,
+                        "--promote-after",
+                        "500ms",
+                        "--fleetlock-listen",
+                        &fleetlock[i],
+                    ],
+                )
+                .expect("start a joiner"),
+            );
+        }
+        let refs: Vec<&AgentProc> = agents.iter().collect();
+        wait_formed(&refs, 3, FORM).await.expect("formed");
+        // Restarts need only the data dir.
+        for a in &mut agents {
+            a.set_flag("--join", None);
+            a.set_flag("--token", None);
+        }
+        Some(Self {
+            agents,
+            fleetlock,
+            fss,
+        })
+    }
+
+    fn addrs(&self) -> Vec<String> {
+        self.agents.iter().map(|a| a.addr.clone()).collect()
+    }
+}
+
+const FORM: Duration = Duration::from_secs(60);
+
+/// One acknowledged lease grant: when it was asked for and answered, and its fencing token.
+#[derive(Clone, Copy, Debug)]
+struct Grant {
+    asked: Instant,
+    answered: Instant,
+    token: u64,
+}
+
+/// A lease client: claims the lease as `holder`, releases it with the grant's key, again,
+/// until stopped. Every acknowledged grant is recorded.
+async fn lease_client(
+    api: OperatorApi,
+    target: String,
+    holder: String,
+    grants: Arc<Mutex<Vec<Grant>>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let path = format!("/v1/leases/{LEASE}");
+    while !*stop.borrow() {
+        let asked = Instant::now();
+        let body = serde_json::json!({"holder": holder, "ttl_ms": 1500});
+        match api.call(&target, "POST", &path, Some(body)).await {
+            Ok(r) if r.ok() => {
+                let answered = Instant::now();
+                let (Some(token), Some(key)) = (r.body["token"].as_u64(), r.body["key"].as_str())
+                else {
+                    panic!("a grant without a token and key: {:?}", r.body);
+                };
+                if let Ok(mut g) = grants.lock() {
+                    g.push(Grant {
+                        asked,
+                        answered,
+                        token,
+                    });
+                }
+                let body = serde_json::json!({"holder": holder, "key": key});
+                let _ = api.call(&target, "DELETE", &path, Some(body)).await;
+            }
+            // Held by the other client, no leader, the member down: try again shortly.
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// Fencing tokens never go back: a grant asked for after another was answered has a larger
+/// token.
+fn check_fencing(grants: &[Grant]) {
+    for a in grants {
+        for b in grants {
+            assert!(
+                !(a.answered < b.asked && b.token <= a.token),
+                "fencing token went back: {a:?} was answered before {b:?} was asked for"
+            );
+        }
+    }
+}
+
+/// A CAS client on `key`: reads the value and its revision, then writes a fresh value only if
+/// the key is still at that revision. Every value is unique, so "at that revision" is "holds
+/// that value", and the CAS is recorded as a compare of the value.
+async fn cas_client(
+    c: usize,
+    api: OperatorApi,
+    target: String,
+    key: String,
+    history: History,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut n = 0u64;
+    while !*stop.borrow() {
+        n += 1;
+        let read = history.invoke(c, Op::read(&key));
+        let (current, revision) = match api.get(&target, &key).await {
+            Ok(r) if r.ok() => {
+                let v = r.body["value"].as_str().map(String::from);
+                read.ok(Outcome::Read(v.clone()));
+                (v, r.body["mod_revision"].as_u64())
+            }
+            Ok(r) if r.kind() == Some("not_found") => {
+                read.ok(Outcome::Read(None));
+                (None, None)
+            }
+            _ => {
+                read.fail();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let value = format!("cas{c}.{n}");
+        let op = history.invoke(c, Op::cas(&key, current.as_deref(), &value));
+        let body = match revision {
+            Some(rev) => serde_json::json!({"value": value, "if_revision": rev}),
+            None => serde_json::json!({"value": value, "if_absent": true}),
+        };
+        let path = format!("/v1/kv?key={}", muster_tests::urlencode(&key));
+        match api.call(&target, "PUT", &path, Some(body)).await {
+            Ok(r) if r.ok() => op.ok(Outcome::Cas(true)),
+            Ok(r) if matches!(r.kind(), Some("revision_mismatch")) => op.ok(Outcome::Cas(false)),
+            Ok(r) if matches!(r.kind(), Some("no_leader" | "unauthorized")) => op.fail(),
+            _ => op.unknown(),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What a FleetLock client was acknowledged: the ids whose unlock was answered 200, and the
+/// id whose lock was answered 200 and never unlocked (when the client stopped).
+#[derive(Default, Debug)]
+struct FleetLockLedger {
+    unlocked: Vec<String>,
+    holding: Option<String>,
+    locks: usize,
+}
+
+/// One FleetLock call the way Zincati makes it; the status, 0 without an answer.
+async fn zincati(http: &reqwest::Client, addr: &str, path: &str, id: &str) -> u16 {
+    let body = format!(r#"{{"client_params": {{"id": "{id}", "group": "default"}}}}"#);
+    let call = http
+        .post(format!("http://{addr}{path}"))
+        .header("fleet-lock-protocol", "true")
+        .body(body)
+        .timeout(Duration::from_secs(5))
+        .send();
+    match call.await {
+        Ok(r) => r.status().as_u16(),
+        Err(_) => 0,
+    }
+}
+
+/// A FleetLock client (the default group has one slot): locks as `fl<k>` until answered 200
+/// (a lock by the holder is answered 200 again), unlocks until answered 200, then `k + 1`.
+async fn fleetlock_client(
+    addr: String,
+    ledger: Arc<Mutex<FleetLockLedger>>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let http = muster_tests::http_client();
+    let mut k = 0u64;
+    'ids: while !*stop.borrow() {
+        k += 1;
+        let id = format!("fl{k}");
+        while zincati(&http, &addr, "/v1/pre-reboot", &id).await != 200 {
+            if *stop.borrow() {
+                break 'ids;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Ok(mut l) = ledger.lock() {
+            l.holding = Some(id.clone());
+            l.locks += 1;
+        }
+        if *stop.borrow() {
+            break;
+        }
+        while zincati(&http, &addr, "/v1/steady-state", &id).await != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if *stop.borrow() {
+                // Unlock unknown: this id may or may not hold the slot.
+                if let Ok(mut l) = ledger.lock() {
+                    l.holding = None;
+                }
+                break 'ids;
+            }
+        }
+        if let Ok(mut l) = ledger.lock() {
+            l.holding = None;
+            l.unlocked.push(id);
+        }
+    }
+}
+
+/// The FleetLock holders of the default group, through the operator API.
+async fn fleetlock_holders(api: &OperatorApi, addr: &str) -> Vec<String> {
+    let r = api
+        .call(addr, "GET", "/v1/fleetlock", None)
+        .await
+        .expect("fleetlock status");
+    assert!(r.ok(), "{r:?}");
+    r.body["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["name"] == "default")
+        .flat_map(|g| g["holders"].as_array().cloned().unwrap_or_default())
+        .filter_map(|h| h["id"].as_str().map(String::from))
+        .collect()
+}
+
+/// Which members a cycle cuts: one, a majority, all three, in turn.
+fn victims(cycle: usize) -> Vec<usize> {
+    match cycle % 3 {
+        0 => vec![cycle % NAMES.len()],
+        1 => vec![cycle % NAMES.len(), (cycle + 1) % NAMES.len()],
+        _ => (0..NAMES.len()).collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn agents_power_cut_of_one_a_majority_and_all_keeps_every_acknowledged_write() {
+    let test = "agents_power_cut_of_one_a_majority_and_all_keeps_every_acknowledged_write";
+    let tmp = tempfile::tempdir().expect("tmp");
+    let Some(mut cluster) = PoweredCluster::start(test, tmp.path()).await else {
+        return;
+    };
+    let token = AgentProc::operator_token_of(&cluster.agents)
+        .await
+        .expect("operator token");
+    let api = OperatorApi::new(&token, Duration::from_secs(5)).expect("api");
+    let addrs = cluster.addrs();
+    let workload = Workload::start(api.clone(), addrs.clone(), 6, 3);
+    let history = workload.ledger.history.clone();
+    let grants: Arc<Mutex<Vec<Grant>>> = Arc::default();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut clients = Vec::new();
+    for c in 0..2 {
+        clients.push(tokio::spawn(cas_client(
+            100 + c,
+            api.clone(),
+            addrs[c % addrs.len()].clone(),
+            "cas/0".into(),
+            history.clone(),
+            stopped.clone(),
+        )));
+        clients.push(tokio::spawn(lease_client(
+            api.clone(),
+            addrs[(c + 1) % addrs.len()].clone(),
+            format!("h{c}"),
+            grants.clone(),
+            stopped.clone(),
+        )));
+    }
+    // FleetLock through the member that is cut least often.
+    let fleet: Arc<Mutex<FleetLockLedger>> = Arc::default();
+    clients.push(tokio::spawn(fleetlock_client(
+        cluster.fleetlock[2].clone(),
+        fleet.clone(),
+        stopped.clone(),
+    )));
+    let started = Instant::now();
+    for cycle in 0..cycles() {
+        let acked = |w: &Workload| w.ledger.report().acknowledged;
+        let before = (acked(&workload), history.len());
+        wait_for("writes under load", Duration::from_secs(60), || async {
+            (acked(&workload) >= before.0 + 30 && history.len() >= before.1 + 150).then_some(())
+        })
+        .await
+        .expect("progress");
+        let cut = victims(cycle);
+        let pids: Vec<[u32; 1]> = cut
+            .iter()
+            .map(|i| [cluster.agents[*i].pid().expect("running")])
+            .collect();
+        let targets: Vec<(&PowerCutFs, &[u32])> = cut
+            .iter()
+            .zip(&pids)
+            .map(|(i, p)| (&cluster.fss[*i], &p[..]))
+            .collect();
+        let dropped = cut_power(&targets, cycle % 2 == 1).expect("power cut");
+        for i in &cut {
+            cluster.agents[*i].kill9().await.expect("reap");
+        }
+        eprintln!("cycle {cycle}: cut {cut:?}; dropped {dropped:?}");
+        for i in &cut {
+            cluster.agents[*i]
+                .restart_without_init()
+                .expect("restart on the same data dir");
+        }
+        let refs: Vec<&AgentProc> = cluster.agents.iter().collect();
+        wait_formed(&refs, 3, FORM)
+            .await
+            .expect("the cluster is whole again");
+    }
+    // The clients' last operations finish (bounded by the API timeout).
+    let _ = stop.send(true);
+    let ledger = workload.stop().await;
+    for c in clients {
+        tokio::time::timeout(Duration::from_secs(30), c)
+            .await
+            .expect("a client stops")
+            .expect("client task");
+    }
+    eprintln!(
+        "{} cycles in {:?}: {:?}",
+        cycles(),
+        started.elapsed(),
+        ledger.report()
+    );
+    let durable = verify_durable(&api, &addrs[0], &ledger)
+        .await
+        .unwrap_or_else(|e| {
+            let logs: Vec<String> = cluster
+                .agents
+                .iter()
+                .map(|a| format!("--- {}\n{}", a.name, tail(&a.log(), 15)))
+                .collect();
+            panic!("{e:#}\n{}", logs.join("\n"))
+        });
+    assert!(durable > 0, "no acknowledged write to check");
+    let summary = history::check(&ledger.history).unwrap_or_else(|v| panic!("{v}"));
+    eprintln!("linearizable: {summary:?}");
+    let grants = grants.lock().map(|g| g.clone()).expect("grants");
+    assert!(!grants.is_empty(), "no lease was ever granted");
+    check_fencing(&grants);
+    // Every acknowledged unlock stays done, an acknowledged lock never unlocked is held.
+    let fleet = std::mem::take(&mut *fleet.lock().expect("fleetlock ledger"));
+    assert!(fleet.locks > 0, "FleetLock never granted a lock");
+    let holders = fleetlock_holders(&api, &addrs[0]).await;
+    let back: Vec<&String> = fleet
+        .unlocked
+        .iter()
+        .filter(|id| holders.contains(id))
+        .collect();
+    assert!(
+        back.is_empty(),
+        "unlocked ids hold the slot again: {back:?}"
+    );
+    if let Some(id) = &fleet.holding {
+        assert!(
+            holders.contains(id),
+            "{id}'s acknowledged lock was lost: {holders:?}"
+        );
+    }
+    eprintln!(
+        "fleetlock: {} locks, {} unlocks; holders now {holders:?}; lease grants {}",
+        fleet.locks,
+        fleet.unlocked.len(),
+        grants.len()
+    );
+    for a in &mut cluster.agents {
+        a.kill9().await.expect("stop");
+    }
 }

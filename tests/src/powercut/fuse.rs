@@ -13,7 +13,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
-use super::state::{self, Kind, State};
+use super::state::{self, Kind, NewKind, State};
 
 /// No caching in the kernel (see the module doc).
 const TTL: Duration = Duration::ZERO;
@@ -43,6 +43,7 @@ fn attr_of(s: &State, ino: u64) -> Result<FileAttr, Errno> {
     let (kind, size, nlink) = match &node.kind {
         Kind::File(f) => (FileType::RegularFile, f.size, 1),
         Kind::Dir(d) => (FileType::Directory, 0, 2 + d.live.len() as u32),
+        Kind::Socket => (FileType::Socket, 0, 1),
     };
     let m = node.meta;
     Ok(FileAttr {
@@ -149,7 +150,7 @@ impl Filesystem for PowerCutFuse {
         let perm = (mode & !umask & 0o7777) as u16;
         let r = self.live().and_then(|mut s| {
             let ino = s
-                .make(parent.0, name, true, (perm, req.uid(), req.gid()))
+                .make(parent.0, name, NewKind::Dir, (perm, req.uid(), req.gid()))
                 .map_err(errno)?;
             attr_of(&s, ino)
         });
@@ -169,14 +170,17 @@ impl Filesystem for PowerCutFuse {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
-        // Regular files only: no store makes devices, pipes or sockets in its data dir.
-        if mode & libc::S_IFMT != libc::S_IFREG {
-            return reply.error(Errno::EPERM);
-        }
+        // Regular files and unix sockets (bind(2) makes one) only: no store makes devices or
+        // pipes in its data dir.
+        let new = match mode & libc::S_IFMT {
+            libc::S_IFREG => NewKind::File,
+            libc::S_IFSOCK => NewKind::Socket,
+            _ => return reply.error(Errno::EPERM),
+        };
         let perm = (mode & !umask & 0o7777) as u16;
         let r = self.live().and_then(|mut s| {
             let ino = s
-                .make(parent.0, name, false, (perm, req.uid(), req.gid()))
+                .make(parent.0, name, new, (perm, req.uid(), req.gid()))
                 .map_err(errno)?;
             attr_of(&s, ino)
         });
@@ -199,7 +203,7 @@ impl Filesystem for PowerCutFuse {
         let perm = (mode & !umask & 0o7777) as u16;
         let r = self.live().and_then(|mut s| {
             let ino = s
-                .make(parent.0, name, false, (perm, req.uid(), req.gid()))
+                .make(parent.0, name, NewKind::File, (perm, req.uid(), req.gid()))
                 .map_err(errno)?;
             attr_of(&s, ino)
         });
@@ -364,6 +368,7 @@ impl Filesystem for PowerCutFuse {
             for (name, child) in &d.live {
                 let kind = match s.nodes.get(child).map(|n| &n.kind) {
                     Some(Kind::Dir(_)) => FileType::Directory,
+                    Some(Kind::Socket) => FileType::Socket,
                     _ => FileType::RegularFile,
                 };
                 all.push((*child, kind, name.clone()));

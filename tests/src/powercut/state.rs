@@ -86,6 +86,17 @@ pub struct DirNode {
 pub enum Kind {
     File(FileNode),
     Dir(DirNode),
+    /// A unix socket's name (the agent's operator socket): only the name is kept here; the
+    /// kernel keeps the socket.
+    Socket,
+}
+
+/// What [`State::make`] makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewKind {
+    File,
+    Dir,
+    Socket,
 }
 
 pub struct Node {
@@ -160,7 +171,7 @@ impl State {
     fn dir(&self, ino: u64) -> Result<&DirNode, Errno> {
         match self.nodes.get(&ino).map(|n| &n.kind) {
             Some(Kind::Dir(d)) => Ok(d),
-            Some(Kind::File(_)) => Err(libc::ENOTDIR),
+            Some(_) => Err(libc::ENOTDIR),
             None => Err(libc::ENOENT),
         }
     }
@@ -168,7 +179,7 @@ impl State {
     fn dir_mut(&mut self, ino: u64) -> Result<&mut DirNode, Errno> {
         match self.nodes.get_mut(&ino).map(|n| &mut n.kind) {
             Some(Kind::Dir(d)) => Ok(d),
-            Some(Kind::File(_)) => Err(libc::ENOTDIR),
+            Some(_) => Err(libc::ENOTDIR),
             None => Err(libc::ENOENT),
         }
     }
@@ -177,6 +188,7 @@ impl State {
         match self.nodes.get_mut(&ino).map(|n| &mut n.kind) {
             Some(Kind::File(f)) => Ok(f),
             Some(Kind::Dir(_)) => Err(libc::EISDIR),
+            Some(Kind::Socket) => Err(libc::EINVAL),
             None => Err(libc::ENOENT),
         }
     }
@@ -194,7 +206,7 @@ impl State {
         &mut self,
         parent: u64,
         name: &OsStr,
-        dir: bool,
+        new: NewKind,
         meta: (u16, u32, u32),
     ) -> Result<u64, Errno> {
         if self.dir(parent)?.live.contains_key(name) {
@@ -202,11 +214,13 @@ impl State {
         }
         let ino = self.next_ino;
         self.next_ino += 1;
-        let kind = if dir {
+        let kind = if new == NewKind::Dir {
             Kind::Dir(DirNode {
                 live: BTreeMap::new(),
                 durable: BTreeMap::new(),
             })
+        } else if new == NewKind::Socket {
+            Kind::Socket
         } else {
             let backing_path = self.backing.join(format!("ino-{ino}"));
             let backing = std::fs::OpenOptions::new()
@@ -238,7 +252,7 @@ impl State {
         let ino = self.lookup(parent, name)?;
         match (&self.nodes[&ino].kind, dir) {
             (Kind::Dir(_), false) => return Err(libc::EISDIR),
-            (Kind::File(_), true) => return Err(libc::ENOTDIR),
+            (Kind::File(_) | Kind::Socket, true) => return Err(libc::ENOTDIR),
             (Kind::Dir(d), true) if !d.live.is_empty() => return Err(libc::ENOTEMPTY),
             _ => {}
         }
@@ -265,7 +279,7 @@ impl State {
             }
             match (&self.nodes[&target].kind, is_dir) {
                 (Kind::Dir(_), false) => return Err(libc::EISDIR),
-                (Kind::File(_), true) => return Err(libc::ENOTDIR),
+                (Kind::File(_) | Kind::Socket, true) => return Err(libc::ENOTDIR),
                 (Kind::Dir(d), true) if !d.live.is_empty() => return Err(libc::ENOTEMPTY),
                 _ => {}
             }
@@ -365,6 +379,7 @@ impl State {
         match self.nodes.get(&ino).map(|n| &n.kind) {
             Some(Kind::Dir(_)) => self.sync_dir(ino),
             Some(Kind::File(_)) => self.sync_file(ino),
+            Some(Kind::Socket) => Ok(()),
             None => Err(libc::ENOENT),
         }
     }
@@ -392,7 +407,7 @@ impl State {
                     Pending::Write { seq, data, .. } if data.len() > 1 => Some(*seq),
                     _ => None,
                 }),
-                Kind::Dir(_) => None,
+                _ => None,
             })
             .max();
         for node in self.nodes.values_mut() {
@@ -431,6 +446,7 @@ impl State {
                     }
                     d.live = d.durable.clone();
                 }
+                Kind::Socket => {}
             }
         }
         // Forget what no durable name reaches (a file created and synced in a directory that
