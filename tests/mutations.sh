@@ -63,8 +63,8 @@ for m in "${MUTATIONS[@]}"; do
     missed+=("$name")
   else
     echo "   caught: $filter failed:"
-    grep -E "panicked at|acknowledged|lost|reused|went back|linearizab|timed out" "$log" \
-      | grep -v '^\s*[0-9]*:' | head -4 | cut -c1-400 | sed 's/^/     /'
+    # The assertion and its message (the line after "panicked at").
+    grep -A1 "panicked at" "$log" | grep -v '^--$' | head -2 | cut -c1-300 | sed 's/^/     /'
     caught+=("$name")
   fi
   restore
