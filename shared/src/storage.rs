@@ -109,6 +109,32 @@ pub fn open_keyspace(db: &Database, name: &str) -> Result<Keyspace, StorageError
     Ok(db.keyspace(name, KeyspaceCreateOptions::default)?)
 }
 
+/// Makes the names of the database at `dir` durable: its keyspaces opened so far (call it once
+/// every keyspace is open, before anything is written), and `dir` itself in its parent.
+///
+/// fjall syncs the folders it creates but not their parents: it creates a new keyspace's
+/// folder (`keyspaces/ID`) without syncing `keyspaces/`, and the database folder without
+/// syncing the directory that holds it. After a power cut before the filesystem wrote those
+/// directories back, the keyspace (or the whole database) is gone, acknowledged writes with
+/// it (found by the power-cut tests, tests/tests/power_cut.rs).
+pub fn sync_keyspace_names(dir: &Path) -> Result<(), StorageError> {
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    let dirs = [
+        Some(dir.join("keyspaces")),
+        Some(dir.to_path_buf()),
+        parent.map(Path::to_path_buf),
+    ];
+    for d in dirs.into_iter().flatten() {
+        std::fs::File::open(&d)
+            .and_then(|f| f.sync_all())
+            .map_err(|source| StorageError::CreateDir {
+                path: d.display().to_string(),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
 /// Makes every earlier write durable (fsync of the journal).
 pub fn sync(db: &Database) -> Result<(), StorageError> {
     db.persist(PersistMode::SyncAll)?;

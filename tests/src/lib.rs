@@ -22,6 +22,7 @@ pub mod netns;
 pub mod operator;
 pub mod peer_client;
 pub mod ports;
+pub mod powercut;
 pub mod prereq;
 pub mod process;
 pub mod terminal;

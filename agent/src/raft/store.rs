@@ -47,6 +47,7 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StoreError> {
     // Snapshots of the agent's state are small (members, CA, a little kv), so the default
     // keyspace options are fine; revisit (kv separation) if the state grows to many MiB.
     let snapshots = storage::open_keyspace(&db, SNAPSHOT_KEYSPACE)?;
+    storage::sync_keyspace_names(dir)?;
     let log_store = LogStore::new(db.clone(), logs, meta);
     let state_machine = StateMachineStore::load(db, snapshots)?;
     Ok((log_store, state_machine))

@@ -120,6 +120,7 @@ impl FjallStore {
             .spawn(move || commit_loop(thread_db, thread_trees, rx, thread_healthy))
             .map_err(OpenError::Thread)?;
         let v3 = Arc::new(V3Log::open(&db, healthy.clone()).map_err(OpenError::V3)?);
+        storage::sync_keyspace_names(dir)?;
 
         Ok(Self {
             caps,

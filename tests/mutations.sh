@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Mutation check of the power-cut tests (tests/tests/power_cut.rs): each mutation takes one
+# fsync out of a store (SyncAll → Buffer, or a sync call removed), rebuilds the binaries, runs
+# the one power-cut test that must notice, and expects it to FAIL. A mutation whose test passes
+# is a durability bug the suite cannot see.
+#
+#   bash tests/mutations.sh            # every mutation
+#   bash tests/mutations.sh NAME…      # only these (names below)
+#
+# Each mutated file is copied aside first and put back by a trap, also when the script fails
+# or is interrupted; the next build then rebuilds the real binaries. Exit 0 only if every
+# mutation was caught. Takes a build and a test run per mutation (minutes each on 2 cores).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# name | file | perl substitution (applied to the whole file) | cargo test filter
+MUTATIONS=(
+  "discovery-v2-commit|discovery/src/store/fjall/commit.rs|s/(fn commit_loop.*?)PersistMode::SyncAll/\${1}PersistMode::Buffer/s|discovery_power_cut"
+  "discovery-v3-commit|discovery/src/store/fjall/v3.rs|s/(fn commit_group.*?)PersistMode::SyncAll/\${1}PersistMode::Buffer/s|discovery_power_cut"
+  "discovery-dir-names|discovery/src/store/fjall/mod.rs|s/\n *storage::sync_keyspace_names\(dir\)\?;//s|discovery_power_cut"
+  "agent-log-append|agent/src/raft/log_store.rs|s/(fn append_blocking.*?)PersistMode::SyncAll/\${1}PersistMode::Buffer/s|agents_power_cut"
+  "agent-vote|agent/src/raft/log_store.rs|s/(VOTE_KEY, \"vote\", &vote, )PersistMode::SyncAll/\${1}PersistMode::Buffer/s|agents_power_cut"
+  "agent-dir-names|agent/src/raft/store.rs|s/\n *storage::sync_keyspace_names\(dir\)\?;//s|agents_power_cut"
+  "agent-datadir-files|agent/src/datadir/mod.rs|s/tmp\.as_file\(\)\.sync_all\(\)\?;//s|agents_power_cut"
+  "agent-snapshot|agent/src/raft/state_machine.rs|s/PersistMode::SyncAll/PersistMode::Buffer/s|agents_power_cut"
+)
+
+BACKUP_DIR=$(mktemp -d)
+CURRENT_FILE=""
+restore() {
+  if [ -n "$CURRENT_FILE" ] && [ -f "$BACKUP_DIR/original" ]; then
+    cp "$BACKUP_DIR/original" "$CURRENT_FILE"
+    CURRENT_FILE=""
+  fi
+}
+trap 'restore; rm -rf "$BACKUP_DIR"' EXIT
+trap 'restore; exit 130' INT TERM
+
+SELECTED=("$@")
+
+caught=(); missed=(); broken=()
+for m in "${MUTATIONS[@]}"; do
+  IFS='|' read -r name file expr filter <<<"$m"
+  if [ "${#SELECTED[@]}" -gt 0 ] && ! printf '%s\n' "${SELECTED[@]}" | grep -qx "$name"; then
+    continue
+  fi
+  echo "== mutation $name: $file"
+  cp "$file" "$BACKUP_DIR/original"
+  CURRENT_FILE=$file
+  perl -0pi -e "$expr" "$file"
+  if cmp -s "$file" "$BACKUP_DIR/original"; then
+    echo "   the substitution changed nothing: the code moved; update tests/mutations.sh"
+    broken+=("$name"); restore; continue
+  fi
+  diff -u "$BACKUP_DIR/original" "$file" | sed -n '3,$p' | grep '^[-+]' | sed 's/^/   /'
+  if ! cargo build -q -p muster-discovery -p muster-agent --bins 2>"$BACKUP_DIR/build.log"; then
+    echo "   the mutant does not build:"; tail -20 "$BACKUP_DIR/build.log"
+    broken+=("$name"); restore; continue
+  fi
+  log="$BACKUP_DIR/$name.log"
+  if cargo test -q -p muster-tests --test power_cut "$filter" >"$log" 2>&1; then
+    echo "   NOT CAUGHT: $filter passed with the mutation"
+    missed+=("$name")
+  else
+    echo "   caught: $filter failed:"
+    # The assertion and its message (the line after "panicked at").
+    grep -A1 "panicked at" "$log" | grep -v '^--$' | head -2 | cut -c1-300 | sed 's/^/     /'
+    caught+=("$name")
+  fi
+  restore
+done
+
+echo "== caught: ${caught[*]:-none}"
+echo "== NOT caught: ${missed[*]:-none}"
+echo "== could not apply: ${broken[*]:-none}"
+[ "${#missed[@]}" -eq 0 ] && [ "${#broken[@]}" -eq 0 ]
