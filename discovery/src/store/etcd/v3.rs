@@ -22,15 +22,15 @@ fn unavailable(e: impl std::fmt::Display) -> V3StoreError {
 /// The backing etcd's answer to a Range, as the same answer (its compaction and future-revision
 /// refusals included); anything else means it is unavailable.
 fn range_error(e: etcd_client::Error) -> V3StoreError {
-    if let etcd_client::Error::GRpcStatus(status) = &e {
-        if status.code() == tonic::Code::OutOfRange {
-            let m = status.message();
-            if m.contains("has been compacted") {
-                return V3StoreError::Compacted;
-            }
-            if m.contains("future revision") {
-                return V3StoreError::FutureRevision;
-            }
+    if let etcd_client::Error::GRpcStatus(status) = &e
+        && status.code() == tonic::Code::OutOfRange
+    {
+        let m = status.message();
+        if m.contains("has been compacted") {
+            return V3StoreError::Compacted;
+        }
+        if m.contains("future revision") {
+            return V3StoreError::FutureRevision;
         }
     }
     unavailable(e)
