@@ -27,12 +27,7 @@ impl Reply {
             .get("x-etcd-index")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let content_type = header_text(&resp, "content-type");
         let body = resp.text().await?;
         Ok(Self {
             status,
@@ -41,6 +36,15 @@ impl Reply {
             body,
         })
     }
+}
+
+/// A header of `resp` as text; empty if it is missing or not text.
+pub fn header_text(resp: &reqwest::Response, name: &str) -> String {
+    resp.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// The longest one harness HTTP request may take, connection and body included: a wedged

@@ -242,12 +242,7 @@ impl PeerApi {
         }
         let resp = req.send().await?;
         let status = resp.status().as_u16();
-        let content_type = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let content_type = crate::http::header_text(&resp, "content-type");
         let bytes = resp.bytes().await?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
