@@ -54,6 +54,7 @@ pub mod error;
 pub mod fuzzing;
 pub(crate) mod leader;
 pub(crate) mod leading;
+pub(crate) mod listeners;
 pub(crate) mod logging;
 pub(crate) mod node;
 pub(crate) mod notify;

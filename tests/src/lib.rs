@@ -8,6 +8,7 @@ pub mod etcd_cluster;
 pub mod history;
 pub mod netns;
 pub mod peer_client;
+pub mod readme_script;
 pub mod terminal;
 pub mod v3_client;
 pub mod workload;
