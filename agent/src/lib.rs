@@ -56,6 +56,7 @@ pub(crate) mod leader;
 pub(crate) mod leading;
 pub(crate) mod listeners;
 pub(crate) mod logging;
+pub(crate) mod net_error;
 pub(crate) mod node;
 pub(crate) mod notify;
 pub(crate) mod observe;
