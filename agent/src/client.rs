@@ -50,7 +50,7 @@ impl CallError {
         CallError::Unreachable {
             addr: addr.to_string(),
             connect: e.is_connect(),
-            reason: innermost_cause(&e),
+            reason: crate::net_error::reason(&e),
         }
     }
 }

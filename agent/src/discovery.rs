@@ -72,7 +72,10 @@ where
         match f().await {
             Err(e) if e.is_retryable() && !backoff.expired() => {
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %e, "{what}: retrying in {delay:?}");
+                tracing::warn!(
+                    "{what}: {e}; retrying in {}",
+                    crate::net_error::rounded(delay)
+                );
                 tokio::time::sleep(delay).await;
             }
             other => return other,
@@ -157,16 +160,21 @@ impl DiscoveryClient {
         redact(&self.url)
     }
 
+    /// A failed request, said with the service's address and the cause
+    /// ([`crate::net_error::describe`]); never the URL's token.
+    fn unavailable(&self, e: &reqwest::Error) -> DiscoveryError {
+        let service = self
+            .url
+            .split_once("://")
+            .map(|(_, rest)| rest.split('/').next().unwrap_or(rest))
+            .unwrap_or(&self.url);
+        DiscoveryError::Unavailable(crate::net_error::describe(service, e))
+    }
+
     async fn send(&self, req: reqwest::RequestBuilder) -> Result<(u16, String), DiscoveryError> {
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
+        let resp = req.send().await.map_err(|e| self.unavailable(&e))?;
         let status = resp.status().as_u16();
-        let body = resp
-            .text()
-            .await
-            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
+        let body = resp.text().await.map_err(|e| self.unavailable(&e))?;
         if status >= 500 {
             return Err(DiscoveryError::Unavailable(format!("HTTP {status}")));
         }
@@ -233,10 +241,7 @@ impl DiscoveryClient {
             .and_then(|v| v.parse::<usize>().ok())
             .ok_or_else(|| DiscoveryError::Protocol("size key is not a number".into()))?;
         let req = self.http.get(self.url.clone()).timeout(REQUEST_TIMEOUT);
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
+        let resp = req.send().await.map_err(|e| self.unavailable(&e))?;
         let index = resp
             .headers()
             .get("x-etcd-index")
@@ -244,10 +249,7 @@ impl DiscoveryClient {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let status = resp.status().as_u16();
-        let body = resp
-            .text()
-            .await
-            .map_err(|e| DiscoveryError::Unavailable(e.without_url().to_string()))?;
+        let body = resp.text().await.map_err(|e| self.unavailable(&e))?;
         if status != 200 {
             return Err(DiscoveryError::Unavailable(format!(
                 "directory read answered HTTP {status}"

@@ -6,8 +6,11 @@ use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-/// The filter without `RUST_LOG`.
-pub const DEFAULT_FILTER: &str = "info,openraft=off,fjall=warn,lsm_tree=warn";
+/// The filter without `RUST_LOG`: Muster's own crates at `info`, every library at `warn` (so a
+/// new dependency's INFO chatter never reaches an operator's journal), and openraft off (Muster
+/// reports the raft failures that matter in its own words).
+pub const DEFAULT_FILTER: &str =
+    "warn,muster=info,muster_agent=info,muster_shared=info,openraft=off";
 
 pub fn init_agent() {
     let filter =

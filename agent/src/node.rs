@@ -14,7 +14,7 @@ use crate::agent::{Agent, AgentInit};
 use crate::client::PeerClients;
 use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Identity};
-use crate::error::{AgentError, Context};
+use crate::error::AgentError;
 use crate::raft::{RaftNode, Timing};
 use crate::serve::FleetLockListener;
 use crate::state::NodeId;
@@ -121,7 +121,13 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             let (agent, dir, stop) = (agent.clone(), dir.clone(), stop_rx.clone());
             async move {
                 if let Err(e) = crate::serve::serve_socket(agent, &dir, stop).await {
-                    tracing::error!(error = %e, "operator socket failed");
+                    tracing::error!(
+                        error = %e,
+                        socket = %crate::datadir::socket_path(&dir).display(),
+                        "the operator socket in the data dir failed (local `muster` commands \
+                         cannot reach this agent); check the data dir's permissions and free \
+                         space (--data-dir), then restart the agent"
+                    );
                 }
             }
         }),
@@ -248,10 +254,15 @@ impl RunningNode {
 /// Binds the node's TLS port; done first, so a taken port is found before this node
 /// registers or joins anywhere.
 pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
-    let listener = TcpListener::bind(config.listen).await.context(&format!(
-        "cannot listen on {} (another agent running? choose --listen)",
-        config.listen
-    ))?;
+    use crate::listeners::{Listener, bind_failure};
+    let listener = TcpListener::bind(config.listen).await.map_err(|e| {
+        AgentError::failed(bind_failure(
+            &config.name,
+            Listener::NodePort,
+            config.listen,
+            &e,
+        ))
+    })?;
     let fleetlock_tls = match &config.fleetlock_tls {
         None => None,
         Some((cert, key)) => Some(fleetlock_tls(
@@ -270,14 +281,21 @@ pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
                 rate_limit: config.fleetlock_rate_limit,
             }),
             Err(e) if !config.fleetlock_explicit => {
-                // The default port on a host with several agents (a demo, a test): the first
-                // one serves the host's Zincati.
-                tracing::warn!(%addr, error = %e, "FleetLock is not served here: its default port is taken (set --fleetlock-listen, or off)");
+                // The default port on a host with several agents (the README's cluster, a
+                // demo, a test): the first one serves the host's Zincati, and the others saying
+                // so is information, not a fault. An explicit address that fails stops the agent.
+                tracing::info!(
+                    "FleetLock is not served by this agent: {}",
+                    bind_failure(&config.name, Listener::FleetLock, addr, &e)
+                );
                 None
             }
             Err(e) => {
-                return Err(AgentError::failed(format!(
-                    "cannot listen on {addr} for FleetLock ({e}); choose --fleetlock-listen ADDR, or off"
+                return Err(AgentError::failed(bind_failure(
+                    &config.name,
+                    Listener::FleetLock,
+                    addr,
+                    &e,
                 )));
             }
         },
@@ -287,12 +305,19 @@ pub async fn bind(config: &AgentConfig) -> Result<BoundPort, AgentError> {
         Some(addr) => match TcpListener::bind(addr).await {
             Ok(listener) => Some(listener),
             Err(e) if !config.metrics_explicit => {
-                tracing::warn!(%addr, error = %e, "metrics and the status page are not served here: the default port is taken (set --metrics-listen, or off)");
+                // As for FleetLock: the default port belongs to the host's first agent.
+                tracing::info!(
+                    "metrics and the status page are not served by this agent: {}",
+                    bind_failure(&config.name, Listener::Metrics, addr, &e)
+                );
                 None
             }
             Err(e) => {
-                return Err(AgentError::failed(format!(
-                    "cannot listen on {addr} for metrics ({e}); choose --metrics-listen ADDR, or off"
+                return Err(AgentError::failed(bind_failure(
+                    &config.name,
+                    Listener::Metrics,
+                    addr,
+                    &e,
                 )));
             }
         },

@@ -30,11 +30,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// The filter without `RUST_LOG`: the service's own lines at `info`, libraries (fjall, hyper,
+/// tonic, the etcd client) only from `warn`, so their INFO chatter stays out of the journal.
+const DEFAULT_FILTER: &str = "warn,muster_discovery=info,muster_shared=info";
+
 fn init_logging(format: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never into a journal or a log file.
+        .with_ansi(std::io::stderr().is_terminal());
     if format == "json" {
         builder.json().init();
     } else {

@@ -25,6 +25,7 @@ pub mod ports;
 pub mod powercut;
 pub mod prereq;
 pub mod process;
+pub mod readme_script;
 pub mod terminal;
 pub mod v3_client;
 pub mod wait;

@@ -88,7 +88,12 @@ async fn a_taken_port_stops_the_agent_before_it_registers() {
     .expect("start");
     let code = a.wait_exit(Duration::from_secs(20)).await.expect("exits");
     assert_eq!(code, Some(1), "{}", a.log());
-    assert!(a.log().contains("cannot listen on"), "{}", a.log());
+    // The message names the agent, the listener and the flag that moves it.
+    let log = a.log();
+    assert!(
+        log.contains("agent clash: cannot open its node port") && log.contains("--listen"),
+        "{log}"
+    );
     // The URL is untouched: nobody registered, so the same URL still forms a cluster.
     let listing = get(&url).await.expect("listing");
     assert_eq!(listing.status, 200);

@@ -128,6 +128,11 @@ async fn a_fake_member_with_the_stored_hash_learns_nothing_of_use() {
     let secret = JoinSecret::generate();
     let file = tmp.path().join("join-secret");
     std::fs::write(&file, secret.reveal()).expect("secret file");
+    // Only its owner may read a join-secret file (the agent refuses it otherwise).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod 600");
+    }
     let file = file.display().to_string();
     let real = AgentProc::start(tmp.path(), "s1", &["--init", "--join-secret-file", &file])
         .expect("start s1");

@@ -427,9 +427,10 @@ pub enum LeaseCommand {
         /// Who holds it [default: HOSTNAME:PID]
         #[arg(long)]
         holder: Option<String>,
-        /// How long CMD gets between SIGTERM and SIGKILL when the lease is lost
-        #[arg(long, default_value = "3s")]
-        grace: String,
+        /// How long CMD gets between SIGTERM and SIGKILL when the lease is lost [default: a
+        /// third of --ttl, at most 3s]
+        #[arg(long)]
+        grace: Option<String>,
         /// Wait while someone else holds the lease (--wait=false: exit 75 at once)
         #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
         wait: bool,

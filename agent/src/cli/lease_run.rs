@@ -39,6 +39,17 @@ const RENEW_RETRY: Duration = Duration::from_millis(250);
 /// How long releasing the lease may take after CMD has exited.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest default `--grace`: enough for most programs to finish a write and exit.
+const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(3);
+
+/// `--grace` when none is given: a third of the TTL, at most 3 s. A fixed default would be
+/// refused by [`RunSettings::check`] for short TTLs (3 s of grace does not fit a 3 s lease);
+/// a third always fits, since a third plus the margin stays below two thirds for every TTL
+/// `lease run` accepts (1 s and up).
+pub fn default_grace(ttl: Duration) -> Duration {
+    (ttl / 3).min(MAX_DEFAULT_GRACE)
+}
+
 /// What `lease run` was asked to do.
 pub struct RunSettings {
     pub name: String,
@@ -514,4 +525,45 @@ async fn futures_select<T, F: std::future::Future<Output = T> + Unpin>(
         std::task::Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(ttl: Duration) -> RunSettings {
+        RunSettings {
+            name: "job".into(),
+            holder: "h".into(),
+            ttl,
+            grace: default_grace(ttl),
+            wait: true,
+            command: vec!["true".into()],
+        }
+    }
+
+    #[test]
+    fn the_default_grace_fits_every_accepted_ttl() {
+        for ms in [1_000, 1_500, 2_000, 3_000, 9_000, 15_000, 60_000, 3_600_000] {
+            let s = settings(Duration::from_millis(ms));
+            s.check()
+                .unwrap_or_else(|e| panic!("--ttl {ms}ms with the default grace: {e}"));
+        }
+        assert_eq!(
+            default_grace(Duration::from_secs(3)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            default_grace(Duration::from_secs(15)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(
+            default_grace(Duration::from_secs(600)),
+            Duration::from_secs(3)
+        );
+        // An explicit grace that does not fit is still refused.
+        let mut s = settings(Duration::from_secs(3));
+        s.grace = Duration::from_secs(3);
+        assert!(s.check().is_err());
+    }
 }

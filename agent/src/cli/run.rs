@@ -296,12 +296,16 @@ async fn run_lease(command: LeaseCommand) -> Result<(), Failure> {
             op,
             command,
         } => {
-            let grace = muster_shared::duration::parse_duration(&grace)
-                .map_err(|e| CliError::Usage(format!("--grace: {e}")))?;
+            let ttl = lease::ttl(&ttl)?;
+            let grace = match grace {
+                Some(grace) => muster_shared::duration::parse_duration(&grace)
+                    .map_err(|e| CliError::Usage(format!("--grace: {e}")))?,
+                None => super::lease_run::default_grace(ttl),
+            };
             let settings = super::lease_run::RunSettings {
                 name,
                 holder: holder.unwrap_or_else(lease::default_holder),
-                ttl: lease::ttl(&ttl)?,
+                ttl,
                 grace,
                 wait,
                 command,

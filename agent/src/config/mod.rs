@@ -35,11 +35,14 @@ pub const JOIN_TOKEN_ENV: &str = "MUSTER_JOIN_TOKEN";
 /// `muster agent`; still read, with a warning, for one release.
 pub const LEGACY_TOKEN_ENV: &str = "MUSTER_TOKEN";
 pub const DEFAULT_PROMOTE_AFTER: Duration = Duration::from_secs(3);
-/// The FleetLock port on loopback, where each machine's Zincati finds its own agent.
-pub const DEFAULT_FLEETLOCK_PORT: u16 = 7002;
+/// The FleetLock port on loopback, where each machine's Zincati finds its own agent. Node
+/// ports are numbered from 7000 up (7001, 7002, … in the README's one-host cluster), so the
+/// loopback-only listeners sit at 790x, where a node port would be the 900th of a host: a
+/// node's FleetLock or metrics listener never takes the port another node advertises.
+pub const DEFAULT_FLEETLOCK_PORT: u16 = 7902;
 /// Where `/metrics`, `/healthz`, `/readyz` and the status page are served by default
-/// (loopback: no authentication there).
-pub const DEFAULT_METRICS_PORT: u16 = 7003;
+/// (loopback: no authentication there); next to FleetLock's, apart from the node ports.
+pub const DEFAULT_METRICS_PORT: u16 = 7903;
 /// Connection limits on the node port: far above what a cluster's members and operators use
 /// (each member keeps a couple of connections to each peer), far below a descriptor limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -154,7 +157,8 @@ pub struct AgentFlags {
     #[arg(long)]
     pub initial_cluster: Option<String>,
     /// File holding the pre-shared join secret (from `muster secret generate`), the same on
-    /// every machine: it admits machines with no token. Or give the secret itself in
+    /// every machine: it admits machines with no token. Only its owner may read it (mode 0600;
+    /// otherwise refused, as ssh refuses such a key). Or give the secret itself in
     /// MUSTER_JOIN_SECRET (never as a flag: `ps` shows flags) [env: MUSTER_JOIN_SECRET_FILE]
     #[arg(long)]
     pub join_secret_file: Option<PathBuf>,
@@ -168,13 +172,14 @@ pub struct AgentFlags {
     #[arg(long)]
     pub ca_pin: Option<String>,
     /// Where this agent answers FleetLock (Zincati's reboot coordination) and serves /metrics,
-    /// plain HTTP; `off` to disable [default: 127.0.0.1:7002, so the machine's own Zincati
-    /// reaches it] [env: MUSTER_FLEETLOCK_LISTEN]
+    /// plain HTTP; `off` to disable [default: 127.0.0.1:7902, so the machine's own Zincati
+    /// reaches it; apart from node ports, which the docs number from 7000] [env:
+    /// MUSTER_FLEETLOCK_LISTEN]
     #[arg(long)]
     pub fleetlock_listen: Option<String>,
     /// Where this agent serves Prometheus /metrics, /healthz, /readyz and its status page at /,
     /// plain HTTP without authentication; `off` to disable (the operator port serves /metrics
-    /// too, with an operator token) [default: 127.0.0.1:7003] [env: MUSTER_METRICS_LISTEN]
+    /// too, with an operator token) [default: 127.0.0.1:7903] [env: MUSTER_METRICS_LISTEN]
     #[arg(long)]
     pub metrics_listen: Option<String>,
     /// Serve FleetLock over TLS with this certificate chain (PEM), for Zincati on other machines;
@@ -230,6 +235,12 @@ pub(super) struct FileConfig {
     fleetlock_tls_key: Option<String>,
     fleetlock_tls_client_ca: Option<String>,
     fleetlock_rate_limit: Option<u32>,
+}
+
+/// True when listeners on `a` and `b` cannot both be bound: one port, and the same address or
+/// a wildcard on either side.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// The merged, validated configuration.
@@ -716,7 +727,7 @@ pub fn resolve(
             addr.parse::<SocketAddr>()
                 .map_err(|_| ConfigError::Invalid {
                     setting: "fleetlock-listen",
-                    message: format!("{addr:?} is not an IP:port such as 127.0.0.1:7002, or `off`"),
+                    message: format!("{addr:?} is not an IP:port such as 127.0.0.1:7902, or `off`"),
                 })?,
         ),
         None => Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_FLEETLOCK_PORT))),
@@ -737,11 +748,42 @@ pub fn resolve(
             addr.parse::<SocketAddr>()
                 .map_err(|_| ConfigError::Invalid {
                     setting: "metrics-listen",
-                    message: format!("{addr:?} is not an IP:port such as 127.0.0.1:7003, or `off`"),
+                    message: format!("{addr:?} is not an IP:port such as 127.0.0.1:7903, or `off`"),
                 })?,
         ),
         None => Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT))),
     };
+    // One process cannot open two listeners on one port: say which two before binding fails.
+    let taken = [
+        ("fleetlock-listen", fleetlock_listen, "FleetLock"),
+        ("metrics-listen", metrics_listen, "metrics"),
+    ];
+    for (setting, addr, what) in taken {
+        if let Some(addr) = addr
+            && overlaps(addr, listen)
+        {
+            return Err(ConfigError::Invalid {
+                setting,
+                message: format!(
+                    "{what} at {addr} would share port {} with this agent's node port ({listen}); \
+                     give --{setting} another port, or off",
+                    addr.port()
+                ),
+            });
+        }
+    }
+    if let (Some(f), Some(m)) = (fleetlock_listen, metrics_listen)
+        && overlaps(f, m)
+    {
+        return Err(ConfigError::Invalid {
+            setting: "metrics-listen",
+            message: format!(
+                "metrics at {m} would share port {} with FleetLock ({f}); give --metrics-listen \
+                 or --fleetlock-listen another port",
+                m.port()
+            ),
+        });
+    }
     let fleetlock_tls = match (
         pick(
             "fleetlock-tls-cert",

@@ -276,7 +276,7 @@ fn initial_cluster_lists_this_machine_at_its_address_and_needs_the_secret() {
     let dir = tempfile::tempdir().expect("tmp");
     let secret_file = dir.path().join("secret");
     let secret = muster_shared::token::JoinSecret::generate();
-    std::fs::write(&secret_file, format!("{}\n", secret.reveal())).expect("write");
+    write_private(&secret_file, &format!("{}\n", secret.reveal()));
     let mut f = named("10.0.0.1:7000");
     f.initial_cluster = Some("n1=10.0.0.1:7000, n2=10.0.0.2:7000,n3=10.0.0.3:7000".into());
     let e = resolve(&f, &env(&[])).expect_err("no secret");
@@ -312,7 +312,7 @@ fn join_secret_and_ca_pin_are_checked_where_they_come_from() {
         "{e}"
     );
     let garbage = dir.path().join("garbage");
-    std::fs::write(&garbage, "K1.not-a-secret").expect("write");
+    write_private(&garbage, "K1.not-a-secret");
     f.join_secret_file = Some(garbage);
     let e = resolve(&f, &env(&[])).expect_err("not a secret");
     assert!(e.to_string().contains("JS1"), "{e}");
@@ -399,4 +399,71 @@ fn repair_settings_default_turn_off_with_zero_and_refuse_nonsense() {
             other => panic!("{setting}={value}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn default_fleetlock_and_metrics_ports_stay_clear_of_node_ports() {
+    // The README's one-host cluster: nodes on 127.0.0.1:7001…7004, every listener default.
+    for port in 7001..=7009 {
+        let mut f = flags();
+        f.name = Some("n1".into());
+        f.advertise = Some(format!("127.0.0.1:{port}"));
+        let c = resolve(&f, &env(&[])).expect("defaults resolve");
+        let fleetlock = c.fleetlock_listen.expect("FleetLock on by default");
+        let metrics = c.metrics_listen.expect("metrics on by default");
+        assert!(fleetlock.ip().is_loopback() && metrics.ip().is_loopback());
+        assert_ne!(fleetlock.port(), metrics.port());
+        assert!(!(7000..7900).contains(&fleetlock.port()), "{fleetlock}");
+        assert!(!(7000..7900).contains(&metrics.port()), "{metrics}");
+    }
+}
+
+#[test]
+fn a_listener_on_the_node_port_is_refused_by_name() {
+    let mut f = flags();
+    f.name = Some("n1".into());
+    f.advertise = Some("127.0.0.1:7001".into());
+    f.metrics_listen = Some("127.0.0.1:7001".into());
+    let e = resolve(&f, &env(&[])).expect_err("same port");
+    let text = e.to_string();
+    assert!(
+        text.contains("node port") && text.contains("--metrics-listen"),
+        "{text}"
+    );
+    f.metrics_listen = Some("127.0.0.1:7950".into());
+    f.fleetlock_listen = Some("0.0.0.0:7950".into());
+    let e = resolve(&f, &env(&[])).expect_err("FleetLock and metrics on one port");
+    assert!(e.to_string().contains("FleetLock"), "{e}");
+}
+
+/// Writes a file only its owner can read, as a join-secret file must be.
+fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
+#[test]
+fn a_join_secret_file_others_can_read_is_refused_with_the_chmod_to_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("join-secret");
+    let secret = muster_shared::token::JoinSecret::generate();
+    write_private(&file, &secret.reveal());
+    let mut f = named("10.0.0.1:7000");
+    f.join_secret_file = Some(file.clone());
+    resolve(&f, &env(&[])).expect("0600 is accepted");
+    for mode in [0o644, 0o640, 0o604, 0o660, 0o602] {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        let e = resolve(&f, &env(&[])).expect_err("readable by others");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("join-secret-file:")
+                && text.contains(&format!("chmod 600 {}", file.display()))
+                && text.contains(&format!("{mode:04o}")),
+            "{mode:o}: {text}"
+        );
+    }
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).expect("chmod");
+    resolve(&f, &env(&[])).expect("0400 is accepted");
 }

@@ -36,7 +36,16 @@ pub struct PeerLiveness {
     /// The last refusal status logged per peer.
     refusals: Arc<Mutex<HashMap<NodeId, u16>>>,
     removed: Arc<AtomicBool>,
+    /// When each peer that never answered was first found silent.
+    silent_since: Arc<Mutex<HashMap<NodeId, Instant>>>,
 }
+
+/// How long a peer that never answered may stay silent before that is a warning: longer than a
+/// loaded machine takes to start an agent and serve, far shorter than anyone waits.
+const STARTUP_GRACE: Duration = Duration::from_secs(15);
+/// How long a peer that answered before may stay silent before that is a warning: several
+/// election timeouts, so one slow RPC on a busy machine is not reported as an outage.
+const UNREACHABLE_GRACE: Duration = Duration::from_secs(3);
 
 impl PeerLiveness {
     fn saw(&self, id: NodeId, name: &str) {
@@ -49,12 +58,34 @@ impl PeerLiveness {
     }
 
     fn failed(&self, id: NodeId, name: &str, addr: &str, why: &dyn std::fmt::Display) {
+        // The innermost cause ("Connection refused (os error 111)") says it; the chain of
+        // wrappers around it does not.
+        let why = why.to_string();
+        let reason = why.rsplit("source: ").next().unwrap_or(&why);
+        let last_seen = self.seen.lock().ok().and_then(|m| m.get(&id).copied());
+        // How long the peer has been silent, and how long that may last before it is news. A
+        // peer that never answered since this process started is, in a healthy formation, one
+        // still starting (its port bound but closing connections until it serves: "tls
+        // handshake eof"); one RPC that times out on a loaded machine is not an outage either.
+        // Both are retried; only silence past the grace is a warning.
+        let (silent_for, grace) = match last_seen {
+            Some(seen) => (seen.elapsed(), UNREACHABLE_GRACE),
+            None => {
+                let first = match self.silent_since.lock() {
+                    Ok(mut map) => *map.entry(id).or_insert_with(|| {
+                        tracing::info!(peer = %name, %addr, %reason, "peer does not answer yet (still starting?); retrying");
+                        Instant::now()
+                    }),
+                    Err(_) => Instant::now(),
+                };
+                (first.elapsed(), STARTUP_GRACE)
+            }
+        };
+        if silent_for < grace {
+            return;
+        }
         if self.set_failing(id, true) != Some(true) {
-            // The innermost cause ("Connection refused (os error 111)") says it; the chain of
-            // wrappers around it does not.
-            let why = why.to_string();
-            let reason = why.rsplit("source: ").next().unwrap_or(&why);
-            tracing::warn!(peer = %name, %addr, %reason, "cannot reach peer; retrying quietly until it answers");
+            tracing::warn!(peer = %name, %addr, %reason, silent_s = silent_for.as_secs(), "cannot reach peer; retrying quietly until it answers");
         }
     }
 

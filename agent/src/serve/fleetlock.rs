@@ -1,5 +1,5 @@
 //! The FleetLock endpoint (Zincati's reboot coordination), on its own plain-HTTP listener
-//! (`--fleetlock-listen`, by default 127.0.0.1:7002, so each machine's Zincati talks to its own
+//! (`--fleetlock-listen`, by default 127.0.0.1:7902, so each machine's Zincati talks to its own
 //! agent), and Prometheus metrics on the same listener.
 //!
 //! Requests are taken exactly as Zincati sends them: `POST {base}/v1/pre-reboot` (lock) or

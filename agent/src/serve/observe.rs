@@ -1,4 +1,4 @@
-//! The metrics listener (`--metrics-listen`, 127.0.0.1:7003 by default, plain HTTP, no
+//! The metrics listener (`--metrics-listen`, 127.0.0.1:7903 by default, plain HTTP, no
 //! authentication): `/metrics`, `/healthz`, `/readyz`, and the status page at `/` with the
 //! `status.json` it draws. The operator API serves `/metrics` too, behind its token. No
 //! authentication here, so connections are few (64, 16 per source) and must send their headers

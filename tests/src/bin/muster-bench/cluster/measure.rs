@@ -144,6 +144,11 @@ pub(crate) async fn static_round(
         &secret,
         muster_shared::token::JoinSecret::generate().reveal(),
     )?;
+    // Only its owner may read a join-secret file (the agent refuses it otherwise).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))?;
+    }
     let secret = secret.display().to_string();
     let nodes: Vec<(String, String)> = (1..=n)
         .map(|i| {
