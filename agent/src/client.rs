@@ -1,13 +1,13 @@
 //! The one way the agent and the CLI talk HTTP as a client: how each kind of client is built
 //! (pinned to a CA, mutual TLS to a peer, plain or public HTTPS to a discovery service, the
-//! local unix socket), how an answer or an error is read back, and how a retry waits
-//! ([`Backoff`]).
+//! local unix socket) and how an answer or an error is read back. How a retry waits is
+//! `muster_shared::retry`, the one schedule of both binaries.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::BodyExt;
 use muster_shared::tls;
@@ -315,70 +315,9 @@ pub async fn socket_call(
     })?
 }
 
-/// Exponential backoff between attempts, with an optional deadline: the one retry schedule.
-#[derive(Debug, Clone)]
-pub struct Backoff {
-    next: Duration,
-    max: Duration,
-    deadline: Option<Instant>,
-}
-
-impl Backoff {
-    /// Waits `first`, doubling up to `max` after each attempt.
-    pub fn new(first: Duration, max: Duration) -> Self {
-        Self {
-            next: first,
-            max,
-            deadline: None,
-        }
-    }
-
-    /// Stops allowing attempts `within` from now.
-    pub fn until(mut self, within: Duration) -> Self {
-        self.deadline = Some(Instant::now() + within);
-        self
-    }
-
-    /// True once the deadline has passed.
-    pub fn expired(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
-    }
-
-    /// The delay before the next attempt (and doubles the one after).
-    pub fn next_delay(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(self.max);
-        match self.deadline {
-            Some(d) => delay.min(d.saturating_duration_since(Instant::now())),
-            None => delay,
-        }
-    }
-
-    /// Sleeps before the next attempt; false (at once) if the deadline has passed.
-    pub async fn wait(&mut self) -> bool {
-        if self.expired() {
-            return false;
-        }
-        tokio::time::sleep(self.next_delay()).await;
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_to_its_cap_and_respects_its_deadline() {
-        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(350));
-        let delays: Vec<u128> = (0..4).map(|_| b.next_delay().as_millis()).collect();
-        assert_eq!(delays, vec![100, 200, 350, 350]);
-        let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(5))
-            .until(Duration::from_millis(20));
-        assert!(b.next_delay() <= Duration::from_millis(20));
-        std::thread::sleep(Duration::from_millis(25));
-        assert!(b.expired());
-    }
 
     #[test]
     fn answers_decode_to_their_type_or_their_error() {

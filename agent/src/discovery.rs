@@ -8,7 +8,7 @@ use muster_shared::bootstrap::{BootstrapRecord, NODES_DIR, RECORD_KEY, Registran
 use muster_shared::form::urlencode;
 use serde::Deserialize;
 
-use crate::client::Backoff;
+use muster_shared::retry::RetryPolicy;
 
 /// etcd's discovery client gives every plain request 5 s; so do we.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -66,8 +66,9 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, DiscoveryError>>,
 {
-    let mut backoff =
-        Backoff::new(Duration::from_millis(250), Duration::from_secs(8)).until(RETRY_FOR);
+    let mut backoff = RetryPolicy::exponential(Duration::from_millis(250), Duration::from_secs(8))
+        .within(RETRY_FOR)
+        .start();
     loop {
         match f().await {
             Err(e) if e.is_retryable() && !backoff.expired() => {

@@ -10,12 +10,12 @@ use muster_shared::bootstrap::{BootstrapRecord, RecordState};
 
 use crate::agent::Agent;
 use crate::api::ApiError;
-use crate::client::Backoff;
 use crate::datadir::ClusterFile;
 use crate::discovery::{DiscoveryClient, DiscoveryError};
 use crate::leader::{Sightings, cluster_view};
 use crate::policy::{self, Change, ClusterView, FormationView, Wait, Why};
 use crate::state::{FormationRecord, Node, NodeId, Request, parse_member_id};
+use muster_shared::retry::RetryPolicy;
 
 /// What the reconciler keeps between steps.
 #[derive(Default)]
@@ -284,7 +284,8 @@ async fn mark_formed(formation: &FormationRecord, peers: Vec<String>) {
     let Ok(discovery) = DiscoveryClient::new(url) else {
         return;
     };
-    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(16));
+    let mut backoff =
+        RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(16)).start();
     for _ in 0..5 {
         match discovery.record().await {
             Ok(Some((record, index))) if record.state == RecordState::Open => {

@@ -247,8 +247,13 @@ fn the_node_tasks_the_page_lists_are_the_ones_node_rs_spawns() {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
             .collect();
         let rest = &call[path.len()..];
-        if path.matches("::").count() != 1 || !rest.starts_with('(') {
-            continue; // a constructor or helper called while building a task, not a task
+        // A task is started with the agent: `crate::serve::serve_socket(agent, …)`. Anything
+        // else called while building one (a constructor, a path) is not a task.
+        let takes_agent = rest
+            .strip_prefix('(')
+            .is_some_and(|args| args.trim_start().starts_with("agent"));
+        if path.matches("::").count() != 1 || !takes_agent {
+            continue;
         }
         started += 1;
         assert!(

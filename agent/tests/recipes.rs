@@ -422,6 +422,11 @@ fn static_bootstrap_recipe_resolves_on_each_of_its_machines() {
         muster_shared::token::JoinSecret::generate().reveal(),
     )
     .expect("secret");
+    // As the recipe's `umask 077` makes it: the agent refuses a secret others can read.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    }
     for entry in list.split(',') {
         let (name, addr) = entry.split_once('=').expect("NAME=HOST:PORT");
         let ip = addr.split(':').next().expect("host");

@@ -123,8 +123,10 @@ async fn the_ca_is_rotated_under_writes_and_old_tokens_stop_working() {
         AgentProc::start(tmp.path(), "r4", &["--join", &via, "--token", &token]).expect("start r4"),
     );
     wait_for("r4 to join and move to the new CA", WAIT, || async {
-        let s = ca_status(&agents[0]).await?;
+        // Members first: once r4 counts, its record is committed, so a "ready" read after it
+        // includes r4's acknowledgements (read the other way round, "ready" may predate r4).
         let members = agents[0].status().await?["members"].as_array()?.len();
+        let s = ca_status(&agents[0]).await?;
         let r4 = tls_file(&agents[3], "node.pem");
         (s["phase"] == "ready" && members == 4 && !r4.is_empty() && !tls::issued_by(&r4, &old_ca))
             .then_some(())

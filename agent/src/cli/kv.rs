@@ -8,9 +8,9 @@ use super::{CliError, Target};
 use crate::api::ErrorKind;
 use crate::api::paths;
 use crate::api::types::KvEntry;
-use crate::client::Backoff;
 use crate::outln;
 use crate::state::kv::{EventKind, KvEvent, WatchAnswer};
+use muster_shared::retry::{Backoff, RetryPolicy};
 
 /// How long one watch call is held by the agent when nothing changes (below the CLI's 30 s).
 const WATCH_WAIT_MS: u64 = 20_000;
@@ -125,7 +125,8 @@ pub async fn watch(
             Err(e) if transient(&e) => {
                 let backoff = outage.get_or_insert_with(|| {
                     eprintln!("muster: watch interrupted ({e}); resuming at revision {from}");
-                    Backoff::new(Duration::from_millis(200), Duration::from_secs(2))
+                    RetryPolicy::exponential(Duration::from_millis(200), Duration::from_secs(2))
+                        .start()
                 });
                 backoff.wait().await;
                 continue;

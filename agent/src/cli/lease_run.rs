@@ -30,7 +30,7 @@ use super::lease::{claim_once, release_once};
 use super::{CliError, Target};
 use crate::api::ErrorKind;
 use crate::api::types::LeaseInfo;
-use crate::client::Backoff;
+use muster_shared::retry::{Backoff, RetryPolicy};
 
 /// How often a waiting `lease run` asks again while the lease is held elsewhere.
 const WAIT_POLL: Duration = Duration::from_millis(250);
@@ -342,7 +342,8 @@ async fn acquire(
             Err(e) if transient(&e) => {
                 let backoff = outage.get_or_insert_with(|| {
                     eprintln!("muster: cannot claim lease {} yet ({e}); retrying", s.name);
-                    Backoff::new(Duration::from_millis(200), Duration::from_secs(2))
+                    RetryPolicy::exponential(Duration::from_millis(200), Duration::from_secs(2))
+                        .start()
                 });
                 idle(backoff.next_delay(), signals).await?;
             }

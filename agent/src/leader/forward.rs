@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::{Authority, Forwarded, LeaderOp, execute};
 use crate::agent::Agent;
 use crate::api::{ApiError, ErrorKind, paths};
-use crate::client::{Backoff, CallError, send_json};
+use crate::client::{CallError, send_json};
+use muster_shared::retry::RetryPolicy;
 
 /// How long a follower waits for the leader to answer a forwarded operation: longer than the
 /// leader's own longest wait (`node remove` waits for the node to leave), shorter than the
@@ -22,8 +23,9 @@ pub async fn run(
     authority: &Authority,
     op: LeaderOp,
 ) -> Result<serde_json::Value, ApiError> {
-    let mut backoff =
-        Backoff::new(Duration::from_millis(100), Duration::from_millis(100)).until(ELECTION_GRACE);
+    let mut backoff = RetryPolicy::constant(Duration::from_millis(100))
+        .within(ELECTION_GRACE)
+        .start();
     loop {
         match run_once(agent, authority, op.clone()).await {
             Err(e) if e.kind == ErrorKind::NoLeader && backoff.wait().await => {}

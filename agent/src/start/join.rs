@@ -16,11 +16,12 @@ use serde::Serialize;
 use crate::api::ErrorKind;
 use crate::api::join::{JoinResponse, TokenJoinRequest};
 use crate::api::paths;
-use crate::client::{self, Backoff, CallError};
+use crate::client::{self, CallError};
 use crate::config::{AgentConfig, host_of};
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::AgentError;
 use crate::node::{self, NodeSpec, RunningNode};
+use muster_shared::retry::RetryPolicy;
 
 /// How long a joiner keeps trying while no member answers (or none has a leader).
 const JOIN_DEADLINE: Duration = Duration::from_secs(300);
@@ -61,7 +62,9 @@ impl<'a, B: Serialize> Joiner<'a, B> {
     /// Returns the admission and the peer that gave it.
     pub async fn join(&self) -> Result<(JoinResponse, String), AgentError> {
         let mut backoff =
-            Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).until(JOIN_DEADLINE);
+            RetryPolicy::exponential(Duration::from_millis(100), Duration::from_secs(5))
+                .within(JOIN_DEADLINE)
+                .start();
         loop {
             match self.round().await? {
                 Round::Admitted(response, via) => return Ok((response, via)),

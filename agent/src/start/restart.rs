@@ -8,12 +8,13 @@ use muster_shared::tls;
 
 use super::initiate;
 use crate::api::paths;
-use crate::client::{self, Backoff, CallError};
+use crate::client::{self, CallError};
 use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::AgentError;
 use crate::leader::{self, Authority, LeaderOp};
 use crate::node::{self, NodeSpec, RunningNode};
+use muster_shared::retry::RetryPolicy;
 
 /// How long a restart waits for a `--join` target to show its CA.
 const JOIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -133,8 +134,9 @@ async fn move_here(agent: std::sync::Arc<crate::agent::Agent>, from: String, to:
     println!(
         "this member moved from {from} to {to}; asking the leader to record the new address …"
     );
-    let mut backoff =
-        Backoff::new(Duration::from_millis(500), Duration::from_secs(5)).until(MOVE_DEADLINE);
+    let mut backoff = RetryPolicy::exponential(Duration::from_millis(500), Duration::from_secs(5))
+        .within(MOVE_DEADLINE)
+        .start();
     loop {
         let op = LeaderOp::SetAddress {
             name: agent.name().to_string(),

@@ -22,11 +22,12 @@ use super::join::{join_with_request, token_join_request};
 use crate::api::ErrorKind;
 use crate::api::join::{SecretHello, SecretProof};
 use crate::api::paths;
-use crate::client::{self, Backoff, CallError};
+use crate::client::{self, CallError};
 use crate::config::AgentConfig;
 use crate::datadir::Identity;
 use crate::error::AgentError;
 use crate::node::RunningNode;
+use muster_shared::retry::RetryPolicy;
 
 /// How long a machine keeps asking for a proof while no member answers (static bootstrap: the
 /// initiator may start later than the others).
@@ -87,8 +88,9 @@ pub async fn pin_by_secret(
         .timeout(REQUEST_TIMEOUT)
         .build()
         .map_err(|e| AgentError::failed(e.to_string()))?;
-    let mut backoff =
-        Backoff::new(Duration::from_millis(100), Duration::from_secs(2)).until(deadline);
+    let mut backoff = RetryPolicy::exponential(Duration::from_millis(100), Duration::from_secs(2))
+        .within(deadline)
+        .start();
     let mut last = String::from("no member answered");
     loop {
         // Every peer at once; the first proof wins. A refusal counts only if no peer proves.
