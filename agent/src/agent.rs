@@ -1,6 +1,8 @@
-//! The running node's shared state as plain data: who this node is, its cluster, its raft
-//! handle and peer clients, what it knows of its own removal, and counters. Behaviour lives in the modules that use it (`leader/`, `serve/`, `reconcile`,
-//! `watch`); this file only holds things and hands them out.
+//! The running node's shared state as plain data: who this node is, its raft handle and peer
+//! clients, its trust (credentials, refused ids), what it knows of its own removal, and the
+//! parts owned elsewhere that it holds for the node: the leader-side state (`leading/`) and the
+//! listeners' counters (`observe/counters.rs`). Behaviour lives in the modules that use it
+//! (`leader/`, `serve/`, `reconcile`, `watch`); this file only holds things and hands them out.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

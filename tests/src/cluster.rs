@@ -119,3 +119,25 @@ pub async fn wait_formed(agents: &[&AgentProc], n: usize, timeout: Duration) -> 
             .join("\n")
     })
 }
+
+/// `n` agents named `<prefix>1…` started as a user starts them (no test log filter, so their
+/// logs show the defaults), each on a free loopback port, all through the discovery `url`.
+pub fn start_bare_through(
+    root: &Path,
+    prefix: &str,
+    url: &str,
+    n: usize,
+) -> Result<Vec<AgentProc>> {
+    (1..=n)
+        .map(|i| {
+            let addr = format!("127.0.0.1:{}", crate::free_port());
+            AgentProc::start_bare(
+                root,
+                &format!("{prefix}{i}"),
+                &addr,
+                &["--advertise", &addr, "--discovery", url],
+                None,
+            )
+        })
+        .collect()
+}

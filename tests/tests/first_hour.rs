@@ -259,19 +259,7 @@ async fn the_default_log_of_a_formation_is_quiet_and_shows_the_operator_token_on
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(3).await.expect("url");
-    let agents: Vec<AgentProc> = (1..=3)
-        .map(|i| {
-            let addr = loopback();
-            AgentProc::start_bare(
-                tmp.path(),
-                &format!("q{i}"),
-                &addr,
-                &["--advertise", &addr, "--discovery", &url],
-                None,
-            )
-            .expect("start")
-        })
-        .collect();
+    let agents = start_bare_through(tmp.path(), "q", &url, 3).expect("start");
     let refs: Vec<&AgentProc> = agents.iter().collect();
     wait_formed(&refs, 3, FORM).await.expect("formed");
     let logs: Vec<String> = agents.iter().map(AgentProc::log).collect();

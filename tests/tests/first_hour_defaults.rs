@@ -155,19 +155,7 @@ async fn a_healthy_formation_logs_no_warning_and_no_colour() {
     let discovery_log = tmp.path().join("discovery.log");
     let (mut discovery, url) = discovery_with_default_logs(tmp.path(), &discovery_log).await;
     // The agents' own default filter (no RUST_LOG), stderr to a file (not a terminal).
-    let agents: Vec<AgentProc> = (1..=3)
-        .map(|i| {
-            let addr = loopback();
-            AgentProc::start_bare(
-                tmp.path(),
-                &format!("h{i}"),
-                &addr,
-                &["--advertise", &addr, "--discovery", &url],
-                None,
-            )
-            .expect("start")
-        })
-        .collect();
+    let agents = start_bare_through(tmp.path(), "h", &url, 3).expect("start");
     let refs: Vec<&AgentProc> = agents.iter().collect();
     wait_formed(&refs, 3, FORM).await.expect("formed");
     let _ = discovery.start_kill();
