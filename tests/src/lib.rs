@@ -5,8 +5,8 @@
 //! One file per job: [`process`] the child-process type every wrapper is built on,
 //! [`discovery`], [`etcd`] and [`agent`] the wrappers, [`http`] plain HTTP, [`operator`] the
 //! operator API, [`cluster`] cluster builders, [`wait`] deadlines, [`ports`] ports and
-//! [`prereq`] missing prerequisites. Everything is re-exported here, so suites import from
-//! the crate root.
+//! [`prereq`] missing prerequisites, [`exclusive`] one heavy test at a time. Everything is
+//! re-exported here, so suites import from the crate root.
 //!
 //! Binaries are found next to the running test or bench executable (`target/<profile>/`), or in
 //! `$MUSTER_BIN_DIR`. `cargo test --workspace` builds them before any test runs.
@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod discovery;
 pub mod etcd;
 pub mod etcd_cluster;
+pub mod exclusive;
 pub mod history;
 pub mod http;
 pub mod netns;

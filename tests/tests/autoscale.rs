@@ -115,6 +115,7 @@ impl Writer {
 
 #[tokio::test]
 async fn failed_voters_are_replaced_and_dead_members_cleaned_up_while_writes_go_on() {
+    let _alone = muster_tests::exclusive::heavy().await;
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(3).await.expect("url");
@@ -279,6 +280,7 @@ async fn failed_voters_are_replaced_and_dead_members_cleaned_up_while_writes_go_
 
 #[tokio::test]
 async fn cleanup_never_breaks_quorum_or_goes_below_min_voters_and_status_says_why() {
+    let _alone = muster_tests::exclusive::heavy().await;
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(3).await.expect("url");
@@ -411,6 +413,7 @@ fn count(roles: &std::collections::BTreeMap<String, String>, role: &str) -> usiz
 
 #[tokio::test]
 async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spares() {
+    let _alone = muster_tests::exclusive::heavy().await;
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let url = d.new_token(3).await.expect("url");

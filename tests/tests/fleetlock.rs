@@ -456,6 +456,7 @@ struct Intervals(Mutex<Vec<(Instant, Instant)>>);
 
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
+    let _alone = muster_tests::exclusive::heavy().await;
     let seconds: u64 = std::env::var("MUSTER_FLEETLOCK_SECONDS")
         .ok()
         .and_then(|v| v.parse().ok())
