@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use muster_agent::cli::{self, Cli, Failure};
-use muster_agent::error::{AgentError, EXIT_USAGE};
+use muster_agent::error::{EXIT_USAGE, ExitClass};
 
 fn main() -> ExitCode {
     // With --json, errors are JSON on stdout too, so a script reads one document either way
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         Err(failure) => {
             if json {
                 muster_agent::outln!("{}", failure.to_json());
-            } else if let Failure::Agent(AgentError::Refused(_)) = failure {
+            } else if matches!(&failure, Failure::Agent(e) if e.class() == ExitClass::Refused) {
                 eprintln!("muster: {}", failure.message());
             } else {
                 eprintln!("muster: error: {}", failure.message());

@@ -50,7 +50,7 @@ impl Reconciler {
             .raft()
             .read_local(|s| (s.nodes.keys().copied().collect(), s.removed.clone()))?;
         self.sightings.observe(&raft, &records, &removed);
-        let mut view = cluster_view(agent, &raft, &self.sightings)?;
+        let mut view = cluster_view(agent.leader(), &raft, &self.sightings)?;
         if let Some(formation) = agent.formation() {
             // The discovery service unreachable: the voter table still runs, so a cluster
             // never depends on discovery for its voters.

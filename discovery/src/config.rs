@@ -324,7 +324,7 @@ fn parse_hold(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
         return Err(
-            "use 1s..=10m; keep it below your reverse proxy's idle timeout (30s suits nginx's 60s)"
+            "use between 1s and 10m; keep it below your reverse proxy's idle timeout (30s suits nginx's 60s)"
                 .into(),
         );
     }
@@ -334,7 +334,7 @@ fn parse_hold(s: &str) -> Result<Duration, String> {
 fn parse_request_timeout(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(1) || d > Duration::from_secs(300) {
-        return Err("use 1s..=5m (etcd gives every non-watch request 5s in all)".into());
+        return Err("use between 1s and 5m (etcd gives every non-watch request 5s in all)".into());
     }
     Ok(d)
 }

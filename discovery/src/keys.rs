@@ -134,61 +134,99 @@ pub const MAX_HIDDEN_VALUE: usize = 8192;
 /// Validates an etcd registration value: one name, one or more peer URLs, as
 /// `name=scheme://host:port` pairs joined by `,`. etcd itself would refuse anything else later
 /// (`discovery: invalid URL`), after every member had already committed to the token.
-pub fn validate_member_value(value: &str) -> Result<(), String> {
+pub fn validate_member_value(value: &str) -> Result<(), MemberValueError> {
     if value.is_empty() {
-        return Err("value is empty".into());
+        return Err(MemberValueError::Empty);
     }
     if value.len() > MAX_MEMBER_VALUE {
-        return Err(format!("value is longer than {MAX_MEMBER_VALUE} bytes"));
+        return Err(MemberValueError::TooLong);
     }
     let mut name_seen: Option<&str> = None;
     for pair in value.split(',') {
         let Some((name, url)) = pair.split_once('=') else {
-            return Err(format!("{pair:?} is not name=url"));
+            return Err(MemberValueError::NotNameUrl(bounded(pair)));
         };
         if name.is_empty() || name.chars().any(|c| c.is_control() || c == ' ') {
-            return Err(format!(
-                "member name {name:?} is empty or has spaces/control chars"
-            ));
+            return Err(MemberValueError::BadName(bounded(name)));
         }
         match name_seen {
             Some(first) if first != name => {
-                return Err(format!(
-                    "one registration carries one name, found {first:?} and {name:?}"
-                ));
+                return Err(MemberValueError::TwoNames(bounded(first), bounded(name)));
             }
             _ => name_seen = Some(name),
         }
-        validate_peer_url(url)?;
+        validate_peer_url(url).map_err(|why| MemberValueError::PeerUrl {
+            url: bounded(url),
+            why,
+        })?;
     }
     Ok(())
 }
 
-fn validate_peer_url(url: &str) -> Result<(), String> {
+/// Why a registration value is refused. The text goes back to the client (etcd's
+/// `errorCode 209` cause, or a gRPC status), so every quoted piece is bounded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MemberValueError {
+    #[error("value is empty")]
+    Empty,
+    #[error("value is longer than {MAX_MEMBER_VALUE} bytes")]
+    TooLong,
+    #[error("{0:?} is not name=url")]
+    NotNameUrl(String),
+    #[error("member name {0:?} is empty or has spaces/control chars")]
+    BadName(String),
+    #[error("one registration carries one name, found {0:?} and {1:?}")]
+    TwoNames(String, String),
+    #[error("{url:?}: {why}")]
+    PeerUrl { url: String, why: PeerUrlError },
+}
+
+/// Why a peer URL in a registration is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PeerUrlError {
+    #[error("not an absolute URL")]
+    NotAbsolute,
+    #[error("scheme must be http, https, unix or unixs")]
+    Scheme,
+    #[error("peer URLs carry no path, query or credentials")]
+    PathOrCredentials,
+    #[error("missing :port")]
+    MissingPort,
+    #[error("expected host:port")]
+    NotHostPort,
+    #[error("not a valid host (an IPv4 address, [IPv6] or a DNS name)")]
+    Host,
+}
+
+/// At most 256 bytes of a refused piece, cut at a character boundary: a refusal quotes what it
+/// refused, never a whole 4 KiB value.
+fn bounded(text: &str) -> String {
+    let mut end = text.len().min(256);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+fn validate_peer_url(url: &str) -> Result<(), PeerUrlError> {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(format!("{url:?} is not an absolute URL"));
+        return Err(PeerUrlError::NotAbsolute);
     };
     if !matches!(scheme, "http" | "https" | "unix" | "unixs") {
-        return Err(format!(
-            "{url:?}: scheme must be http, https, unix or unixs"
-        ));
+        return Err(PeerUrlError::Scheme);
     }
     let host_port = rest.strip_suffix('/').unwrap_or(rest);
     if host_port.contains(['/', '?', '#', '@', ' ']) {
-        return Err(format!(
-            "{url:?}: peer URLs carry no path, query or credentials"
-        ));
+        return Err(PeerUrlError::PathOrCredentials);
     }
     let Some((host, port)) = host_port.rsplit_once(':') else {
-        return Err(format!("{url:?}: missing :port"));
+        return Err(PeerUrlError::MissingPort);
     };
     if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("{url:?}: expected host:port"));
+        return Err(PeerUrlError::NotHostPort);
     }
     if !valid_host(host) {
-        return Err(format!(
-            "{url:?}: {host:?} is not a valid host (an IPv4 address, [IPv6] or a DNS name)"
-        ));
+        return Err(PeerUrlError::Host);
     }
     Ok(())
 }
@@ -306,14 +344,26 @@ mod tests {
     fn member_values_follow_etcd_rules() {
         assert!(validate_member_value("n1=http://10.0.0.1:2380").is_ok());
         assert!(validate_member_value("mp=http://127.0.0.1:1,mp=https://[::1]:2").is_ok());
-        assert!(validate_member_value("").is_err());
-        assert!(validate_member_value("n1").is_err());
+        assert_eq!(validate_member_value(""), Err(MemberValueError::Empty));
+        assert_eq!(
+            validate_member_value("n1"),
+            Err(MemberValueError::NotNameUrl("n1".into()))
+        );
         assert!(validate_member_value("n1=10.0.0.1:2380").is_err());
-        assert!(validate_member_value("n1=ftp://h:1").is_err());
+        assert_eq!(
+            validate_member_value("n1=ftp://h:1"),
+            Err(MemberValueError::PeerUrl {
+                url: "ftp://h:1".into(),
+                why: PeerUrlError::Scheme
+            })
+        );
         assert!(validate_member_value("n1=http://h:1/path").is_err());
         assert!(validate_member_value("n1=http://h:99999").is_err());
         assert!(validate_member_value("a=http://h:1,b=http://h:2").is_err());
-        assert!(validate_member_value(&format!("n=http://{}:1", "h".repeat(5000))).is_err());
+        assert_eq!(
+            validate_member_value(&format!("n=http://{}:1", "h".repeat(5000))),
+            Err(MemberValueError::TooLong)
+        );
         for bad_host in [
             "n=http://exa_mple.com:1",
             "n=http://-h:1",

@@ -123,9 +123,9 @@ impl Manifest {
     /// Parses and checks `text`: unknown keys, wrong types, duplicate names or addresses, bad
     /// addresses and out-of-range settings are refused with their line.
     pub fn parse(text: &str) -> Result<Self, ManifestError> {
-        let refuse = |span: Range<usize>, message: String| ManifestError {
+        let refuse = |span: Range<usize>, message: &dyn std::fmt::Display| ManifestError {
             line: line_of(text, span.start),
-            message,
+            message: message.to_string(),
         };
         let raw: RawManifest = toml::from_str(text).map_err(|e| ManifestError {
             line: e.span().map_or(1, |s| line_of(text, s.start)),
@@ -139,7 +139,7 @@ impl Manifest {
         let default_dir = match &raw.defaults {
             Some(RawDefaults {
                 data_dir: Some(dir),
-            }) => checked_dir(dir).map_err(|m| refuse(dir.span(), m))?,
+            }) => checked_dir(dir).map_err(|m| refuse(dir.span(), &m))?,
             _ => DEFAULT_DATA_DIR.to_string(),
         };
         let mut members = Vec::new();
@@ -147,24 +147,24 @@ impl Manifest {
         let mut addresses = BTreeMap::new();
         for m in &raw.member {
             let name = m.name.get_ref();
-            validate_name(name).map_err(|e| refuse(m.name.span(), format!("member name: {e}")))?;
+            validate_name(name).map_err(|e| refuse(m.name.span(), &format!("member name: {e}")))?;
             if !names.insert(name.clone()) {
                 return Err(refuse(
                     m.name.span(),
-                    format!("member {name:?} is listed twice; every member needs its own name"),
+                    &format!("member {name:?} is listed twice; every member needs its own name"),
                 ));
             }
             let address = m.address.get_ref();
             validate_host_port("address", address)
-                .map_err(|e| refuse(m.address.span(), format!("member {name}: {e}")))?;
+                .map_err(|e| refuse(m.address.span(), &format!("member {name}: {e}")))?;
             if let Some(other) = addresses.insert(address.clone(), name.clone()) {
                 return Err(refuse(
                     m.address.span(),
-                    format!("members {other} and {name} both have address {address}"),
+                    &format!("members {other} and {name} both have address {address}"),
                 ));
             }
             let data_dir = match &m.data_dir {
-                Some(dir) => checked_dir(dir).map_err(|e| refuse(dir.span(), e))?,
+                Some(dir) => checked_dir(dir).map_err(|e| refuse(dir.span(), &e))?,
                 None => default_dir.clone(),
             };
             members.push(DesiredMember {
@@ -186,25 +186,27 @@ impl Manifest {
                 replace_after_ms: c
                     .replace_after
                     .as_ref()
-                    .map(|d| delay(d).map_err(|m| refuse(d.span(), m)))
+                    .map(|d| delay(d).map_err(|m| refuse(d.span(), &m)))
                     .transpose()?,
                 cleanup_dead_after_ms: c
                     .cleanup_dead_after
                     .as_ref()
-                    .map(|d| delay(d).map_err(|m| refuse(d.span(), m)))
+                    .map(|d| delay(d).map_err(|m| refuse(d.span(), &m)))
                     .transpose()?,
                 min_voters: c
                     .min_voters
                     .as_ref()
                     .map(|n| {
                         count(n, MIN_MIN_VOTERS, MAX_MIN_VOTERS, "min_voters")
-                            .map_err(|m| refuse(n.span(), m))
+                            .map_err(|m| refuse(n.span(), &m))
                     })
                     .transpose()?,
                 standbys: c
                     .standbys
                     .as_ref()
-                    .map(|n| count(n, 0, MAX_STANDBYS, "standbys").map_err(|m| refuse(n.span(), m)))
+                    .map(|n| {
+                        count(n, 0, MAX_STANDBYS, "standbys").map_err(|m| refuse(n.span(), &m))
+                    })
                     .transpose()?,
             },
             None => DesiredSettings::default(),
@@ -219,7 +221,7 @@ impl Manifest {
                     Some(mode) => {
                         return Err(refuse(
                             mode.span(),
-                            format!(
+                            &format!(
                                 "unknown_groups = {:?}: write \"create\" (a group nobody \
                                  configured is created on first use) or \"reject\"",
                                 mode.get_ref()
@@ -234,18 +236,18 @@ impl Manifest {
                     if !valid_group(name) {
                         return Err(refuse(
                             g.name.span(),
-                            format!(
-                                "group name {name:?}: use 1..=253 chars of [a-zA-Z0-9.-] \
+                            &format!(
+                                "group name {name:?}: use 1 to 253 chars of [a-zA-Z0-9.-] \
                                  (Zincati's group names)"
                             ),
                         ));
                     }
                     let slots = count(&g.slots, 1, MAX_SLOTS, "slots")
-                        .map_err(|m| refuse(g.slots.span(), m))?;
+                        .map_err(|m| refuse(g.slots.span(), &m))?;
                     if groups.insert(name.clone(), slots).is_some() {
                         return Err(refuse(
                             g.name.span(),
-                            format!("group {name:?} is listed twice"),
+                            &format!("group {name:?} is listed twice"),
                         ));
                     }
                 }
@@ -329,7 +331,26 @@ impl Manifest {
     }
 }
 
-fn checked_dir(dir: &Spanned<String>) -> Result<String, String> {
+/// A value in `cluster.toml` that parses but cannot be used; [`Manifest::parse`] puts its line
+/// in front.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FieldError {
+    #[error("data_dir {0:?}: give an absolute path of [A-Za-z0-9._/-], such as {DEFAULT_DATA_DIR}")]
+    DataDir(String),
+    #[error("{reason}; write a duration such as \"30s\" or \"10m\", or \"0\" for off")]
+    NotADuration { reason: String },
+    #[error("{0:?}: write a delay between 1s and 30d, or \"0\" to turn the repair off")]
+    DelayOutOfRange(String),
+    #[error("{what} = {value}: write a number between {min} and {max}")]
+    Count {
+        what: &'static str,
+        value: i64,
+        min: u32,
+        max: u32,
+    },
+}
+
+fn checked_dir(dir: &Spanned<String>) -> Result<String, FieldError> {
     // Printed into shell commands and an EnvironmentFile: plain path characters only.
     let d = dir.get_ref();
     let plain = d
@@ -338,25 +359,23 @@ fn checked_dir(dir: &Spanned<String>) -> Result<String, String> {
     if d.starts_with('/') && plain && !d.split('/').any(|part| part == "..") {
         Ok(d.clone())
     } else {
-        Err(format!(
-            "data_dir {d:?}: give an absolute path of [A-Za-z0-9._/-], such as {DEFAULT_DATA_DIR}"
-        ))
+        Err(FieldError::DataDir(d.clone()))
     }
 }
 
 /// A delay such as "30s" or "10m"; "0" or "off" turns the repair off (stored as 0 ms).
-fn delay(text: &Spanned<String>) -> Result<u64, String> {
+fn delay(text: &Spanned<String>) -> Result<u64, FieldError> {
     let t = text.get_ref().trim();
     if t == "0" || t == "off" {
         return Ok(0);
     }
     let ms = parse_duration(t)
-        .map_err(|e| format!("{e}; write a duration such as \"30s\" or \"10m\", or \"0\" for off"))
+        .map_err(|e| FieldError::NotADuration {
+            reason: e.to_string(),
+        })
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))?;
     if !(MIN_DELAY_MS..=MAX_DELAY_MS).contains(&ms) {
-        return Err(format!(
-            "{t:?}: write a delay between 1s and 30d, or \"0\" to turn the repair off"
-        ));
+        return Err(FieldError::DelayOutOfRange(t.to_string()));
     }
     Ok(ms)
 }
@@ -371,9 +390,14 @@ fn delay_text(ms: u64) -> String {
     }
 }
 
-fn count(n: &Spanned<i64>, min: u32, max: u32, what: &str) -> Result<u32, String> {
+fn count(n: &Spanned<i64>, min: u32, max: u32, what: &'static str) -> Result<u32, FieldError> {
     u32::try_from(*n.get_ref())
         .ok()
         .filter(|v| (min..=max).contains(v))
-        .ok_or_else(|| format!("{what} = {}: write a number in {min}..={max}", n.get_ref()))
+        .ok_or(FieldError::Count {
+            what,
+            value: *n.get_ref(),
+            min,
+            max,
+        })
 }

@@ -95,7 +95,7 @@ fn refusals_name_the_line() {
                 member("n1", "10.0.0.1:7000")
             ),
             2,
-            "1..=7",
+            "between 1 and 7",
         ),
         (
             format!(
@@ -127,7 +127,7 @@ fn refusals_name_the_line() {
                 member("n1", "10.0.0.1:7000")
             ),
             3,
-            "1..=1000",
+            "between 1 and 1000",
         ),
         ("[cluster]\nstandbys = 1\n".to_string(), 3, "no member"),
         ("[[member]]\nname = \"n1\"\n".to_string(), 1, "address"),

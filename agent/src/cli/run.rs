@@ -11,7 +11,7 @@ use super::args::{
 use super::{CliError, output};
 use crate::api::ErrorKind;
 use crate::config;
-use crate::error::{AgentError, EXIT_USAGE};
+use crate::error::{AgentError, EXIT_USAGE, ExitClass};
 use crate::outln;
 
 /// `lease run --wait=false` and `lease claim` while someone else holds the lease (EX_TEMPFAIL).
@@ -42,11 +42,13 @@ impl Failure {
     /// of `invalid_argument`, `unreachable`, `wrong_cluster`, `refused`, `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Failure::Agent(AgentError::Usage(_)) | Failure::Cli(CliError::Usage(_)) => {
-                "invalid_argument"
-            }
-            Failure::Agent(AgentError::Refused(_)) => "refused",
-            Failure::Agent(AgentError::Failed(_)) | Failure::Cli(CliError::Failed(_)) => "failed",
+            Failure::Agent(e) => match e.class() {
+                ExitClass::Usage => "invalid_argument",
+                ExitClass::Refused => "refused",
+                ExitClass::Failed => "failed",
+            },
+            Failure::Cli(CliError::Usage(_)) => "invalid_argument",
+            Failure::Cli(CliError::Failed(_)) => "failed",
             Failure::Cli(CliError::Unreachable(_)) => "unreachable",
             Failure::Cli(CliError::WrongCluster(_)) => "wrong_cluster",
             Failure::Cli(CliError::LeaseLost(_)) => "lease_lost",

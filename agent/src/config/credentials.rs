@@ -43,7 +43,7 @@ pub(super) fn join_secret(
         .or_else(|| file.join_secret_file.clone());
     let (source, text) = match path {
         Some(path) => {
-            refuse_readable_by_others(&path).map_err(invalid)?;
+            refuse_readable_by_others(&path)?;
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 invalid(format!(
                     "cannot read {}: {e} (create it with `muster secret generate > FILE`, mode 0600)",
@@ -65,7 +65,7 @@ pub(super) fn join_secret(
 /// refuses such a private key: the secret admits machines to the cluster and hands them its CA
 /// key, so a world-readable copy on any machine gives the cluster away. Only regular files are
 /// checked (a pipe or a systemd credential is private by construction).
-fn refuse_readable_by_others(path: &std::path::Path) -> Result<(), String> {
+fn refuse_readable_by_others(path: &std::path::Path) -> Result<(), ConfigError> {
     use std::os::unix::fs::PermissionsExt;
     let Ok(meta) = std::fs::metadata(path) else {
         // Reading it reports what is wrong.
@@ -73,13 +73,16 @@ fn refuse_readable_by_others(path: &std::path::Path) -> Result<(), String> {
     };
     let mode = meta.permissions().mode() & 0o777;
     if meta.is_file() && mode & 0o077 != 0 {
-        return Err(format!(
-            "{} has mode {mode:04o}: others on this machine can read the join secret (which \
+        return Err(ConfigError::Invalid {
+            setting: "join-secret-file",
+            message: format!(
+                "{} has mode {mode:04o}: others on this machine can read the join secret (which \
              admits machines and hands them the cluster's CA key). Run `chmod 600 {}` (and \
              create such files with `(umask 077; muster secret generate > FILE)`)",
-            path.display(),
-            path.display()
-        ));
+                path.display(),
+                path.display()
+            ),
+        });
     }
     Ok(())
 }

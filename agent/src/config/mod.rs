@@ -25,7 +25,7 @@ pub use address::host_of;
 use address::{default_listen, listen_warning};
 pub(crate) use address::{validate_host_port, validate_name};
 use credentials::{ca_pin, join_secret, join_token, truthy};
-pub use env_file::{expand, read_env_file};
+pub use env_file::{EnvFileError, expand, read_env_file};
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/muster";
 pub const DEFAULT_CONFIG: &str = "/etc/muster/agent.toml";
@@ -381,8 +381,13 @@ pub fn resolve(
     };
     let expand_opt =
         |setting: &'static str, v: Option<String>| -> Result<Option<String>, ConfigError> {
-            v.map(|v| expand(&v, &env).map_err(|message| ConfigError::Invalid { setting, message }))
-                .transpose()
+            v.map(|v| {
+                expand(&v, &env).map_err(|e| ConfigError::Invalid {
+                    setting,
+                    message: e.to_string(),
+                })
+            })
+            .transpose()
         };
     let mut warnings = Vec::new();
 
@@ -463,9 +468,9 @@ pub fn resolve(
         .map(|(source, raw)| {
             expand(&raw, &env)
                 .map(|value| JoinTokenSetting { source, value })
-                .map_err(|message| ConfigError::Invalid {
+                .map_err(|e| ConfigError::Invalid {
                     setting: "token",
-                    message,
+                    message: e.to_string(),
                 })
         })
         .transpose()?;
@@ -541,7 +546,7 @@ pub fn resolve(
         if d < Duration::from_secs(1) || d > Duration::from_secs(30 * 24 * 3600) {
             return Err(ConfigError::Invalid {
                 setting,
-                message: format!("{raw} is outside 1s..=30d (or 0 for off)"),
+                message: format!("{raw} is not between 1s and 30d (or 0 for off)"),
             });
         }
         Ok(Some(d))
@@ -670,7 +675,7 @@ pub fn resolve(
                 return Err(ConfigError::Invalid {
                     setting: "cert-validity",
                     message: format!(
-                        "{raw} is outside 10s..=3650d (a certificate renews itself at two \
+                        "{raw} is not between 10s and 3650d (a certificate renews itself at two \
                          thirds of its lifetime; it cannot outlive the CA's ten years)"
                     ),
                 });
@@ -952,7 +957,7 @@ fn duration_setting(
     if d < Duration::from_millis(10) || d > Duration::from_secs(60) {
         return Err(ConfigError::Invalid {
             setting,
-            message: format!("{raw} is outside 10ms..=60s"),
+            message: format!("{raw} is not between 10ms and 60s"),
         });
     }
     Ok(d)

@@ -365,7 +365,7 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         LeaderOp::ListOperatorTokens => json(tokens::list_operator(leader).await?),
         LeaderOp::RevokeOperatorToken { id } => json(tokens::revoke_operator(leader, &id).await?),
         LeaderOp::RemoveNode { name, force } => {
-            json(remove::remove_node(agent, &name, force).await?)
+            json(remove::remove_node(leader, &name, force).await?)
         }
         LeaderOp::Backup => json(backup::snapshot(leader).await?),
         LeaderOp::FleetLock { command } => json(fleetlock::command(leader, command).await?),

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use super::forward::FORWARD_TIMEOUT;
 use super::view::{Sightings, cluster_view};
-use crate::agent::Agent;
 use crate::api::types::NodeRemoved;
 use crate::api::{ApiError, ErrorKind};
+use crate::leading::{Leader, Replica};
 use crate::policy::{self, REMOVAL_GRACE};
 use crate::state::{Request, member_id};
 
@@ -25,14 +25,18 @@ const _: () = assert!(REMOVE_WAIT.as_secs() + 5 <= FORWARD_TIMEOUT.as_secs());
 
 /// Removes the member called `name`. Refuses, unless `force`, when the voters left would not
 /// have a reachable majority.
-pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeRemoved, ApiError> {
+pub async fn remove_node(
+    leader: Leader<'_, impl Replica>,
+    name: &str,
+    force: bool,
+) -> Result<NodeRemoved, ApiError> {
     // Two removals at once could each pass the quorum check alone and fail it together.
-    let one_at_a_time = agent.leader_local().membership_ops.lock().await;
-    let (records, removed) = agent
-        .raft()
-        .read_linearizable(|s| (s.nodes.clone(), s.removed.clone()))
+    let one_at_a_time = leader.local.membership_ops.lock().await;
+    let (records, removed) = leader
+        .replica
+        .read(|s| (s.nodes.clone(), s.removed.clone()))
         .await?;
-    let raft = agent.raft().view();
+    let raft = leader.replica.view();
     let id = records
         .iter()
         .find(|(_, r)| r.name == name)
@@ -64,19 +68,19 @@ pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeR
         // Voters already leaving count as gone.
         let mut leaving: BTreeSet<_> = removed.clone();
         leaving.insert(id);
-        let view = cluster_view(agent, &raft, &Sightings::default())?;
+        let view = cluster_view(leader, &raft, &Sightings::default())?;
         policy::check_voters_leaving(&view, &leaving, name)
             .map_err(|refusal| ApiError::new(ErrorKind::WouldLoseQuorum, refusal.to_string()))?;
     }
-    agent
-        .raft()
+    leader
+        .replica
         .write(Request::RemoveNode { id, force })
         .await?;
     // The next removal's check sees this one in `removed`; it need not wait for this one to
     // finish leaving.
     drop(one_at_a_time);
     tracing::info!(node = %name, id = %member_id(id), force, "member removed; taking it out of the configuration");
-    agent.leader_local().record_membership_event(
+    leader.local.record_membership_event(
         format!("removed {name}"),
         if force {
             "muster node remove --force".into()
@@ -91,7 +95,7 @@ pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeR
         complete,
         message,
     };
-    if id == agent.node_id() {
+    if id == leader.replica.id() {
         return Ok(result(
             false,
             format!(
@@ -101,7 +105,7 @@ pub async fn remove_node(agent: &Agent, name: &str, force: bool) -> Result<NodeR
     }
     let deadline = Instant::now() + REMOVE_WAIT;
     while Instant::now() < deadline {
-        if !agent.raft().view().nodes.contains_key(&id) {
+        if !leader.replica.view().nodes.contains_key(&id) {
             return Ok(result(
                 true,
                 format!("{name} removed from the cluster; its id is never reused"),

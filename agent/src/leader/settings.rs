@@ -59,7 +59,9 @@ pub async fn set(
         min_voters: update.min_voters,
         standbys: update.standbys,
     };
-    settings.check().map_err(ApiError::invalid)?;
+    settings
+        .check()
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
     leader
         .replica
         .write(Request::SetSettings { settings })

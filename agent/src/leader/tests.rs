@@ -593,3 +593,108 @@ fn a_forwarded_backup_comes_only_from_a_voter_and_a_renewal_only_from_its_member
         );
     });
 }
+
+// --- node remove and the cluster view ------------------------------------------------------
+
+/// A leader and two more voters, `b` (id 2) and `c` (id 3), all heard from.
+fn three_voters() -> Fixture {
+    let fx = Fixture::new(T0);
+    fx.replica.add_member(2, "b", true);
+    fx.replica.add_member(3, "c", true);
+    fx
+}
+
+#[test]
+fn the_cluster_view_counts_silent_voters_unreachable_and_quorum_lost_when_most_are() {
+    let fx = three_voters();
+    let l = fx.leader();
+    let view =
+        view::cluster_view(l, &fx.replica.view(), &view::Sightings::default()).expect("view");
+    assert_eq!(view.leader, LEADER);
+    assert!(view.has_quorum);
+    assert!(view.members.iter().all(|m| m.voter && m.reachable));
+
+    fx.replica.set_silent(3, true);
+    let view =
+        view::cluster_view(l, &fx.replica.view(), &view::Sightings::default()).expect("view");
+    let c = view.members.iter().find(|m| m.name == "c").expect("c");
+    assert!(!c.reachable && c.unreachable_for.is_some());
+    assert!(view.has_quorum, "two of three voters still heard from");
+
+    fx.replica.set_silent(2, true);
+    let view =
+        view::cluster_view(l, &fx.replica.view(), &view::Sightings::default()).expect("view");
+    assert!(!view.has_quorum, "one of three voters is no quorum");
+    // The leader never counts itself unreachable.
+    assert!(view.members.iter().any(|m| m.id == LEADER && m.reachable));
+}
+
+#[test]
+fn removing_a_member_is_refused_for_unknown_names_the_only_member_and_a_lost_quorum() {
+    let lone = Fixture::new(T0);
+    block_on(async {
+        assert_eq!(
+            kind(remove::remove_node(lone.leader(), "nobody", false).await),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            kind(remove::remove_node(lone.leader(), "leader", false).await),
+            ErrorKind::InvalidArgument
+        );
+    });
+    assert_eq!(
+        lone.replica.writes(),
+        2,
+        "only the fixture's own two writes"
+    );
+
+    // Of three voters one is silent: removing a reachable one would leave one of two voters
+    // reachable, so it is refused without a write; --force does it anyway.
+    let fx = three_voters();
+    fx.replica.set_silent(3, true);
+    let writes = fx.replica.writes();
+    block_on(async {
+        assert_eq!(
+            kind(remove::remove_node(fx.leader(), "b", false).await),
+            ErrorKind::WouldLoseQuorum
+        );
+        assert_eq!(fx.replica.writes(), writes, "a refusal writes nothing");
+        fx.replica.set_removal_leaves_at_once(true);
+        let removed = remove::remove_node(fx.leader(), "b", true)
+            .await
+            .expect("--force");
+        assert!(removed.was_voter && removed.complete, "{removed:?}");
+    });
+    let state = fx.replica.state();
+    assert!(state.removed.contains(&2) && !state.nodes.contains_key(&2));
+    assert!(
+        fx.local
+            .membership_log()
+            .0
+            .iter()
+            .any(|e| e.change == "removed b" && e.cause.contains("--force")),
+        "the removal is an event with its cause"
+    );
+}
+
+#[test]
+fn removing_the_dead_voter_keeps_a_quorum_and_its_name_is_never_found_again() {
+    let fx = three_voters();
+    fx.replica.set_silent(3, true);
+    fx.replica.set_removal_leaves_at_once(true);
+    block_on(async {
+        let removed = remove::remove_node(fx.leader(), "c", false)
+            .await
+            .expect("the silent voter goes");
+        assert_eq!((removed.name.as_str(), removed.complete), ("c", true));
+        assert!(
+            removed.message.contains("never reused"),
+            "{}",
+            removed.message
+        );
+        assert_eq!(
+            kind(remove::remove_node(fx.leader(), "c", false).await),
+            ErrorKind::NotFound
+        );
+    });
+}

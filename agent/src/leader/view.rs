@@ -4,8 +4,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use crate::agent::Agent;
 use crate::api::ApiError;
+use crate::leading::{Leader, Replica};
 use crate::policy::{self, ClusterView, MemberView, RemovalView};
 use crate::raft::RaftView;
 use crate::state::NodeId;
@@ -64,11 +64,12 @@ impl Sightings {
 /// meaningful on the leader (replication progress exists only there). `sightings` may be
 /// empty (a member then counts as new, and a removed one as just demoted).
 pub fn cluster_view(
-    agent: &Agent,
+    leader: Leader<'_, impl Replica>,
     raft: &RaftView,
     sightings: &Sightings,
 ) -> Result<ClusterView, ApiError> {
-    let (records, removed, forced, settings) = agent.raft().read_local(|s| {
+    let me = leader.replica.id();
+    let (records, removed, forced, settings) = leader.replica.read_local(|s| {
         (
             s.nodes.clone(),
             s.removed.clone(),
@@ -76,7 +77,6 @@ pub fn cluster_view(
             s.settings,
         )
     })?;
-    let liveness = agent.raft().liveness();
     let now = Instant::now();
     let leading_for = sightings
         .leading_since
@@ -104,9 +104,12 @@ pub fn cluster_view(
                     informed: since.is_some_and(|(_, index)| matched.is_some_and(|m| m >= *index)),
                 }
             });
-            let reachable = *id == agent.node_id()
-                || policy::is_reachable(liveness.last_seen_ms(*id).map(Duration::from_millis));
-            let silent_for = liveness
+            let reachable = *id == me
+                || policy::is_reachable(
+                    leader.replica.last_seen_ms(*id).map(Duration::from_millis),
+                );
+            let silent_for = leader
+                .replica
                 .last_seen_ms(*id)
                 .map(Duration::from_millis)
                 .unwrap_or(Duration::MAX);
@@ -135,7 +138,7 @@ pub fn cluster_view(
         .iter()
         .filter(|(id, _)| !raft.nodes.contains_key(id) && !removed.contains(id))
         .map(|(id, record)| {
-            let seen = liveness.last_seen_ms(*id).map(Duration::from_millis);
+            let seen = leader.replica.last_seen_ms(*id).map(Duration::from_millis);
             let reachable = policy::is_reachable(seen);
             MemberView {
                 id: *id,
@@ -151,14 +154,14 @@ pub fn cluster_view(
         })
         .collect();
     Ok(ClusterView {
-        leader: agent.node_id(),
+        leader: me,
         members,
         spares,
         joint_target: (raft.voter_sets.len() > 1)
             .then(|| raft.voter_sets.last().cloned().unwrap_or_default()),
-        promote_after: agent.leader_local().settings.promote_after,
+        promote_after: leader.settings().promote_after,
         formation: None,
-        automation: super::settings::effective(agent.leader_local().settings.automation, settings),
-        has_quorum: !agent.raft().quorum_lost(),
+        automation: super::settings::effective(leader.settings().automation, settings),
+        has_quorum: !leader.replica.quorum_lost(),
     })
 }

@@ -28,6 +28,11 @@ pub struct FakeReplica {
     writes: AtomicU64,
     /// When set, every linearizable read fails as a leader that lost its quorum would.
     reads_fail: std::sync::atomic::AtomicBool,
+    /// Peers this leader has not heard from (every other member is heard from just now).
+    silent: Mutex<BTreeSet<NodeId>>,
+    /// When set, a removed member leaves the configuration as soon as its removal is written,
+    /// as the reconciler would take it out.
+    removal_leaves_at_once: std::sync::atomic::AtomicBool,
 }
 
 impl FakeReplica {
@@ -57,6 +62,8 @@ impl FakeReplica {
             wall: AtomicU64::new(wall_ms),
             writes: AtomicU64::new(0),
             reads_fail: Default::default(),
+            silent: Mutex::default(),
+            removal_leaves_at_once: Default::default(),
         };
         replica
             .apply(&Request::InitCluster {
@@ -126,11 +133,66 @@ impl FakeReplica {
     pub fn fail_reads(&self, fail: bool) {
         self.reads_fail.store(fail, Ordering::SeqCst);
     }
+
+    /// Adds a member as the leader's group would hold it after it caught up: recorded in the
+    /// state, in the configuration, a voter if `voter`, and heard from.
+    pub fn add_member(&self, id: NodeId, name: &str, voter: bool) {
+        let addr = format!("127.0.0.1:{}", 7000 + id);
+        self.apply(&Request::UpsertNode {
+            id,
+            node: NodeRecord {
+                name: name.into(),
+                addr: addr.clone(),
+                key_fingerprint: format!("{id:064x}"),
+                joined_ms: self.wall_ms(),
+                joined_with: None,
+            },
+        })
+        .expect("the member's record applies");
+        let mut view = self.view.lock().expect("fake view");
+        view.nodes.insert(
+            id,
+            Node {
+                name: name.into(),
+                addr,
+            },
+        );
+        let matched = view.last_log_index;
+        view.matched.insert(id, matched);
+        if voter {
+            view.voters.insert(id);
+            view.voter_sets = vec![view.voters.clone()];
+        }
+    }
+
+    /// This leader stops hearing from `id` (its machine died), or hears from it again.
+    pub fn set_silent(&self, id: NodeId, silent: bool) {
+        let mut set = self.silent.lock().expect("fake liveness");
+        if silent {
+            set.insert(id);
+        } else {
+            set.remove(&id);
+        }
+    }
+
+    pub fn set_removal_leaves_at_once(&self, yes: bool) {
+        self.removal_leaves_at_once.store(yes, Ordering::SeqCst);
+    }
 }
 
 impl Replica for FakeReplica {
     async fn write(&self, request: Request) -> Result<Response, ApiError> {
-        self.apply(&request)
+        let response = self.apply(&request)?;
+        if let Request::RemoveNode { id, .. } = request
+            && self.removal_leaves_at_once.load(Ordering::SeqCst)
+        {
+            let mut view = self.view.lock().expect("fake view");
+            view.nodes.remove(&id);
+            view.voters.remove(&id);
+            view.matched.remove(&id);
+            view.voter_sets = vec![view.voters.clone()];
+        }
+        Ok(response)
     }
 
     async fn read<R: Send>(
@@ -163,6 +225,21 @@ impl Replica for FakeReplica {
 
     fn wall_ms(&self) -> u64 {
         self.wall.load(Ordering::SeqCst)
+    }
+
+    fn id(&self) -> NodeId {
+        LEADER
+    }
+
+    fn last_seen_ms(&self, id: NodeId) -> Option<u64> {
+        (!self.silent.lock().expect("fake liveness").contains(&id)).then_some(0)
+    }
+
+    fn quorum_lost(&self) -> bool {
+        let view = self.view.lock().expect("fake view");
+        let silent = self.silent.lock().expect("fake liveness");
+        let heard = view.voters.iter().filter(|v| !silent.contains(v)).count();
+        heard * 2 <= view.voters.len()
     }
 }
 

@@ -1,6 +1,7 @@
 //! What a leader action needs of the raft group, as a small trait: a replicated write, a
-//! linearizable read, a read of this node's applied state, adding a nonvoter, the group's view
-//! and this node's wall clock. `RaftNode` is the real one; `leader/fake.rs` is an in-memory one that applies
+//! linearizable read, a read of this node's applied state, adding a nonvoter, the group's view,
+//! this node's wall clock, its id, when it last heard from each peer and whether it hears from
+//! a quorum. `RaftNode` is the real one; `leading/fake.rs` is an in-memory one that applies
 //! writes to a `ClusterState` directly, so that every leader action is unit-tested without a
 //! raft (as hashicorp/raft-autopilot tests its promoter against a fake).
 
@@ -36,6 +37,15 @@ pub trait Replica: Sync {
 
     /// This node's wall clock in milliseconds since the epoch.
     fn wall_ms(&self) -> u64;
+
+    /// This node's id.
+    fn id(&self) -> NodeId;
+
+    /// How long ago (ms) this node last heard from `id`; `None` if it never has.
+    fn last_seen_ms(&self, id: NodeId) -> Option<u64>;
+
+    /// True when this leader has not heard from a majority of the voters lately.
+    fn quorum_lost(&self) -> bool;
 }
 
 impl Replica for RaftNode {
@@ -64,5 +74,17 @@ impl Replica for RaftNode {
 
     fn wall_ms(&self) -> u64 {
         crate::clock::now_ms()
+    }
+
+    fn id(&self) -> NodeId {
+        RaftNode::id(self)
+    }
+
+    fn last_seen_ms(&self, id: NodeId) -> Option<u64> {
+        self.liveness().last_seen_ms(id)
+    }
+
+    fn quorum_lost(&self) -> bool {
+        RaftNode::quorum_lost(self)
     }
 }

@@ -74,6 +74,37 @@ impl From<RaftNodeError> for ApiError {
     }
 }
 
+/// Why a raft RPC from a peer was not served.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    /// The body is not the request the endpoint takes (a peer of another version, or garbage).
+    #[error("bad {endpoint} request: {source}")]
+    BadRequest {
+        endpoint: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("no raft endpoint {0}")]
+    NoEndpoint(String),
+    #[error("cannot encode the {endpoint} answer: {source}")]
+    Encode {
+        endpoint: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl From<RpcError> for ApiError {
+    fn from(e: RpcError) -> Self {
+        match e {
+            RpcError::BadRequest { .. } | RpcError::NoEndpoint(_) => {
+                ApiError::invalid(e.to_string())
+            }
+            RpcError::Encode { .. } => ApiError::internal(e.to_string()),
+        }
+    }
+}
+
 /// What the agent needs to know about the raft group right now.
 #[derive(Debug, Clone)]
 pub struct RaftView {
@@ -251,6 +282,11 @@ impl RaftNode {
     }
 
     /// True when [`Self::check_quorum_contact`] would refuse.
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
     pub fn quorum_lost(&self) -> bool {
         self.check_quorum_contact().is_err()
     }
@@ -508,10 +544,10 @@ impl RaftNode {
 
     /// Serves one raft RPC received by the TLS listener: JSON in, JSON out. Accepted entries
     /// from a leader, and a granted vote, restart the pacemaker's election clock.
-    pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+    pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, RpcError> {
         let contact = &self.contact;
         match path {
-            paths::RAFT_APPEND => rpc(body, |req: AppendEntriesRequest<TypeConfig>| async move {
+            paths::RAFT_APPEND => rpc("append", body, |req: AppendEntriesRequest<TypeConfig>| async move {
                 // From a leader at least as new as the one this node follows: it is alive, even
                 // if applying this (large) batch takes a while.
                 if req.vote >= self.raft.metrics().borrow().vote {
@@ -525,7 +561,7 @@ impl RaftNode {
             })
             .await,
             paths::RAFT_VOTE => {
-                rpc(body, |req| async move {
+                rpc("vote", body, |req| async move {
                     let result = self.raft.vote(req).await;
                     if matches!(&result, Ok(r) if r.vote_granted) {
                         contact.heard();
@@ -535,7 +571,7 @@ impl RaftNode {
                 .await
             }
             paths::RAFT_SNAPSHOT => {
-                rpc(body, |req| async move {
+                rpc("snapshot", body, |req| async move {
                     let result = self.raft.install_snapshot(req).await;
                     if result.is_ok() {
                         contact.heard();
@@ -545,12 +581,13 @@ impl RaftNode {
                 .await
             }
             paths::RAFT_PREVOTE => {
+                let endpoint = "pre-vote";
                 let ask: PreVote = serde_json::from_slice(body)
-                    .map_err(|e| format!("bad pre-vote request: {e}"))?;
+                    .map_err(|source| RpcError::BadRequest { endpoint, source })?;
                 let answer = answer_prevote(&self.raft, &self.plan, contact, &ask);
-                serde_json::to_vec(&answer).map_err(|e| e.to_string())
+                serde_json::to_vec(&answer).map_err(|source| RpcError::Encode { endpoint, source })
             }
-            other => Err(format!("no raft endpoint {other}")),
+            other => Err(RpcError::NoEndpoint(other.to_string())),
         }
     }
 
@@ -561,7 +598,11 @@ impl RaftNode {
     }
 }
 
-async fn rpc<Req, Resp, E, F, Fut>(body: &[u8], call: F) -> Result<Vec<u8>, String>
+async fn rpc<Req, Resp, E, F, Fut>(
+    endpoint: &'static str,
+    body: &[u8],
+    call: F,
+) -> Result<Vec<u8>, RpcError>
 where
     Req: DeserializeOwned,
     Resp: Serialize,
@@ -569,9 +610,10 @@ where
     F: FnOnce(Req) -> Fut,
     Fut: std::future::Future<Output = Result<Resp, E>>,
 {
-    let req: Req = serde_json::from_slice(body).map_err(|e| format!("bad raft request: {e}"))?;
+    let req: Req =
+        serde_json::from_slice(body).map_err(|source| RpcError::BadRequest { endpoint, source })?;
     let result = call(req).await;
-    serde_json::to_vec(&result).map_err(|e| e.to_string())
+    serde_json::to_vec(&result).map_err(|source| RpcError::Encode { endpoint, source })
 }
 
 fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> RaftNodeError {

@@ -282,7 +282,7 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
             Bytes::from(out),
         )
             .into_response(),
-        Err(e) => error_response(&ApiError::invalid(e)),
+        Err(e) => error_response(&ApiError::from(e)),
     }
 }
 

@@ -13,7 +13,7 @@ use super::initiate::{Origin, initiate};
 use super::secret::{join_with_secret, pin_by_secret};
 use crate::config::AgentConfig;
 use crate::datadir::Identity;
-use crate::error::AgentError;
+use crate::error::{AgentError, ExitClass};
 use crate::node::RunningNode;
 
 /// One quick round: the first machine asks the others whether they already run a cluster
@@ -60,7 +60,7 @@ pub async fn start(
                 )
                 .await
             }
-            Err(refused @ AgentError::Refused(_)) => Err(refused),
+            Err(refused) if refused.class() == ExitClass::Refused => Err(refused),
             Err(_) => initiate(config, identity, Origin::Static, listener).await,
         }
     } else {

@@ -8,6 +8,7 @@ use muster_shared::token::{SecretToken, TokenKind};
 
 use super::*;
 use crate::config::{JoinSecretSetting, JoinTokenSetting, StaticMember};
+use crate::error::ExitClass;
 
 fn config() -> AgentConfig {
     AgentConfig {
@@ -118,9 +119,15 @@ fn outcome(result: Result<Plan, AgentError>) -> (Outcome, String) {
             String::new(),
         ),
         Ok(Plan::Restore(_)) => panic!("no restore in these cases"),
-        Err(AgentError::Usage(m)) => (Outcome::Usage(""), m),
-        Err(AgentError::Failed(m)) => (Outcome::Failed(""), m),
-        Err(AgentError::Refused(m)) => (Outcome::Refused, m),
+        Err(e) => {
+            let message = e.to_string();
+            let outcome = match e.class() {
+                ExitClass::Usage => Outcome::Usage(""),
+                ExitClass::Failed => Outcome::Failed(""),
+                ExitClass::Refused => Outcome::Refused,
+            };
+            (outcome, message)
+        }
     }
 }
 

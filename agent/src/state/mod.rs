@@ -356,7 +356,7 @@ impl ClusterState {
                     self.settings = Some(*settings);
                     Response::default()
                 }
-                Err(message) => Response::refused(ErrorKind::InvalidArgument, message),
+                Err(e) => Response::refused(ErrorKind::InvalidArgument, e.to_string()),
             },
             Request::KvUpgrade => {
                 self.kv.upgrade();

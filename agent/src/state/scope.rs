@@ -79,11 +79,21 @@ impl fmt::Display for Scope {
     }
 }
 
-impl FromStr for Scope {
-    type Err = String;
+/// A scope that does not parse; each names the scope as it was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScopeError {
+    #[error("scope {0:?}: the prefix is too long or has control characters")]
+    BadPrefix(String),
+    #[error("scope {scope:?}: {reason}")]
+    BadLeaseName { scope: String, reason: String },
+    #[error("unknown scope {0:?}: use admin, kv:PREFIX, kv:PREFIX:ro, lease:NAME or fleetlock")]
+    Unknown(String),
+}
 
-    fn from_str(text: &str) -> Result<Self, String> {
-        const HINT: &str = "use admin, kv:PREFIX, kv:PREFIX:ro, lease:NAME or fleetlock";
+impl FromStr for Scope {
+    type Err = ScopeError;
+
+    fn from_str(text: &str) -> Result<Self, ScopeError> {
         if text == "admin" {
             return Ok(Scope::Admin);
         }
@@ -98,9 +108,7 @@ impl FromStr for Scope {
             if prefix.len() > crate::state::kv::MAX_KEY_BYTES
                 || prefix.chars().any(char::is_control)
             {
-                return Err(format!(
-                    "scope {text:?}: the prefix is too long or has control characters"
-                ));
+                return Err(ScopeError::BadPrefix(text.to_string()));
             }
             return Ok(Scope::Kv {
                 prefix: prefix.to_string(),
@@ -108,19 +116,23 @@ impl FromStr for Scope {
             });
         }
         if let Some(name) = text.strip_prefix("lease:") {
-            crate::state::lease::check_name("lease", name)
-                .map_err(|r| format!("scope {text:?}: {}", r.message))?;
+            crate::state::lease::check_name("lease", name).map_err(|r| {
+                ScopeError::BadLeaseName {
+                    scope: text.to_string(),
+                    reason: r.message,
+                }
+            })?;
             return Ok(Scope::Lease {
                 name: name.to_string(),
             });
         }
-        Err(format!("unknown scope {text:?}: {HINT}"))
+        Err(ScopeError::Unknown(text.to_string()))
     }
 }
 
 impl TryFrom<String> for Scope {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = ScopeError;
+    fn try_from(text: String) -> Result<Self, ScopeError> {
         text.parse()
     }
 }

@@ -24,28 +24,32 @@ pub struct MembershipSettings {
     pub standbys: u32,
 }
 
+/// A membership setting no leader could act on sensibly; each says the allowed range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("min_voters {0} is not between {MIN_MIN_VOTERS} and {MAX_MIN_VOTERS}")]
+    MinVoters(u32),
+    #[error("standbys {0} is more than {MAX_STANDBYS}")]
+    Standbys(u32),
+    #[error("{0} must be 0 (off) or between 1s and 30d")]
+    Delay(&'static str),
+}
+
 impl MembershipSettings {
-    /// Refuses values no leader could act on sensibly, saying the allowed range.
-    pub fn check(&self) -> Result<(), String> {
-        let refuse = Err;
+    /// Refuses values no leader could act on sensibly.
+    pub fn check(&self) -> Result<(), SettingsError> {
         if !(MIN_MIN_VOTERS..=MAX_MIN_VOTERS).contains(&self.min_voters) {
-            return refuse(format!(
-                "min_voters {} is outside {MIN_MIN_VOTERS}..={MAX_MIN_VOTERS}",
-                self.min_voters
-            ));
+            return Err(SettingsError::MinVoters(self.min_voters));
         }
         if self.standbys > MAX_STANDBYS {
-            return refuse(format!(
-                "standbys {} is more than {MAX_STANDBYS}",
-                self.standbys
-            ));
+            return Err(SettingsError::Standbys(self.standbys));
         }
         for (name, ms) in [
             ("replace_after", self.replace_after_ms),
             ("cleanup_dead_after", self.cleanup_dead_after_ms),
         ] {
             if ms != 0 && !(MIN_DELAY_MS..=MAX_DELAY_MS).contains(&ms) {
-                return refuse(format!("{name} must be 0 (off) or between 1s and 30d"));
+                return Err(SettingsError::Delay(name));
             }
         }
         Ok(())

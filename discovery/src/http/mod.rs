@@ -231,10 +231,28 @@ fn wants_html(req: &Request) -> bool {
         .is_some_and(|v| v.contains("text/html"))
 }
 
+/// A query string or form body that is refused; the text goes back to the client in an etcd
+/// `errorCode 209` cause or a JSON error, so quoted names and values are truncated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ParamError {
+    #[error("a parameter name is not valid UTF-8")]
+    NameNotUtf8,
+    #[error("the value of {0:?} is not valid UTF-8")]
+    ValueNotUtf8(String),
+    #[error("unknown parameter {name:?} (accepted: {accepted})")]
+    Unknown { name: String, accepted: String },
+    #[error("parameter {0:?} given more than once")]
+    Repeated(String),
+    #[error("{name}={value:?} is not a boolean")]
+    NotBool { name: String, value: String },
+    #[error("stream watches are not supported")]
+    StreamWatch,
+}
+
 /// Parses `a=b&c=d` into pairs, refusing duplicates (an ambiguous request is an error, not a
 /// guess), anything not in `allowed`, and anything that does not decode to UTF-8 (a value is
 /// never silently rewritten).
-fn parse_params(raw: &[&[u8]], allowed: &[&str]) -> Result<Vec<(String, String)>, String> {
+fn parse_params(raw: &[&[u8]], allowed: &[&str]) -> Result<Vec<(String, String)>, ParamError> {
     let mut out: Vec<(String, String)> = Vec::new();
     for part in raw {
         for pair in part.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
@@ -242,18 +260,16 @@ fn parse_params(raw: &[&[u8]], allowed: &[&str]) -> Result<Vec<(String, String)>
                 Some(i) => (&pair[..i], &pair[i + 1..]),
                 None => (pair, &pair[pair.len()..]),
             };
-            let k = form_decode(k).ok_or("a parameter name is not valid UTF-8")?;
-            let v = form_decode(v)
-                .ok_or_else(|| format!("the value of {:?} is not valid UTF-8", truncate(&k)))?;
+            let k = form_decode(k).ok_or(ParamError::NameNotUtf8)?;
+            let v = form_decode(v).ok_or_else(|| ParamError::ValueNotUtf8(truncate(&k)))?;
             if !allowed.contains(&k.as_str()) {
-                return Err(format!(
-                    "unknown parameter {:?} (accepted: {})",
-                    truncate(&k),
-                    allowed.join(", ")
-                ));
+                return Err(ParamError::Unknown {
+                    name: truncate(&k),
+                    accepted: allowed.join(", "),
+                });
             }
             if out.iter().any(|(seen, _)| *seen == k) {
-                return Err(format!("parameter {k:?} given more than once"));
+                return Err(ParamError::Repeated(k));
             }
             out.push((k, v));
         }
@@ -291,11 +307,14 @@ fn truncate(s: &str) -> String {
 }
 
 /// Go's `strconv.ParseBool`, which is what etcd's server accepts.
-fn parse_bool(name: &str, value: &str) -> Result<bool, String> {
+fn parse_bool(name: &str, value: &str) -> Result<bool, ParamError> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(format!("{name}={:?} is not a boolean", truncate(value))),
+        _ => Err(ParamError::NotBool {
+            name: name.to_string(),
+            value: truncate(value),
+        }),
     }
 }
 
@@ -312,6 +331,9 @@ mod tests {
         assert_eq!(form_decode(&[0xff]), None);
         let pairs = parse_params(&[b"value=a%C3%A9"], &["value"]).expect("utf-8");
         assert_eq!(pairs, vec![("value".to_string(), "a\u{e9}".to_string())]);
-        assert!(parse_params(&[b"value=%C3"], &["value"]).is_err());
+        assert_eq!(
+            parse_params(&[b"value=%C3"], &["value"]),
+            Err(ParamError::ValueNotUtf8("value".into()))
+        );
     }
 }

@@ -64,7 +64,13 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
     };
     let pairs = match parse_params(&[query.as_bytes(), &body], &["size"]) {
         Ok(p) => p,
-        Err(why) => return kind_error(StatusCode::BAD_REQUEST, ErrorKind::InvalidArgument, why),
+        Err(why) => {
+            return kind_error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidArgument,
+                why.to_string(),
+            );
+        }
     };
     let max = app.config.max_size;
     let size = match pairs.first() {

@@ -8,8 +8,8 @@ use axum::response::Response;
 use bytes::Bytes;
 
 use super::{
-    App, BodyError, client_of, declared_too_large, etcd_error, etcd_json, etcd_limit, labelled,
-    parse_bool, parse_params, read_body,
+    App, BodyError, ParamError, client_of, declared_too_large, etcd_error, etcd_json, etcd_limit,
+    labelled, parse_bool, parse_params, read_body,
 };
 use crate::keys::{TokenPath, parse_token_path};
 use crate::limits::{ClientKey, LimitKind, Limited};
@@ -75,7 +75,8 @@ struct GetParams {
 }
 
 fn get_params(path: &TokenPath, query: Option<&str>) -> Result<GetParams, V2Error> {
-    let invalid = |why: String| V2Error::invalid_field(format!("{}: {why}", path.absolute()), 0);
+    let invalid =
+        |why: ParamError| V2Error::invalid_field(format!("{}: {why}", path.absolute()), 0);
     let pairs = parse_params(&[query.unwrap_or("").as_bytes()], GET_PARAMS).map_err(invalid)?;
     let mut p = GetParams {
         recursive: false,
@@ -93,7 +94,7 @@ fn get_params(path: &TokenPath, query: Option<&str>) -> Result<GetParams, V2Erro
             }
             "stream" => {
                 if parse_bool(&k, &v).map_err(invalid)? {
-                    return Err(invalid("stream watches are not supported".into()));
+                    return Err(invalid(ParamError::StreamWatch));
                 }
             }
             // sorted and quorum change nothing here: listings are always in index order and every
@@ -340,7 +341,7 @@ fn put_request(
     index: u64,
 ) -> Result<PutRequest, V2Error> {
     let invalid =
-        |why: String| V2Error::invalid_field(format!("{}: {why}", path.absolute()), index);
+        |why: ParamError| V2Error::invalid_field(format!("{}: {why}", path.absolute()), index);
     let pairs = parse_params(&[query.as_bytes(), body], PUT_PARAMS).map_err(invalid)?;
     let mut req = PutRequest {
         key: path.key.clone(),

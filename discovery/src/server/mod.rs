@@ -33,8 +33,14 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum ServeError {
     #[error("cannot open data directory: {0}")]
     Open(#[from] OpenError),
-    #[error("{0}")]
-    Etcd(String),
+    #[error("reading {path}: {source}")]
+    EtcdFile {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot set up the etcd client: {0}")]
+    Etcd(#[source] etcd_client::Error),
     #[error(
         "cannot listen on {addr}: {source} (is another service using it? choose another --listen)"
     )]
@@ -63,8 +69,10 @@ pub async fn serve(config: ServeConfig) -> Result<(), ServeError> {
         let read = |p: &Option<std::path::PathBuf>| -> Result<Option<Vec<u8>>, ServeError> {
             p.as_ref()
                 .map(|p| {
-                    std::fs::read(p)
-                        .map_err(|e| ServeError::Etcd(format!("reading {}: {e}", p.display())))
+                    std::fs::read(p).map_err(|source| ServeError::EtcdFile {
+                        path: p.display().to_string(),
+                        source,
+                    })
                 })
                 .transpose()
         };

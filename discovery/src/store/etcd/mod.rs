@@ -92,7 +92,7 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 impl EtcdStore {
     /// Connects (lazily: etcd may come up later; `/health` says when it answers) and starts the
     /// shared watch and the usage probe.
-    pub async fn connect(config: EtcdConfig, caps: Caps) -> Result<Self, String> {
+    pub async fn connect(config: EtcdConfig, caps: Caps) -> Result<Self, etcd_client::Error> {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(2))
             .with_timeout(Duration::from_secs(4))
@@ -111,9 +111,7 @@ impl EtcdStore {
             }
             options = options.with_tls(t);
         }
-        let client = Client::connect(&config.endpoints, Some(options))
-            .await
-            .map_err(|e| format!("cannot set up the etcd client: {e}"))?;
+        let client = Client::connect(&config.endpoints, Some(options)).await?;
         let layout = Layout::new(&config.prefix);
         let notifier = Notifier::default();
         let probe = Arc::new(Probe::default());

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use muster_shared::storage::{Database, Keyspace, PersistMode};
+use muster_shared::storage::{Database, Keyspace, PersistMode, StorageError};
 use tokio::sync::{mpsc, oneshot};
 
 /// Largest number of waiting writes folded into one fsync.
@@ -24,7 +24,8 @@ pub enum Tree {
 
 pub struct CommitJob {
     pub ops: Vec<Op>,
-    pub done: oneshot::Sender<Result<(), String>>,
+    /// Every job of a group gets the same outcome, so a failure is shared, not copied as text.
+    pub done: oneshot::Sender<Result<(), Arc<StorageError>>>,
 }
 
 /// Waits (blocking) for one job, then takes every job already waiting, up to `max` in all: one
@@ -64,7 +65,7 @@ pub fn commit_loop(
                 }
             }
         }
-        let result = batch.commit().map_err(|e| e.to_string());
+        let result = batch.commit().map_err(|e| Arc::new(StorageError::from(e)));
         if let Err(e) = &result {
             // fjall poisons the database after a failed write or fsync: every later write fails
             // too, and /health says so. Nothing was acknowledged, so nothing is lost.

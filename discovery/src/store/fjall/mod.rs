@@ -61,11 +61,24 @@ pub enum OpenError {
     #[error(transparent)]
     Storage(#[from] storage::StorageError),
     #[error("data directory holds an unreadable record for token {token}: {reason}")]
-    Corrupt { token: String, reason: String },
+    Corrupt { token: String, reason: LoadError },
     #[error("cannot start the commit thread: {0}")]
     Thread(std::io::Error),
     #[error("cannot open the etcd v3 discovery keys: {0}")]
-    V3(String),
+    V3(#[from] v3::V3OpenError),
+}
+
+/// Why a token's state could not be rebuilt from disk.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Storage(#[from] storage::StorageError),
+    #[error("{what} is not valid JSON: {source}")]
+    Json {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 fn event_key(token: &str, index: u64) -> Vec<u8> {
@@ -119,7 +132,7 @@ impl FjallStore {
             .name("fjall-commit".into())
             .spawn(move || commit_loop(thread_db, thread_trees, rx, thread_healthy))
             .map_err(OpenError::Thread)?;
-        let v3 = Arc::new(V3Log::open(&db, healthy.clone()).map_err(OpenError::V3)?);
+        let v3 = Arc::new(V3Log::open(&db, healthy.clone())?);
         storage::sync_keyspace_names(dir)?;
 
         Ok(Self {
@@ -151,7 +164,7 @@ impl FjallStore {
             .map_err(|_| unavailable("commit thread stopped"))?;
         match wait.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e)),
+            Ok(Err(e)) => Err(unavailable(e)),
             Err(_) => Err(unavailable("commit thread stopped")),
         }
     }
@@ -238,12 +251,13 @@ fn load_state(
     token: &str,
     meta: &[u8],
     caps: Caps,
-) -> Result<TokenState, String> {
-    let meta: TokenMeta = serde_json::from_slice(meta).map_err(|e| e.to_string())?;
+) -> Result<TokenState, LoadError> {
+    let json = |what| move |source| LoadError::Json { what, source };
+    let meta: TokenMeta = serde_json::from_slice(meta).map_err(json("the token's metadata"))?;
     let mut state = TokenState::new(token.to_string(), meta).with_byte_cap(caps.token_byte_cap());
     for item in events.prefix(token.as_bytes()) {
-        let (_, v) = item.into_inner().map_err(|e| e.to_string())?;
-        let event: Event = serde_json::from_slice(&v).map_err(|e| e.to_string())?;
+        let (_, v) = item.into_inner().map_err(storage::StorageError::from)?;
+        let event: Event = serde_json::from_slice(&v).map_err(json("an event"))?;
         state.apply(event);
     }
     Ok(state)

@@ -64,15 +64,33 @@ fn unavailable(e: impl std::fmt::Display) -> V3StoreError {
     V3StoreError::Unavailable(e.to_string())
 }
 
+/// Why the v3 keys could not be loaded at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum V3OpenError {
+    #[error(transparent)]
+    Storage(#[from] storage::StorageError),
+    #[error("key {key:?} holds an unreadable entry: {source}")]
+    Entry {
+        key: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot start the v3 commit thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 impl V3Log {
     /// Loads the keys and the log's bounds and starts the commit thread.
-    pub fn open(db: &Database, healthy: Arc<AtomicBool>) -> Result<Self, String> {
-        let kv = storage::open_keyspace(db, "v3kv").map_err(|e| e.to_string())?;
-        let log = storage::open_keyspace(db, "v3log").map_err(|e| e.to_string())?;
+    pub fn open(db: &Database, healthy: Arc<AtomicBool>) -> Result<Self, V3OpenError> {
+        let kv = storage::open_keyspace(db, "v3kv")?;
+        let log = storage::open_keyspace(db, "v3log")?;
         let mut kvs = BTreeMap::new();
         for item in kv.iter() {
-            let (k, v) = item.into_inner().map_err(|e| e.to_string())?;
-            let entry: Entry = serde_json::from_slice(&v).map_err(|e| e.to_string())?;
+            let (k, v) = item.into_inner().map_err(storage::StorageError::from)?;
+            let entry: Entry = serde_json::from_slice(&v).map_err(|source| V3OpenError::Entry {
+                key: String::from_utf8_lossy(&k).into_owned(),
+                source,
+            })?;
             kvs.insert(String::from_utf8_lossy(&k).into_owned(), entry);
         }
         let rev_of = |k: &[u8]| <[u8; 8]>::try_from(k).map(u64::from_be_bytes).ok();
@@ -108,7 +126,7 @@ impl V3Log {
         std::thread::Builder::new()
             .name("v3-commit".into())
             .spawn(move || writer.run(rx))
-            .map_err(|e| format!("cannot start the v3 commit thread: {e}"))?;
+            .map_err(V3OpenError::Thread)?;
         Ok(Self {
             state,
             revision,
