@@ -396,7 +396,8 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             json(ca::ack(leader, id, pin, stage).await?)
         }
         LeaderOp::SetAddress { name, addr } => {
-            json(address::set_address(agent, &name, &addr).await?)
+            let reach = address::PeerReach(agent.peers());
+            json(address::set_address(leader, &reach, &name, &addr).await?)
         }
     }
 }

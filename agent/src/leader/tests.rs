@@ -11,6 +11,7 @@ use super::*;
 use crate::api::ErrorKind;
 use crate::api::probe::SettingsUpdate;
 use crate::leading::fake::{Fixture, LEADER};
+use crate::state::NodeId;
 use crate::state::ca_rotation::CaStage;
 use crate::state::fleetlock::{Command, Outcome};
 use crate::state::kv::Expect;
@@ -696,5 +697,90 @@ fn removing_the_dead_voter_keeps_a_quorum_and_its_name_is_never_found_again() {
             kind(remove::remove_node(fx.leader(), "c", false).await),
             ErrorKind::NotFound
         );
+    });
+}
+
+/// A [`address::Reach`] that answers as the test says and counts what it was asked.
+struct ReachAnswers {
+    answers: bool,
+    asked: std::sync::Mutex<Vec<(NodeId, String)>>,
+}
+
+impl ReachAnswers {
+    fn new(answers: bool) -> Self {
+        Self {
+            answers,
+            asked: Default::default(),
+        }
+    }
+}
+
+impl address::Reach for ReachAnswers {
+    async fn answers_at(&self, id: NodeId, name: &str, addr: &str) -> Result<(), ApiError> {
+        if let Ok(mut asked) = self.asked.lock() {
+            asked.push((id, addr.to_string()));
+        }
+        if self.answers {
+            Ok(())
+        } else {
+            Err(ApiError::new(
+                ErrorKind::Unavailable,
+                format!("{name} does not answer at {addr}"),
+            ))
+        }
+    }
+}
+
+#[test]
+fn an_address_moves_only_to_where_the_member_answers_and_never_onto_another_member() {
+    let fx = three_voters();
+    let l = fx.leader();
+    block_on(async {
+        let writes = fx.replica.writes();
+        // c's address is c's.
+        let taken = address::set_address(l, &ReachAnswers::new(true), "b", "127.0.0.1:7003").await;
+        assert_eq!(kind(taken), ErrorKind::AddressTaken);
+        // Not answering there: refused, and nothing moved.
+        let silent = ReachAnswers::new(false);
+        let refused = address::set_address(l, &silent, "b", "10.0.0.9:7000").await;
+        assert_eq!(kind(refused), ErrorKind::Unavailable);
+        assert_eq!(
+            silent.asked.lock().map(|a| a.clone()).unwrap_or_default(),
+            vec![(2, "10.0.0.9:7000".to_string())]
+        );
+        assert_eq!(fx.replica.writes(), writes, "refusals write nothing");
+        assert_eq!(
+            kind(address::set_address(l, &silent, "b", "no-port").await),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            kind(address::set_address(l, &silent, "zz", "10.0.0.9:7000").await),
+            ErrorKind::NotFound
+        );
+
+        // Answering there: the configuration and the record both move.
+        let change = address::set_address(l, &ReachAnswers::new(true), "b", "10.0.0.9:7000")
+            .await
+            .expect("moved");
+        assert!(
+            change.changed && change.from == "127.0.0.1:7002",
+            "{change:?}"
+        );
+        assert_eq!(fx.replica.state().nodes[&2].addr, "10.0.0.9:7000");
+        assert_eq!(fx.replica.view().nodes[&2].addr, "10.0.0.9:7000");
+
+        // The same again changes nothing and asks nobody.
+        let quiet = ReachAnswers::new(false);
+        let again = address::set_address(l, &quiet, "b", "10.0.0.9:7000")
+            .await
+            .expect("no change");
+        assert!(!again.changed);
+        assert!(quiet.asked.lock().map(|a| a.is_empty()).unwrap_or(false));
+
+        // The leader itself is not dialled: whoever dials it finds out.
+        address::set_address(l, &quiet, "leader", "10.0.0.1:7000")
+            .await
+            .expect("the leader moves without a probe");
+        assert!(quiet.asked.lock().map(|a| a.is_empty()).unwrap_or(false));
     });
 }

@@ -219,6 +219,11 @@ impl Replica for FakeReplica {
         Ok(())
     }
 
+    async fn set_node(&self, id: NodeId, node: Node) -> Result<(), ApiError> {
+        self.view.lock().expect("fake view").nodes.insert(id, node);
+        Ok(())
+    }
+
     fn view(&self) -> RaftView {
         self.view.lock().expect("fake view").clone()
     }

@@ -1,5 +1,6 @@
 //! What a leader action needs of the raft group, as a small trait: a replicated write, a
-//! linearizable read, a read of this node's applied state, adding a nonvoter, the group's view,
+//! linearizable read, a read of this node's applied state, adding a nonvoter or moving a member
+//! in the configuration, the group's view,
 //! this node's wall clock, its id, when it last heard from each peer and whether it hears from
 //! a quorum. `RaftNode` is the real one; `leading/fake.rs` is an in-memory one that applies
 //! writes to a `ClusterState` directly, so that every leader action is unit-tested without a
@@ -31,6 +32,10 @@ pub trait Replica: Sync {
         id: NodeId,
         node: Node,
     ) -> impl Future<Output = Result<(), ApiError>> + Send;
+
+    /// Changes the address the raft configuration holds for member `id` (what peers dial).
+    fn set_node(&self, id: NodeId, node: Node)
+    -> impl Future<Output = Result<(), ApiError>> + Send;
 
     /// The raft group as this node sees it now (term, leader, voters, replication).
     fn view(&self) -> RaftView;
@@ -66,6 +71,10 @@ impl Replica for RaftNode {
 
     async fn add_learner(&self, id: NodeId, node: Node) -> Result<(), ApiError> {
         Ok(RaftNode::add_learner(self, id, node).await?)
+    }
+
+    async fn set_node(&self, id: NodeId, node: Node) -> Result<(), ApiError> {
+        Ok(RaftNode::set_node(self, id, node).await?)
     }
 
     fn view(&self) -> RaftView {
