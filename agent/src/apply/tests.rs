@@ -172,6 +172,7 @@ fn member(name: &str, role: &str, reachable: bool) -> ObservedMember {
                 bytes: 1,
                 problem: None,
             },
+            data_dir_path: Some(format!("/srv/{name}")),
         }),
         error: (!reachable).then(|| "connection refused".into()),
     }
@@ -340,13 +341,52 @@ fn a_lost_quorum_changes_nothing_and_names_the_restore_machine() {
     let rejoin: Vec<&str> = r.rejoin.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(rejoin, vec!["n1", "n3", "n4"]);
     let steps = recovery_steps(&r, "c1", Some("/b/last.backup"), "cluster.toml").join("\n");
+    // The file gives no data dir: n2's own report of its --data-dir is used.
     assert!(
-        steps.contains(&format!(
-            "muster restore /b/last.backup --name n2 --advertise n2:7000 --data-dir {DEFAULT_DATA_DIR}"
-        )),
+        steps.contains(
+            "muster restore /b/last.backup --name n2 --advertise n2:7000 --data-dir /srv/n2"
+        ),
         "{steps}"
     );
-    assert!(steps.contains("muster apply -f cluster.toml"), "{steps}");
+    assert!(
+        steps.contains("muster apply -f cluster.toml --data-dir /srv/n2"),
+        "{steps}"
+    );
+}
+
+#[test]
+fn recovery_steps_use_the_file_s_data_dir_else_the_member_s_own() {
+    let names = ["n1", "n2", "n3"];
+    let mut plain = String::new();
+    for n in names {
+        plain.push_str(&format!(
+            "[[member]]\nname = \"{n}\"\naddress = \"{n}:7000\"\n"
+        ));
+    }
+    let with_defaults = format!("[defaults]\ndata_dir = \"/data/m\"\n{plain}");
+    // (file, n2's report of its data dir) → the data dir printed for n2
+    let table = [
+        (plain.clone(), Some("/srv/n2"), "/srv/n2"),
+        (plain.clone(), None, DEFAULT_DATA_DIR),
+        // A path the file could not hold is not printed into a shell command.
+        (plain.clone(), Some("/srv/my dir"), DEFAULT_DATA_DIR),
+        (with_defaults.clone(), Some("/srv/n2"), "/data/m"),
+    ];
+    for (file, reported, want) in table {
+        let mut survivor = member("n2", "voter", true);
+        if let Some(report) = survivor.report.as_mut() {
+            report.data_dir_path = reported.map(String::from);
+        }
+        let mut have = observed(vec![
+            member("n1", "voter", false),
+            survivor,
+            member("n3", "voter", false),
+        ]);
+        have.leader = None;
+        let want_file = Manifest::parse(&file).expect("file");
+        let r = plan(&want_file, &have).quorum_lost.expect("quorum lost");
+        assert_eq!(r.restore_on.data_dir, want, "{file}\n{reported:?}");
+    }
 }
 
 #[test]

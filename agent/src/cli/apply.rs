@@ -54,10 +54,21 @@ pub async fn export(target: &Target) -> Result<(), CliError> {
         members: observed
             .members
             .iter()
-            .map(|m| DesiredMember {
-                name: m.name.clone(),
-                address: m.address.clone(),
-                data_dir: crate::apply::manifest::DEFAULT_DATA_DIR.into(),
+            .map(|m| {
+                // The member's own report of its --data-dir; the default for one that did not
+                // answer (or an older agent): edit the file where that is wrong.
+                let reported = m
+                    .report
+                    .as_ref()
+                    .and_then(|r| r.data_dir_path.clone())
+                    .filter(|dir| crate::apply::manifest::is_plain_dir(dir));
+                DesiredMember {
+                    name: m.name.clone(),
+                    address: m.address.clone(),
+                    data_dir_given: reported.is_some(),
+                    data_dir: reported
+                        .unwrap_or_else(|| crate::apply::manifest::DEFAULT_DATA_DIR.into()),
+                }
             })
             .collect(),
         settings: DesiredSettings {

@@ -58,6 +58,12 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         applied_index: view.last_applied.unwrap_or(0),
         leader,
         data_dir,
+        data_dir_path: Some(
+            std::path::absolute(agent.data_dir())
+                .unwrap_or_else(|_| agent.data_dir().to_path_buf())
+                .display()
+                .to_string(),
+        ),
     }
 }
 
