@@ -273,12 +273,16 @@ impl Manifest {
     }
 
     /// The file `muster config export` writes: what `parse` reads back to the same manifest.
-    pub fn to_toml(&self) -> String {
+    /// `cluster_notes` are comment lines under `[cluster]` (where its values come from).
+    pub fn to_toml(&self, cluster_notes: &[String]) -> String {
         let mut out = String::from(
             "# The desired cluster, for `muster plan -f` and `muster apply -f` (docs/apply.md).\n\n",
         );
         let s = &self.settings;
         out.push_str("[cluster]\n");
+        for note in cluster_notes {
+            out.push_str(&format!("# {note}\n"));
+        }
         if let Some(ms) = s.replace_after_ms {
             out.push_str(&format!(
                 "replace_after = {:?}        # a silent voter is replaced after this; \"0\" turns it off\n",

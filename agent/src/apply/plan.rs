@@ -404,24 +404,19 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
             min_voters: s.min_voters.unwrap_or(from.min_voters),
             standbys: s.standbys.unwrap_or(from.standbys),
         };
-        let asked = s != super::manifest::DesiredSettings::default();
         let older: Vec<&str> = observed
             .members
             .iter()
             .filter(|m| m.older())
             .map(|m| m.name.as_str())
             .collect();
-        if to != from || (asked && !observed.settings_pinned) {
+        // Values are compared, not where they come from: the file `config export` wrote
+        // from an untouched cluster (the leader's flags) is no change.
+        if to != from {
             if older.is_empty() {
                 plan.steps.push(steady(
                     Action::SetSettings { from, to },
-                    if to != from {
-                        "[cluster] differs from the settings in force".into()
-                    } else {
-                        "[cluster] matches the leader's flags; written so that every leader \
-                         keeps them"
-                            .into()
-                    },
+                    "[cluster] differs from the settings in force".into(),
                 ));
             } else {
                 plan.blocked.push(format!(

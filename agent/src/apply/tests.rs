@@ -49,11 +49,11 @@ fn parses_a_full_file() {
 #[test]
 fn export_reads_back_to_the_same_manifest() {
     let m = Manifest::parse(FILE).expect("valid file");
-    let again = Manifest::parse(&m.to_toml()).expect("exported file parses");
+    let again = Manifest::parse(&m.to_toml(&[])).expect("exported file parses");
     assert_eq!(again, m);
     let mut odd = m.clone();
     odd.settings.replace_after_ms = Some(1_500);
-    let again = Manifest::parse(&odd.to_toml()).expect("exported file parses");
+    let again = Manifest::parse(&odd.to_toml(&["a note".into()])).expect("exported file parses");
     assert_eq!(again.settings.replace_after_ms, Some(1_500));
 }
 
@@ -529,17 +529,32 @@ fn a_dead_member_the_file_still_lists_is_drift() {
 }
 
 #[test]
-fn settings_the_file_asks_for_are_pinned_even_when_they_match_the_flags() {
-    let mut want = desired(&["n1"]);
-    want.settings.standbys = Some(2);
-    let mut have = observed(vec![member("n1", "voter", true)]);
-    have.settings_pinned = false;
-    assert_eq!(actions(&plan(&want, &have)), vec!["settings"]);
-    have.settings_pinned = true;
-    assert!(actions(&plan(&want, &have)).is_empty());
-    // A file without [cluster] leaves the flags alone.
-    have.settings_pinned = false;
-    assert!(actions(&plan(&desired(&["n1"]), &have)).is_empty());
+fn settings_are_compared_by_value_wherever_they_come_from() {
+    let have_standbys = observed(vec![member("n1", "voter", true)])
+        .settings
+        .expect("settings")
+        .standbys;
+    // (file's standbys, settings written by apply) → a settings step
+    let table = [
+        // What `config export` wrote from the leader's flags: no change.
+        (Some(have_standbys), false, false),
+        (Some(have_standbys), true, false),
+        (Some(have_standbys + 1), false, true),
+        (Some(have_standbys + 1), true, true),
+        // A file without the key leaves the value alone.
+        (None, false, false),
+    ];
+    for (standbys, pinned, step) in table {
+        let mut want = desired(&["n1"]);
+        want.settings.standbys = standbys;
+        let mut have = observed(vec![member("n1", "voter", true)]);
+        have.settings_pinned = pinned;
+        assert_eq!(
+            actions(&plan(&want, &have)) == vec!["settings"],
+            step,
+            "standbys {standbys:?}, pinned {pinned}"
+        );
+    }
 }
 
 #[test]

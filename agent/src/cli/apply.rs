@@ -40,8 +40,9 @@ pub struct ApplyArgs<'a> {
     pub json: bool,
 }
 
-/// `muster config export`: today's cluster as a `cluster.toml`.
-pub async fn export(target: &Target) -> Result<(), CliError> {
+/// `muster config export`: today's cluster as a `cluster.toml` (with `json`, the same as JSON),
+/// saying where the `[cluster]` values come from.
+pub async fn export(target: &Target, json: bool) -> Result<(), CliError> {
     let observed = gather(target).await?;
     let Some(settings) = observed.settings else {
         return Err(CliError::Failed(
@@ -87,8 +88,32 @@ pub async fn export(target: &Target) -> Result<(), CliError> {
                 .collect(),
         }),
     };
-    output::out(format_args!("{}", manifest.to_toml()));
+    let leader = observed.leader.as_deref().unwrap_or("the leader");
+    if json {
+        let mut file = manifest.to_json();
+        file["cluster_source"] = settings_source(observed.settings_pinned).into();
+        outln!("{}", serde_json::to_string_pretty(&file)?);
+        return Ok(());
+    }
+    let notes = if observed.settings_pinned {
+        vec!["written by `muster apply`: every leader uses these, whatever its flags say".into()]
+    } else {
+        vec![
+            format!(
+                "{leader}'s flags (--replace-after, --cleanup-dead-after, --min-voters, \
+                 --standbys): nothing was written yet;"
+            ),
+            "`muster apply` writes a value you change here for every leader".into(),
+        ]
+    };
+    output::out(format_args!("{}", manifest.to_toml(&notes)));
     Ok(())
+}
+
+/// Where the settings in force come from, as `config export --json` and `GET /v1/settings`
+/// name it.
+fn settings_source(pinned: bool) -> &'static str {
+    if pinned { "cluster" } else { "leader_flags" }
 }
 
 /// `muster plan`: prints the probes and the plan; changes nothing. With `exit_code`, a plan
