@@ -107,3 +107,101 @@ async fn status_after_the_quorum_is_lost_names_no_dead_leader_and_counts_the_vot
     .expect("a new leader");
     assert_ne!(s["leader"], leader.as_str(), "{s}");
 }
+
+#[tokio::test]
+async fn readyz_answers_503_with_a_kind_from_the_moment_its_port_is_bound() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let url = d.new_token(2).await.expect("url");
+    let metrics: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let readyz = |i: usize| format!("http://{}/readyz", metrics[i]);
+    // The first agent forms the cluster and waits for its peer: not ready, and from its very
+    // first answer it says so with a kind a probe can match.
+    let first = AgentProc::start(
+        tmp.path(),
+        "r1",
+        &["--discovery", &url, "--metrics-listen", &metrics[0]],
+    )
+    .expect("start");
+    let answer = wait_for("/readyz to answer at all", FORM, || async {
+        get(&readyz(0)).await.ok()
+    })
+    .await
+    .expect("an answer");
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert_eq!(
+        answer.json()["kind"],
+        "cluster_uninitialized",
+        "{}",
+        answer.body
+    );
+
+    // A joiner whose member does not answer stays before its node runs: its metrics port
+    // answers all the same, naming what it waits for.
+    wait_formed(&[&first], 1, FORM).await.ok();
+    let token = first.create_token(&[]).await.expect("token");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .to_string();
+    let joiner = AgentProc::start(
+        tmp.path(),
+        "j1",
+        &[
+            "--join",
+            &closed,
+            "--token",
+            &token,
+            "--metrics-listen",
+            &metrics[2],
+        ],
+    )
+    .expect("start joiner");
+    let joining = wait_for("/readyz of a joiner", FORM, || async {
+        get(&readyz(2)).await.ok()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&joiner.log(), 20)));
+    assert_eq!(joining.status, 503, "{}", joining.body);
+    let body = joining.json();
+    assert_eq!(body["kind"], "cluster_uninitialized", "{body}");
+    let says_why = wait_for("the joiner's step in /readyz", FORM, || async {
+        let body = get(&readyz(2)).await.ok()?.json();
+        let message = body["message"].as_str()?.to_string();
+        message
+            .contains(&format!("joining through {closed}"))
+            .then_some(message)
+    })
+    .await;
+    assert!(
+        says_why.is_ok(),
+        "{says_why:?}\n{}",
+        tail(&joiner.log(), 20)
+    );
+    let healthz = get(&format!("http://{}/healthz", metrics[2]))
+        .await
+        .expect("healthz");
+    assert_eq!(healthz.status, 200, "alive while joining: {}", healthz.body);
+
+    // The peer arrives: the cluster forms, and both become ready on the same ports.
+    let second = AgentProc::start(
+        tmp.path(),
+        "r2",
+        &["--discovery", &url, "--metrics-listen", &metrics[1]],
+    )
+    .expect("start");
+    wait_formed(&[&first, &second], 2, FORM)
+        .await
+        .expect("formed");
+    for i in 0..2 {
+        let reply = wait_for("/readyz 200 once formed", FORM, || async {
+            let reply = get(&readyz(i)).await.ok()?;
+            (reply.status == 200).then_some(reply)
+        })
+        .await
+        .expect("ready");
+        assert_eq!(reply.json()["ready"], true, "{}", reply.body);
+    }
+}

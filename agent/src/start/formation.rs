@@ -85,7 +85,7 @@ pub async fn start(
         if cohort.len() != last_progress {
             last_progress = cohort.len();
             println!("waiting for peers {}/{} …", cohort.len(), listing.size);
-            crate::notify::status(&format!(
+            crate::observe::starting::set_phase(&format!(
                 "forming through the discovery URL: waiting for peers {}/{}",
                 cohort.len(),
                 listing.size
