@@ -205,3 +205,47 @@ async fn readyz_answers_503_with_a_kind_from_the_moment_its_port_is_bound() {
         assert_eq!(reply.json()["ready"], true, "{}", reply.body);
     }
 }
+
+#[tokio::test]
+async fn a_url_that_etcd_formed_is_named_and_not_joined() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    // Registrations exactly as etcd members write them (member id, `name=peer URL`), and no
+    // Muster key or record. `full`: both etcd members registered; else only the first, and the
+    // agent registers second (it would then wait at `waiting for peers 2/2` forever).
+    for (case, full) in [("full", true), ("half", false)] {
+        let url = d.new_token(2).await.expect("url");
+        let etcd = [
+            ("8e9e05c52164694d", "etcd1=http://127.0.0.1:2380"),
+            ("91bc3c398fb3c146", "etcd2=http://127.0.0.1:2382"),
+        ];
+        let n = if full { 2 } else { 1 };
+        for (id, value) in &etcd[..n] {
+            let reply = register(&url, id, value).await.expect("register");
+            assert_eq!(reply.status, 201, "{}", reply.body);
+        }
+        let mut a = AgentProc::start(tmp.path(), &format!("x-{case}"), &["--discovery", &url])
+            .expect("start");
+        let code = a.wait_exit(FORM).await.expect("stops");
+        let log = a.log();
+        assert_eq!(code, Some(2), "{case}: a refusal\n{log}");
+        assert!(
+            log.contains("formed by something other than Muster")
+                && log.contains("etcd1 (127.0.0.1:2380)")
+                && log.contains("/new?size=2"),
+            "{case}: names the URL's owner and the way forward\n{log}"
+        );
+        assert!(
+            !log.contains("--join 127.0.0.1:238"),
+            "{case}: never advises joining an etcd peer port\n{log}"
+        );
+    }
+    // A Muster formation on a URL of its own is unaffected.
+    let url = d.new_token(2).await.expect("url");
+    let agents: Vec<AgentProc> = (1..=2)
+        .map(|i| {
+            AgentProc::start(tmp.path(), &format!("ok{i}"), &["--discovery", &url]).expect("start")
+        })
+        .collect();
+    wait_formed(&refs(&agents), 2, FORM).await.expect("formed");
+}
