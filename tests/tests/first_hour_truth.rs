@@ -249,3 +249,48 @@ async fn a_url_that_etcd_formed_is_named_and_not_joined() {
         .collect();
     wait_formed(&refs(&agents), 2, FORM).await.expect("formed");
 }
+
+#[tokio::test]
+async fn no_message_names_a_member_by_its_internal_identity() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut agents = init_and_join(tmp.path(), &["i1", "i2", "i3"])
+        .await
+        .expect("formed");
+    let (code, exported, err) = agents[0].cli(&["config", "export"]).await.expect("export");
+    assert_eq!(code, 0, "{err}");
+    let file = tmp.path().join("cluster.toml");
+    std::fs::write(&file, &exported).expect("write cluster.toml");
+    // i2 comes back listening on i3's address: whoever dials i3 there meets i2's certificate,
+    // a TLS failure whose cause quotes the identity name the dialer expected.
+    agents[1].kill9().await.expect("kill i2");
+    agents[2].kill9().await.expect("kill i3");
+    let i3 = agents[2].addr.clone();
+    agents[1].set_flag("--listen", Some(&i3));
+    agents[1].restart().expect("restart i2 on i3's address");
+    let file = file.display().to_string();
+    let mut said = String::new();
+    let (_, out, err) = agents[0].cli(&["plan", "-f", &file]).await.expect("plan");
+    said.push_str(&out);
+    said.push_str(&err);
+    assert!(said.contains("i3"), "{said}");
+    for a in &agents[..2] {
+        let (_, out, err) = a.cli(&["kv", "put", "k", "v"]).await.expect("kv put");
+        said.push_str(&out);
+        said.push_str(&err);
+    }
+    // The dialer's own log, once its warning about i3 is out (after the grace for silence).
+    let log = wait_for("i1 to warn about i3", FORM, || async {
+        let log = agents[0].log();
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("i3"))
+            .then_some(log)
+    })
+    .await
+    .expect("a warning about i3");
+    said.push_str(&log);
+    assert!(
+        !said.contains(".muster"),
+        "an internal identity name in a message:\n{said}"
+    );
+    assert!(said.contains("certificate"), "the cause is named:\n{said}");
+}

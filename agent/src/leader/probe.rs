@@ -187,7 +187,7 @@ async fn ask(
             "answers, but has no probe endpoint: an older agent".into(),
         ));
     }
-    let body = client::read_limited(answer, PROBE_ANSWER_LIMIT)
+    let body = client::read_limited(addr, answer, PROBE_ANSWER_LIMIT)
         .await
         .map_err(|e| Unanswered::Silent(e.to_string()))?;
     client::decode_answer(status, &body).map_err(|e: CallError| Unanswered::Silent(e.to_string()))
