@@ -240,6 +240,30 @@ async fn a_url_that_etcd_formed_is_named_and_not_joined() {
             "{case}: never advises joining an etcd peer port\n{log}"
         );
     }
+    // The same with real etcd members that formed through the URL.
+    if let Some(bin) = etcd_binary("a_url_that_etcd_formed_is_named_and_not_joined") {
+        let url = d.new_token(2).await.expect("url");
+        let members: Vec<Etcd> = ["e1", "e2"]
+            .iter()
+            .map(|name| Etcd::start_discovery(&bin, tmp.path(), name, &url).expect("etcd"))
+            .collect();
+        wait_for("both etcd members to register", FORM, || async {
+            let listing = get(&url).await.ok()?.json();
+            (listing["node"]["nodes"].as_array()?.len() == 2).then_some(())
+        })
+        .await
+        .expect("etcd registered");
+        let mut a = AgentProc::start(tmp.path(), "x-etcd", &["--discovery", &url]).expect("start");
+        let code = a.wait_exit(FORM).await.expect("stops");
+        let log = a.log();
+        assert_eq!(code, Some(2), "{log}");
+        assert!(
+            log.contains("formed by something other than Muster")
+                && members.iter().all(|m| log.contains(&m.name)),
+            "names the etcd members:\n{log}"
+        );
+    }
+
     // A Muster formation on a URL of its own is unaffected.
     let url = d.new_token(2).await.expect("url");
     let agents: Vec<AgentProc> = (1..=2)
