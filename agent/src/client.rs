@@ -41,6 +41,9 @@ pub enum CallError {
 
 impl CallError {
     fn from_reqwest(addr: &str, e: reqwest::Error) -> Self {
+        // A peer's URL names it by its internal identity (`node-….muster`): the address says
+        // where it is, the URL nothing an operator can use.
+        let e = e.without_url();
         if let Some(mismatch) = tls::ca_pin_mismatch(&e) {
             return CallError::PinMismatch {
                 addr: addr.to_string(),
@@ -56,13 +59,10 @@ impl CallError {
 }
 
 /// The innermost cause of a failed call ("Connection refused (os error 111)"), which says more
-/// than reqwest's "error sending request for url …".
+/// than reqwest's "error sending request for url …": [`crate::net_error::innermost`], the one
+/// reading of a cause (it also drops members' internal identity names).
 pub fn innermost_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
+    crate::net_error::innermost(e)
 }
 
 /// Sends `req` and reads a JSON answer of type `T`, or the error the server answered with.
@@ -114,16 +114,20 @@ pub async fn send(
     })
 }
 
-/// Reads an answer's body, refusing one longer than `max` bytes (a peer is trusted to be a
-/// member, not to be small).
-pub async fn read_limited(mut resp: reqwest::Response, max: usize) -> Result<Vec<u8>, CallError> {
+/// Reads an answer's body from `addr` (the peer's address as members know it: the URL's host
+/// is its internal identity name), refusing one longer than `max` bytes (a peer is trusted to
+/// be a member, not to be small).
+pub async fn read_limited(
+    addr: &str,
+    mut resp: reqwest::Response,
+    max: usize,
+) -> Result<Vec<u8>, CallError> {
     let mut body = Vec::new();
     loop {
-        let addr = resp.url().authority().to_string();
         let chunk = resp
             .chunk()
             .await
-            .map_err(|e| CallError::from_reqwest(&addr, e))?;
+            .map_err(|e| CallError::from_reqwest(addr, e))?;
         let Some(chunk) = chunk else {
             return Ok(body);
         };

@@ -97,9 +97,68 @@ fn chain<'a>(e: &'a (dyn Error + 'static)) -> Vec<&'a (dyn Error + 'static)> {
     out
 }
 
-/// The innermost cause of `e` ("Connection refused (os error 111)").
+/// The innermost cause of `e` ("Connection refused (os error 111)"), without internal identity
+/// names ([`without_identity_names`]).
 pub fn innermost(e: &(dyn Error + 'static)) -> String {
-    chain(e).last().map(|c| c.to_string()).unwrap_or_default()
+    without_identity_names(&chain(e).last().map(|c| c.to_string()).unwrap_or_default())
+}
+
+/// `text` with every internal identity name of a member (`node-<id>.<cluster>.muster`, the name
+/// its certificate carries and the agent dials it by), and any URL built on one, replaced by
+/// `member <id>`: the id is what `muster status` shows; the name is nothing an operator can
+/// look up or type. A TLS failure's innermost cause quotes it ("certificate not valid for
+/// name …"), and reqwest's own text quotes the whole URL.
+pub fn without_identity_names(text: &str) -> String {
+    const SUFFIX: &str = ".muster";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("node-") {
+        // A name is one run of DNS characters; a URL around it runs to the next space, quote
+        // or bracket.
+        let (before, from) = rest.split_at(at);
+        let name_len = from
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            .unwrap_or(from.len());
+        let name = &from[..name_len];
+        let id = name
+            .strip_suffix(SUFFIX)
+            .and_then(|n| n.strip_prefix("node-"))
+            .and_then(|n| n.split_once('.'))
+            .map(|(id, _cluster)| id)
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()));
+        let Some(id) = id else {
+            out.push_str(before);
+            out.push_str("node-");
+            rest = &from["node-".len()..];
+            continue;
+        };
+        let scheme = ["https://", "http://"]
+            .into_iter()
+            .find(|s| before.ends_with(s));
+        match scheme {
+            Some(scheme) => {
+                out.push_str(&before[..before.len() - scheme.len()]);
+                let url_len = from
+                    .find(|c: char| c.is_whitespace() || matches!(c, ')' | '"' | '\'' | ']'))
+                    .unwrap_or(from.len());
+                rest = &from[url_len..];
+            }
+            None => {
+                out.push_str(before);
+                // A port after a bare name goes with it.
+                let after = &from[name_len..];
+                let port_len = after
+                    .strip_prefix(':')
+                    .map(|p| 1 + p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len()))
+                    .filter(|len| *len > 1)
+                    .unwrap_or(0);
+                rest = &after[port_len..];
+            }
+        }
+        out.push_str(&format!("member {id}"));
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `<cause in words> (<innermost cause>)`, for errors that carry the address themselves.
@@ -196,6 +255,36 @@ mod tests {
         assert_eq!(cause_of(&e), Cause::Dns, "{e:?}");
         let text = describe("muster-test.invalid:80", &e);
         assert!(text.contains("DNS lookup failed"), "{text}");
+    }
+
+    #[test]
+    fn identity_names_and_urls_become_member_ids() {
+        let table = [
+            (
+                "error sending request for url (https://node-62d9.c0ffee.muster:7001/raft/client)",
+                "error sending request for url (member 62d9)",
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"node-1b11.c0ffee.muster\"; \
+                 certificate is only valid for DnsName(\"node-2c.c0ffee.muster\")",
+                "invalid peer certificate: certificate not valid for name \"member 1b11\"; \
+                 certificate is only valid for DnsName(\"member 2c\")",
+            ),
+            ("node-ab.c0ffee.muster:7001 refused", "member ab refused"),
+            // Not identity names: left alone.
+            (
+                "node-7 (10.0.0.7:7000) is down",
+                "node-7 (10.0.0.7:7000) is down",
+            ),
+            ("node-xyz.c.muster", "node-xyz.c.muster"),
+            (
+                "Connection refused (os error 111)",
+                "Connection refused (os error 111)",
+            ),
+        ];
+        for (text, want) in table {
+            assert_eq!(without_identity_names(text), want, "{text}");
+        }
     }
 
     #[test]

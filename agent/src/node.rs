@@ -362,8 +362,15 @@ pub struct BoundPort {
     task: tokio::task::JoinHandle<TcpListener>,
     /// The FleetLock listener, bound as early (served once the node runs).
     fleetlock: Option<FleetLockListener>,
-    /// The metrics listener, likewise.
-    metrics: Option<TcpListener>,
+    /// The metrics listener, bound as early; until the node runs it answers `/readyz` with
+    /// 503 `cluster_uninitialized` and the start's step (`serve::serve_starting`).
+    metrics: Option<StartingMetrics>,
+}
+
+/// The metrics listener while the start path runs: the early server's task, and how to end it.
+struct StartingMetrics {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<TcpListener>,
 }
 
 impl BoundPort {
@@ -379,6 +386,13 @@ impl BoundPort {
                     _ = &mut stopped => return listener,
                     accepted = listener.accept() => drop(accepted),
                 }
+            }
+        });
+        let metrics = metrics.map(|listener| {
+            let (stop, stopped) = tokio::sync::oneshot::channel();
+            StartingMetrics {
+                stop,
+                task: tokio::spawn(crate::serve::serve_starting(listener, stopped)),
             }
         });
         Self {
@@ -398,7 +412,16 @@ impl BoundPort {
             .task
             .await
             .map_err(|e| AgentError::failed(format!("the node's port was lost: {e}")))?;
-        Ok((listener, self.fleetlock, self.metrics))
+        let metrics = match self.metrics {
+            None => None,
+            Some(starting) => {
+                let _ = starting.stop.send(());
+                Some(starting.task.await.map_err(|e| {
+                    AgentError::failed(format!("the metrics listener was lost: {e}"))
+                })?)
+            }
+        };
+        Ok((listener, self.fleetlock, metrics))
     }
 }
 

@@ -117,7 +117,8 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
             continue;
         }
         // A check-in answer lists every member: bounded, like every answer we read.
-        let Ok(body) = crate::client::read_limited(answer, MAX_CHECK_IN_ANSWER).await else {
+        let Ok(body) = crate::client::read_limited(&node.addr, answer, MAX_CHECK_IN_ANSWER).await
+        else {
             continue;
         };
         let Ok(check) = serde_json::from_slice::<MemberCheck>(&body) else {

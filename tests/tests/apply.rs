@@ -440,27 +440,37 @@ async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_repli
             "{exported}"
         );
     }
+    // The exported [cluster] values are the leader's flags, and the file says so.
+    assert!(exported.contains("flags (--replace-after"), "{exported}");
     let file = write_file(root, "cluster.toml", &exported);
-    // The exported [cluster] values are the leader's flags: apply pins them in the cluster.
-    let (code, out, err) = agents[1]
-        .cli(&["plan", "-f", &file, "--exit-code"])
+    // Export then plan on an untouched cluster: no change, from any member.
+    for a in &agents {
+        let (code, out, err) = a
+            .cli(&["plan", "-f", &file, "--exit-code"])
+            .await
+            .expect("plan");
+        assert_eq!(code, 0, "export then plan is no change\n{out}{err}");
+    }
+    // The same file as JSON, in the TOML's shape.
+    let (code, json, err) = agents[2]
+        .cli(&["config", "export", "--json"])
         .await
-        .expect("plan");
-    assert_eq!(code, 2, "{out}{err}");
-    assert!(
-        out.contains("written so that every leader keeps them"),
-        "{out}"
+        .expect("export --json");
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("export --json is JSON");
+    assert_eq!(json["cluster"]["standbys"], 2, "{json}");
+    assert_eq!(json["cluster_source"], "leader_flags", "{json}");
+    assert_eq!(
+        json["member"].as_array().map(Vec::len),
+        Some(agents.len()),
+        "{json}"
     );
-    let (code, out, err) = agents[1]
-        .cli(&["apply", "-f", &file, "--yes"])
-        .await
-        .expect("apply");
-    assert_eq!(code, 0, "{out}{err}");
-    let (code, out, err) = agents[2]
-        .cli(&["plan", "-f", &file, "--exit-code"])
-        .await
-        .expect("plan");
-    assert_eq!(code, 0, "in sync once pinned\n{out}{err}");
+    assert!(
+        json["fleetlock"]["group"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["name"] == "workers" && g["slots"] == 2)),
+        "{json}"
+    );
 
     // Drift by hand: plan shows it, apply repairs it.
     let (code, _, err) = agents[2]

@@ -41,6 +41,10 @@ pub struct NodeProbe {
     /// The leader it hears from, if any.
     pub leader: Option<String>,
     pub data_dir: DataDirHealth,
+    /// Its `--data-dir` (absolute), for the commands `plan` and `apply` print for it and for
+    /// `config export`. `None` from older agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir_path: Option<String>,
 }
 
 /// The data dir as the node finds it: writable (a small file written and fsync'd) and its size.

@@ -19,7 +19,9 @@ pub struct Status {
     /// This node's name.
     #[serde(rename = "self")]
     pub self_name: String,
-    /// The leader's name, if one is known.
+    /// The leader's name: only a leader that answers and hears from a majority of the voters.
+    /// `None` during an election and after the quorum is lost (raft may still remember a
+    /// leader that is dead).
     pub leader: Option<String>,
     pub term: u64,
     pub commit_index: u64,
@@ -31,10 +33,15 @@ pub struct Status {
     /// Removed members whose certificates this node refuses at the TLS handshake.
     #[serde(default)]
     pub revoked_certificates: usize,
-    /// True when this node leads but no majority of the voters has answered it for an election
-    /// window: it is cut off, and its writes fail with `quorum_lost` at once.
+    /// True when no majority of the voters answers: this node leads but has not heard from a
+    /// majority for the quorum window (its writes fail with `quorum_lost` at once), or no leader
+    /// answers and this node reaches no majority of the voters either.
     #[serde(default)]
     pub quorum_lost: bool,
+    /// How many voters answer (the node counting included): as the leader hears them, or, with
+    /// no leader answering, as this node found by asking each one. `None` from older agents.
+    #[serde(default)]
+    pub voters_reachable: Option<usize>,
     /// The latest membership changes the leader made (oldest first), with their causes.
     #[serde(default)]
     pub membership_events: Vec<MembershipEvent>,

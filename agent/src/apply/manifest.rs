@@ -36,6 +36,9 @@ pub struct DesiredMember {
     pub address: String,
     /// Its `--data-dir` (for the commands apply prints for it).
     pub data_dir: String,
+    /// The file gave `data_dir` (for the member or in `[defaults]`); else it is the default,
+    /// and the member's own report of its data dir, when there is one, wins.
+    pub data_dir_given: bool,
 }
 
 /// The membership repairs' settings the file sets (`None`: left as the cluster has it).
@@ -136,11 +139,11 @@ impl Manifest {
                 e.message()
             ),
         })?;
-        let default_dir = match &raw.defaults {
+        let (default_dir, default_given) = match &raw.defaults {
             Some(RawDefaults {
                 data_dir: Some(dir),
-            }) => checked_dir(dir).map_err(|m| refuse(dir.span(), &m))?,
-            _ => DEFAULT_DATA_DIR.to_string(),
+            }) => (checked_dir(dir).map_err(|m| refuse(dir.span(), &m))?, true),
+            _ => (DEFAULT_DATA_DIR.to_string(), false),
         };
         let mut members = Vec::new();
         let mut names = BTreeSet::new();
@@ -163,14 +166,15 @@ impl Manifest {
                     &format!("members {other} and {name} both have address {address}"),
                 ));
             }
-            let data_dir = match &m.data_dir {
-                Some(dir) => checked_dir(dir).map_err(|e| refuse(dir.span(), &e))?,
-                None => default_dir.clone(),
+            let (data_dir, data_dir_given) = match &m.data_dir {
+                Some(dir) => (checked_dir(dir).map_err(|e| refuse(dir.span(), &e))?, true),
+                None => (default_dir.clone(), default_given),
             };
             members.push(DesiredMember {
                 name: name.clone(),
                 address: address.clone(),
                 data_dir,
+                data_dir_given,
             });
         }
         if members.is_empty() {
@@ -271,12 +275,16 @@ impl Manifest {
     }
 
     /// The file `muster config export` writes: what `parse` reads back to the same manifest.
-    pub fn to_toml(&self) -> String {
+    /// `cluster_notes` are comment lines under `[cluster]` (where its values come from).
+    pub fn to_toml(&self, cluster_notes: &[String]) -> String {
         let mut out = String::from(
             "# The desired cluster, for `muster plan -f` and `muster apply -f` (docs/apply.md).\n\n",
         );
         let s = &self.settings;
         out.push_str("[cluster]\n");
+        for note in cluster_notes {
+            out.push_str(&format!("# {note}\n"));
+        }
         if let Some(ms) = s.replace_after_ms {
             out.push_str(&format!(
                 "replace_after = {:?}        # a silent voter is replaced after this; \"0\" turns it off\n",
@@ -331,6 +339,51 @@ impl Manifest {
     }
 }
 
+impl Manifest {
+    /// The file as JSON, in the TOML's own shape and keys (`cluster`, `fleetlock.group`,
+    /// `member`; durations as the same text), for scripts.
+    pub fn to_json(&self) -> serde_json::Value {
+        let s = &self.settings;
+        let mut cluster = serde_json::Map::new();
+        if let Some(ms) = s.replace_after_ms {
+            cluster.insert("replace_after".into(), delay_text(ms).into());
+        }
+        if let Some(ms) = s.cleanup_dead_after_ms {
+            cluster.insert("cleanup_dead_after".into(), delay_text(ms).into());
+        }
+        if let Some(n) = s.min_voters {
+            cluster.insert("min_voters".into(), n.into());
+        }
+        if let Some(n) = s.standbys {
+            cluster.insert("standbys".into(), n.into());
+        }
+        let mut file = serde_json::Map::new();
+        file.insert("cluster".into(), cluster.into());
+        if let Some(f) = &self.fleetlock {
+            let mut fleetlock = serde_json::Map::new();
+            if let Some(mode) = &f.unknown_groups {
+                fleetlock.insert("unknown_groups".into(), mode.clone().into());
+            }
+            let groups: Vec<serde_json::Value> = f
+                .groups
+                .iter()
+                .map(|(name, slots)| serde_json::json!({ "name": name, "slots": slots }))
+                .collect();
+            fleetlock.insert("group".into(), groups.into());
+            file.insert("fleetlock".into(), fleetlock.into());
+        }
+        let members: Vec<serde_json::Value> = self
+            .members
+            .iter()
+            .map(|m| {
+                serde_json::json!({ "name": m.name, "address": m.address, "data_dir": m.data_dir })
+            })
+            .collect();
+        file.insert("member".into(), members.into());
+        file.into()
+    }
+}
+
 /// A value in `cluster.toml` that parses but cannot be used; [`Manifest::parse`] puts its line
 /// in front.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -350,13 +403,18 @@ enum FieldError {
     },
 }
 
-fn checked_dir(dir: &Spanned<String>) -> Result<String, FieldError> {
-    // Printed into shell commands and an EnvironmentFile: plain path characters only.
-    let d = dir.get_ref();
+/// True for a data dir the file may hold: printed into shell commands and an
+/// EnvironmentFile, so an absolute path of plain characters only.
+pub fn is_plain_dir(d: &str) -> bool {
     let plain = d
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
-    if d.starts_with('/') && plain && !d.split('/').any(|part| part == "..") {
+    d.starts_with('/') && plain && !d.split('/').any(|part| part == "..")
+}
+
+fn checked_dir(dir: &Spanned<String>) -> Result<String, FieldError> {
+    let d = dir.get_ref();
+    if is_plain_dir(d) {
         Ok(d.clone())
     } else {
         Err(FieldError::DataDir(d.clone()))

@@ -162,12 +162,26 @@ pub struct DesiredTarget {
     pub data_dir: String,
 }
 
-impl From<&DesiredMember> for DesiredTarget {
-    fn from(m: &DesiredMember) -> Self {
+impl DesiredTarget {
+    /// The machine `d` of the file, with the data dir to print for it: the file's when it
+    /// gives one, else the one the member reported itself (the `--data-dir` it runs with),
+    /// else the default.
+    fn of(d: &DesiredMember, observed: &Observed) -> Self {
+        let reported = observed
+            .members
+            .iter()
+            .find(|m| m.name == d.name)
+            .and_then(|m| m.report.as_ref())
+            .and_then(|r| r.data_dir_path.clone())
+            .filter(|dir| super::manifest::is_plain_dir(dir));
+        let data_dir = match reported {
+            Some(dir) if !d.data_dir_given => dir,
+            _ => d.data_dir.clone(),
+        };
         Self {
-            name: m.name.clone(),
-            address: m.address.clone(),
-            data_dir: m.data_dir.clone(),
+            name: d.name.clone(),
+            address: d.address.clone(),
+            data_dir,
         }
     }
 }
@@ -390,24 +404,19 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
             min_voters: s.min_voters.unwrap_or(from.min_voters),
             standbys: s.standbys.unwrap_or(from.standbys),
         };
-        let asked = s != super::manifest::DesiredSettings::default();
         let older: Vec<&str> = observed
             .members
             .iter()
             .filter(|m| m.older())
             .map(|m| m.name.as_str())
             .collect();
-        if to != from || (asked && !observed.settings_pinned) {
+        // Values are compared, not where they come from: the file `config export` wrote
+        // from an untouched cluster (the leader's flags) is no change.
+        if to != from {
             if older.is_empty() {
                 plan.steps.push(steady(
                     Action::SetSettings { from, to },
-                    if to != from {
-                        "[cluster] differs from the settings in force".into()
-                    } else {
-                        "[cluster] matches the leader's flags; written so that every leader \
-                         keeps them"
-                            .into()
-                    },
+                    "[cluster] differs from the settings in force".into(),
                 ));
             } else {
                 plan.blocked.push(format!(
@@ -618,7 +627,7 @@ fn recovery(desired: &Manifest, observed: &Observed) -> Recovery {
         .filter(|d| applied(&d.name).is_some())
         .max_by_key(|d| (applied(&d.name), std::cmp::Reverse(d.name.clone())))
         .or_else(|| desired.members.first())
-        .map(DesiredTarget::from)
+        .map(|d| DesiredTarget::of(d, observed))
         .unwrap_or(DesiredTarget {
             name: String::new(),
             address: String::new(),
@@ -632,7 +641,7 @@ fn recovery(desired: &Manifest, observed: &Observed) -> Recovery {
             .members
             .iter()
             .filter(|d| d.name != restore_on.name)
-            .map(DesiredTarget::from)
+            .map(|d| DesiredTarget::of(d, observed))
             .collect(),
         restore_on,
     }

@@ -49,11 +49,11 @@ fn parses_a_full_file() {
 #[test]
 fn export_reads_back_to_the_same_manifest() {
     let m = Manifest::parse(FILE).expect("valid file");
-    let again = Manifest::parse(&m.to_toml()).expect("exported file parses");
+    let again = Manifest::parse(&m.to_toml(&[])).expect("exported file parses");
     assert_eq!(again, m);
     let mut odd = m.clone();
     odd.settings.replace_after_ms = Some(1_500);
-    let again = Manifest::parse(&odd.to_toml()).expect("exported file parses");
+    let again = Manifest::parse(&odd.to_toml(&["a note".into()])).expect("exported file parses");
     assert_eq!(again.settings.replace_after_ms, Some(1_500));
 }
 
@@ -172,6 +172,7 @@ fn member(name: &str, role: &str, reachable: bool) -> ObservedMember {
                 bytes: 1,
                 problem: None,
             },
+            data_dir_path: Some(format!("/srv/{name}")),
         }),
         error: (!reachable).then(|| "connection refused".into()),
     }
@@ -340,13 +341,52 @@ fn a_lost_quorum_changes_nothing_and_names_the_restore_machine() {
     let rejoin: Vec<&str> = r.rejoin.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(rejoin, vec!["n1", "n3", "n4"]);
     let steps = recovery_steps(&r, "c1", Some("/b/last.backup"), "cluster.toml").join("\n");
+    // The file gives no data dir: n2's own report of its --data-dir is used.
     assert!(
-        steps.contains(&format!(
-            "muster restore /b/last.backup --name n2 --advertise n2:7000 --data-dir {DEFAULT_DATA_DIR}"
-        )),
+        steps.contains(
+            "muster restore /b/last.backup --name n2 --advertise n2:7000 --data-dir /srv/n2"
+        ),
         "{steps}"
     );
-    assert!(steps.contains("muster apply -f cluster.toml"), "{steps}");
+    assert!(
+        steps.contains("muster apply -f cluster.toml --data-dir /srv/n2"),
+        "{steps}"
+    );
+}
+
+#[test]
+fn recovery_steps_use_the_file_s_data_dir_else_the_member_s_own() {
+    let names = ["n1", "n2", "n3"];
+    let mut plain = String::new();
+    for n in names {
+        plain.push_str(&format!(
+            "[[member]]\nname = \"{n}\"\naddress = \"{n}:7000\"\n"
+        ));
+    }
+    let with_defaults = format!("[defaults]\ndata_dir = \"/data/m\"\n{plain}");
+    // (file, n2's report of its data dir) → the data dir printed for n2
+    let table = [
+        (plain.clone(), Some("/srv/n2"), "/srv/n2"),
+        (plain.clone(), None, DEFAULT_DATA_DIR),
+        // A path the file could not hold is not printed into a shell command.
+        (plain.clone(), Some("/srv/my dir"), DEFAULT_DATA_DIR),
+        (with_defaults.clone(), Some("/srv/n2"), "/data/m"),
+    ];
+    for (file, reported, want) in table {
+        let mut survivor = member("n2", "voter", true);
+        if let Some(report) = survivor.report.as_mut() {
+            report.data_dir_path = reported.map(String::from);
+        }
+        let mut have = observed(vec![
+            member("n1", "voter", false),
+            survivor,
+            member("n3", "voter", false),
+        ]);
+        have.leader = None;
+        let want_file = Manifest::parse(&file).expect("file");
+        let r = plan(&want_file, &have).quorum_lost.expect("quorum lost");
+        assert_eq!(r.restore_on.data_dir, want, "{file}\n{reported:?}");
+    }
 }
 
 #[test]
@@ -489,17 +529,32 @@ fn a_dead_member_the_file_still_lists_is_drift() {
 }
 
 #[test]
-fn settings_the_file_asks_for_are_pinned_even_when_they_match_the_flags() {
-    let mut want = desired(&["n1"]);
-    want.settings.standbys = Some(2);
-    let mut have = observed(vec![member("n1", "voter", true)]);
-    have.settings_pinned = false;
-    assert_eq!(actions(&plan(&want, &have)), vec!["settings"]);
-    have.settings_pinned = true;
-    assert!(actions(&plan(&want, &have)).is_empty());
-    // A file without [cluster] leaves the flags alone.
-    have.settings_pinned = false;
-    assert!(actions(&plan(&desired(&["n1"]), &have)).is_empty());
+fn settings_are_compared_by_value_wherever_they_come_from() {
+    let have_standbys = observed(vec![member("n1", "voter", true)])
+        .settings
+        .expect("settings")
+        .standbys;
+    // (file's standbys, settings written by apply) → a settings step
+    let table = [
+        // What `config export` wrote from the leader's flags: no change.
+        (Some(have_standbys), false, false),
+        (Some(have_standbys), true, false),
+        (Some(have_standbys + 1), false, true),
+        (Some(have_standbys + 1), true, true),
+        // A file without the key leaves the value alone.
+        (None, false, false),
+    ];
+    for (standbys, pinned, step) in table {
+        let mut want = desired(&["n1"]);
+        want.settings.standbys = standbys;
+        let mut have = observed(vec![member("n1", "voter", true)]);
+        have.settings_pinned = pinned;
+        assert_eq!(
+            actions(&plan(&want, &have)) == vec!["settings"],
+            step,
+            "standbys {standbys:?}, pinned {pinned}"
+        );
+    }
 }
 
 #[test]

@@ -40,8 +40,9 @@ pub struct ApplyArgs<'a> {
     pub json: bool,
 }
 
-/// `muster config export`: today's cluster as a `cluster.toml`.
-pub async fn export(target: &Target) -> Result<(), CliError> {
+/// `muster config export`: today's cluster as a `cluster.toml` (with `json`, the same as JSON),
+/// saying where the `[cluster]` values come from.
+pub async fn export(target: &Target, json: bool) -> Result<(), CliError> {
     let observed = gather(target).await?;
     let Some(settings) = observed.settings else {
         return Err(CliError::Failed(
@@ -54,10 +55,21 @@ pub async fn export(target: &Target) -> Result<(), CliError> {
         members: observed
             .members
             .iter()
-            .map(|m| DesiredMember {
-                name: m.name.clone(),
-                address: m.address.clone(),
-                data_dir: crate::apply::manifest::DEFAULT_DATA_DIR.into(),
+            .map(|m| {
+                // The member's own report of its --data-dir; the default for one that did not
+                // answer (or an older agent): edit the file where that is wrong.
+                let reported = m
+                    .report
+                    .as_ref()
+                    .and_then(|r| r.data_dir_path.clone())
+                    .filter(|dir| crate::apply::manifest::is_plain_dir(dir));
+                DesiredMember {
+                    name: m.name.clone(),
+                    address: m.address.clone(),
+                    data_dir_given: reported.is_some(),
+                    data_dir: reported
+                        .unwrap_or_else(|| crate::apply::manifest::DEFAULT_DATA_DIR.into()),
+                }
             })
             .collect(),
         settings: DesiredSettings {
@@ -76,8 +88,32 @@ pub async fn export(target: &Target) -> Result<(), CliError> {
                 .collect(),
         }),
     };
-    output::out(format_args!("{}", manifest.to_toml()));
+    let leader = observed.leader.as_deref().unwrap_or("the leader");
+    if json {
+        let mut file = manifest.to_json();
+        file["cluster_source"] = settings_source(observed.settings_pinned).into();
+        outln!("{}", serde_json::to_string_pretty(&file)?);
+        return Ok(());
+    }
+    let notes = if observed.settings_pinned {
+        vec!["written by `muster apply`: every leader uses these, whatever its flags say".into()]
+    } else {
+        vec![
+            format!(
+                "{leader}'s flags (--replace-after, --cleanup-dead-after, --min-voters, \
+                 --standbys): nothing was written yet;"
+            ),
+            "`muster apply` writes a value you change here for every leader".into(),
+        ]
+    };
+    output::out(format_args!("{}", manifest.to_toml(&notes)));
     Ok(())
+}
+
+/// Where the settings in force come from, as `config export --json` and `GET /v1/settings`
+/// name it.
+fn settings_source(pinned: bool) -> &'static str {
+    if pinned { "cluster" } else { "leader_flags" }
 }
 
 /// `muster plan`: prints the probes and the plan; changes nothing. With `exit_code`, a plan
@@ -317,12 +353,12 @@ async fn gather(target: &Target) -> Result<Observed, CliError> {
 }
 
 /// The probe report as the plan reads it. A member is reachable when it answered the probe
-/// and, when the status came from a leader (it carries the leader's reachability), the leader
-/// hears from it. The leader counts only while it has a quorum and, judged by the
-/// probes alone, answers.
+/// and, when the status carries reachability (the leader's, or with no leader the asked
+/// member's own check of each member), that says it answers too. The leader counts only while
+/// it has a quorum and, judged by the probes alone, answers.
 fn observe(report: ProbeReport) -> Observed {
     let status = report.status;
-    let from_leader = status.members.iter().any(|m| m.reachable.is_some());
+    let checked = status.members.iter().any(|m| m.reachable.is_some());
     let members: Vec<ObservedMember> = status
         .members
         .iter()
@@ -335,7 +371,7 @@ fn observe(report: ProbeReport) -> Observed {
                 role: m.role.clone(),
                 // Both must hold: the leader's word lags a kill -9 by seconds, and a probe alone
                 // cannot see a one-way cut.
-                reachable: answered && (!from_leader || m.reachable == Some(true)),
+                reachable: answered && (!checked || m.reachable == Some(true)),
                 answered,
                 match_index: m.match_index,
                 error: probe.and_then(|p| p.error.clone()),
@@ -346,7 +382,7 @@ fn observe(report: ProbeReport) -> Observed {
     let leader = status
         .leader
         .filter(|_| !status.quorum_lost)
-        .filter(|l| from_leader || members.iter().any(|m| m.name == *l && m.answered));
+        .filter(|l| checked || members.iter().any(|m| m.name == *l && m.answered));
     Observed {
         cluster_id: status.cluster_id,
         asked: status.self_name,

@@ -28,13 +28,7 @@ macro_rules! outln {
 pub fn print_status(s: &Status) {
     crate::outln!("cluster   {}", s.cluster_id);
     crate::outln!("self      {}", s.self_name);
-    match (&s.leader, s.quorum_lost) {
-        (Some(leader), true) => crate::outln!(
-            "leader    {leader} (QUORUM LOST: no majority of the voters answers it; writes fail)"
-        ),
-        (Some(leader), false) => crate::outln!("leader    {leader}"),
-        (None, _) => crate::outln!("leader    (none)"),
-    }
+    crate::outln!("leader    {}", leader_line(s));
     crate::outln!("term      {}", s.term);
     crate::outln!("commit    {}", s.commit_index);
     if s.revoked_certificates > 0 {
@@ -58,6 +52,32 @@ pub fn print_status(s: &Status) {
         for e in &s.membership_events {
             crate::outln!("  {}  {}: {}", utc_time(e.at_ms), e.change, e.cause);
         }
+    }
+}
+
+/// The `leader` line: the leader's name, or why there is none and how many voters answer.
+fn leader_line(s: &Status) -> String {
+    let voters = s.members.iter().filter(|m| m.suffrage == "voter").count();
+    let counted = s
+        .voters_reachable
+        .map(|k| format!("{k} of {voters} voters reachable"));
+    match (&s.leader, s.quorum_lost, counted) {
+        // An older agent's answer: it named the leader it led as, cut off.
+        (Some(leader), true, _) => {
+            format!("{leader} (QUORUM LOST: no majority of the voters answers it; writes fail)")
+        }
+        (Some(leader), false, _) => leader.clone(),
+        (None, true, Some(counted)) => format!(
+            "none: no leader reachable; quorum lost ({counted}): writes fail until a majority \
+             is back; start the voters that do not answer (`muster plan` prints the recovery \
+             steps if they are gone for good)"
+        ),
+        (None, true, None) => "none: no leader reachable; quorum lost: writes fail".into(),
+        (None, false, Some(counted)) => format!(
+            "none: no leader reachable ({counted}: an election is under way, or this node is \
+             cut off from the leader)"
+        ),
+        (None, false, None) => "none: no leader reachable".into(),
     }
 }
 
@@ -240,6 +260,75 @@ pub fn print_operator_tokens(list: &[crate::api::types::OperatorTokenInfo]) {
 
 #[cfg(test)]
 mod tests {
+    use crate::api::types::{Member, Status};
+
+    fn status(leader: Option<&str>, quorum_lost: bool, voters_reachable: Option<usize>) -> Status {
+        let member = |name: &str, suffrage: &str| Member {
+            name: name.into(),
+            id: "1".into(),
+            address: "127.0.0.1:1".into(),
+            suffrage: suffrage.into(),
+            role: String::new(),
+            reachable: None,
+            last_seen_ms: None,
+            match_index: None,
+        };
+        Status {
+            cluster_id: "c".into(),
+            self_name: "m3".into(),
+            leader: leader.map(String::from),
+            term: 2,
+            commit_index: 9,
+            members: vec![
+                member("m1", "voter"),
+                member("m2", "voter"),
+                member("m3", "voter"),
+                member("m4", "nonvoter"),
+            ],
+            refused_rpcs: 0,
+            revoked_certificates: 0,
+            quorum_lost,
+            voters_reachable,
+            membership_events: Vec::new(),
+            membership_waiting: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_leader_line_says_why_there_is_no_leader() {
+        // (leader, quorum lost, voters reachable) → what the line must hold
+        type Case<'a> = ((Option<&'a str>, bool, Option<usize>), &'a [&'a str]);
+        let table: [Case; 6] = [
+            ((Some("m1"), false, Some(3)), &["m1"]),
+            ((Some("m1"), true, None), &["m1", "QUORUM LOST"]),
+            (
+                (None, true, Some(1)),
+                &[
+                    "no leader reachable",
+                    "quorum lost (1 of 3 voters reachable)",
+                ],
+            ),
+            ((None, true, None), &["no leader reachable", "quorum lost"]),
+            (
+                (None, false, Some(2)),
+                &["no leader reachable (2 of 3 voters reachable", "election"],
+            ),
+            ((None, false, None), &["no leader reachable"]),
+        ];
+        for ((leader, lost, reachable), want) in table {
+            let line = super::leader_line(&status(leader, lost, reachable));
+            for part in want {
+                assert!(
+                    line.contains(part),
+                    "{leader:?} {lost} {reachable:?}: {line}"
+                );
+            }
+            if leader.is_none() {
+                assert!(line.starts_with("none"), "{line}");
+            }
+        }
+    }
+
     #[test]
     fn utc_time_formats_known_instants() {
         assert_eq!(super::utc_time(0), "1970-01-01 00:00:00Z");

@@ -191,7 +191,7 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         } => Ok(super::cert::ca_status(&op.target()?, op.json).await?),
         Command::Config {
             command: ConfigCommand::Export(op),
-        } => Ok(super::apply::export(&op.target()?).await?),
+        } => Ok(super::apply::export(&op.target()?, op.json).await?),
         Command::Plan { apply, exit_code } => {
             let args = ApplyArgs {
                 file: &apply.file,

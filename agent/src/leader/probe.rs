@@ -58,6 +58,12 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         applied_index: view.last_applied.unwrap_or(0),
         leader,
         data_dir,
+        data_dir_path: Some(
+            std::path::absolute(agent.data_dir())
+                .unwrap_or_else(|_| agent.data_dir().to_path_buf())
+                .display()
+                .to_string(),
+        ),
     }
 }
 
@@ -181,7 +187,7 @@ async fn ask(
             "answers, but has no probe endpoint: an older agent".into(),
         ));
     }
-    let body = client::read_limited(answer, PROBE_ANSWER_LIMIT)
+    let body = client::read_limited(addr, answer, PROBE_ANSWER_LIMIT)
         .await
         .map_err(|e| Unanswered::Silent(e.to_string()))?;
     client::decode_answer(status, &body).map_err(|e: CallError| Unanswered::Silent(e.to_string()))

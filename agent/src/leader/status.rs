@@ -1,13 +1,27 @@
-//! `muster status`: this node's view, with the leader's view of the members merged in.
+//! `muster status`: this node's view, with the leader's view of the members merged in. With no
+//! leader answering, the leader raft remembers is not named (it may be the machine that died),
+//! and this node asks each member itself, so that the answer says how many voters are left.
 
 use std::time::Duration;
 
+use tokio::task::JoinSet;
+
 use super::{Authority, LeaderOp, run_once};
 use crate::agent::Agent;
-use crate::api::ApiError;
 use crate::api::types::{Member, Status};
+use crate::api::{ApiError, paths};
+use crate::client::PeerClients;
 use crate::policy;
-use crate::state::{NodeId, member_id};
+use crate::policy::leadership::{LeaderWord, quorum_lost, shown_leader};
+use crate::state::{NodeId, member_id, parse_member_id};
+
+/// How long a follower waits for the leader's status: `status` answers now with what this node
+/// knows rather than after the forwarding timeout (a leader cut off by a partition never
+/// answers).
+const LEADER_ANSWER_WAIT: Duration = Duration::from_secs(5);
+/// How long each member may take to answer this node's own check, with no leader: a dead one
+/// refuses at once, one behind a partition is given up on after this.
+const MEMBER_CHECK_WAIT: Duration = Duration::from_secs(1);
 
 /// Status as this node sees it. On the leader it includes replication progress.
 pub fn local(agent: &Agent) -> Result<Status, ApiError> {
@@ -81,22 +95,44 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
     } else {
         Default::default()
     };
+    let cut_off = agent.raft().quorum_lost();
+    // A follower's raft leader is only what it last heard; `status` replaces it with the
+    // leader's own answer, or with none.
+    let leader = if view.is_leader {
+        shown_leader(LeaderWord::Leads {
+            me: agent.name(),
+            cut_off,
+        })
+    } else {
+        view.leader.map(name_of)
+    };
+    let voters_reachable = view.is_leader.then(|| voters_answering(&members));
     Ok(Status {
         cluster_id: agent.cluster_id().to_string(),
         self_name: agent.name().to_string(),
-        leader: view.leader.map(name_of),
+        leader,
         term: view.term,
         commit_index: view.last_applied.unwrap_or(0),
         members,
         refused_rpcs: agent.counters().refused_rpcs(),
         revoked_certificates: agent.revoked().len(),
-        quorum_lost: agent.raft().quorum_lost(),
+        quorum_lost: cut_off,
+        voters_reachable,
         membership_events,
         membership_waiting,
     })
 }
 
-/// Status with the leader's view of the members (falls back to the local view).
+/// Voters marked reachable.
+fn voters_answering(members: &[Member]) -> usize {
+    members
+        .iter()
+        .filter(|m| m.suffrage == "voter" && m.reachable == Some(true))
+        .count()
+}
+
+/// Status with the leader's view of the members; with no leader answering, this node's own
+/// view, no leader named, and the members this node reaches itself.
 pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
     let mut local = local(agent)?;
     if agent.raft().view().is_leader {
@@ -104,16 +140,74 @@ pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
     }
     // One attempt: during an election `status` answers at once with what this node knows
     // (no leader) rather than waiting for the outcome.
-    if let Ok(value) = run_once(agent, &Authority::Node, LeaderOp::Status).await
+    let asked = tokio::time::timeout(
+        LEADER_ANSWER_WAIT,
+        run_once(agent, &Authority::Node, LeaderOp::Status),
+    )
+    .await;
+    if let Ok(Ok(value)) = asked
         && let Ok(leader) = serde_json::from_value::<Status>(value)
     {
         local.members = leader.members;
-        local.leader = leader.leader;
+        local.leader = shown_leader(LeaderWord::Answered(leader.leader.as_deref()));
+        local.quorum_lost = leader.quorum_lost;
+        local.voters_reachable = leader.voters_reachable;
         // A spare's own raft view stands still; the leader's term is the cluster's.
         local.term = local.term.max(leader.term);
         local.membership_events = leader.membership_events;
         local.membership_waiting = leader.membership_waiting;
         local.commit_index = local.commit_index.max(leader.commit_index);
+        return Ok(local);
     }
+    local.leader = shown_leader(LeaderWord::Silent);
+    let me = agent.name().to_string();
+    let answering = ask_members(agent.peers(), &local.members, &me).await;
+    for member in &mut local.members {
+        member.reachable = Some(member.name == me || answering.contains(&member.name));
+    }
+    let voters = local
+        .members
+        .iter()
+        .filter(|m| m.suffrage == "voter")
+        .count();
+    let reachable = voters_answering(&local.members);
+    local.voters_reachable = Some(reachable);
+    local.quorum_lost = quorum_lost(voters, reachable);
     Ok(local)
+}
+
+/// The names of the members (other than `me`) that answer on their node port within
+/// [`MEMBER_CHECK_WAIT`], all asked at once.
+async fn ask_members(peers: &PeerClients, members: &[Member], me: &str) -> Vec<String> {
+    let mut asks = JoinSet::new();
+    for member in members.iter().filter(|m| m.name != me) {
+        let Some(id) = parse_member_id(&member.id) else {
+            continue;
+        };
+        let (peers, member) = (peers.clone(), member.clone());
+        asks.spawn(async move {
+            let ask = async {
+                let peer = peers.get(id, &member.address).await.ok()?;
+                let answer = peer
+                    .http
+                    .get(format!("{}{}", peer.base, paths::HEALTH))
+                    .timeout(MEMBER_CHECK_WAIT)
+                    .send()
+                    .await
+                    .ok()?;
+                answer.status().is_success().then_some(member.name)
+            };
+            tokio::time::timeout(MEMBER_CHECK_WAIT, ask)
+                .await
+                .ok()
+                .flatten()
+        });
+    }
+    let mut answering = Vec::new();
+    while let Some(done) = asks.join_next().await {
+        if let Ok(Some(name)) = done {
+            answering.push(name);
+        }
+    }
+    answering
 }

@@ -5,6 +5,7 @@
 //! Nothing here reads a clock, the network or raft: callers gather a [`ClusterView`] (see
 //! `reconcile.rs`) and carry out what [`plan`] returns. The tables in `tests.rs` pin every rule.
 
+pub mod leadership;
 #[cfg(test)]
 mod tests;
 

@@ -270,14 +270,22 @@ impl PeerLink {
                 tracing::info!(peer = %self.target, "a peer refused this node's certificate as revoked: this node was removed");
                 self.liveness.removed.store(true, Ordering::Relaxed);
                 self.peers.forget(self.target);
-                return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(&e))));
+                return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(
+                    &self.described(e),
+                ))));
             }
             // Connection refused, TLS failure and the like: back off before trying again.
             Err(e) if e.is_connect() => {
                 self.peers.forget(self.target);
-                return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(&e))));
+                return Err(NoAnswer(RPCError::Unreachable(Unreachable::new(
+                    &self.described(e),
+                ))));
             }
-            Err(e) => return Err(NoAnswer(RPCError::Network(NetworkError::new(&e)))),
+            Err(e) => {
+                return Err(NoAnswer(RPCError::Network(NetworkError::new(
+                    &self.described(e),
+                ))));
+            }
         };
         let status = resp.status();
         if status == reqwest::StatusCode::GONE {
@@ -312,8 +320,20 @@ impl PeerLink {
         let result: Result<Resp, RaftError<NodeId, E>> = resp
             .json()
             .await
-            .map_err(|e| NoAnswer(RPCError::Network(NetworkError::new(&e))))?;
+            .map_err(|e| NoAnswer(RPCError::Network(NetworkError::new(&self.described(e)))))?;
         result.map_err(|e| Answered(RPCError::RemoteError(RemoteError::new(self.target, e))))
+    }
+
+    /// A failed call as openraft carries it (and may pass on to an operator): the peer's name,
+    /// its address and the cause. Never reqwest's own text, whose URL names the peer by its
+    /// internal identity (`node-….muster`), which means nothing to an operator.
+    fn described(&self, e: reqwest::Error) -> std::io::Error {
+        let e = e.without_url();
+        std::io::Error::other(format!(
+            "peer {} at {}",
+            self.name,
+            crate::net_error::describe(&self.addr, &e)
+        ))
     }
 }
 

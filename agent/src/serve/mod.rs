@@ -17,6 +17,6 @@ mod operator_lease;
 mod peer;
 
 pub use fleetlock::{FleetLockListener, serve_fleetlock};
-pub use observe::serve_observe;
+pub use observe::{serve_observe, serve_starting};
 pub use operator::serve_socket;
 pub use peer::serve_peers;

@@ -2,7 +2,7 @@
 //! authentication): `/metrics`, `/healthz`, `/readyz`, and the status page at `/` with the
 //! `status.json` it draws. The operator API serves `/metrics` too, behind its token. No
 //! authentication here, so connections are few (64, 16 per source) and must send their headers
-//! within 10 s.
+//! within 10 s. Before the node runs, [`serve_starting`] answers on the same port.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,6 +89,54 @@ async fn status_json(
 const MAX_CONNECTIONS: usize = 64;
 const MAX_CONNECTIONS_PER_SOURCE: usize = 16;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the metrics listener before the node runs (while it joins or waits for its peers):
+/// `/healthz` answers 200 (the process is alive and starting), everything else 503
+/// `cluster_uninitialized` with the start's step. Returns the listener when `stop` fires, and
+/// closes the connections it served, so that a client's keep-alive connection reaches the
+/// node's own server next instead of this one.
+pub async fn serve_starting(
+    listener: TcpListener,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> TcpListener {
+    let app = Router::new()
+        .route(
+            paths::HEALTHZ,
+            get(|| async {
+                json_response(&serde_json::json!({ "healthy": true, "starting": true }))
+            }),
+        )
+        .fallback(|| async { error_response(&crate::observe::starting::not_ready()) });
+    let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE);
+    // Dropped on return: every connection served so far is closed.
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, remote) = tokio::select! {
+            _ = &mut stop => return listener,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(_) => {
+                    // Out of descriptors, most often: let connections finish first.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(admitted) = limits.admit(remote.ip()) else {
+            continue;
+        };
+        while connections.try_join_next().is_some() {}
+        let app = app.clone();
+        connections.spawn(async move {
+            let _admitted = admitted;
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    app.clone().oneshot(req.map(axum::body::Body::new))
+                });
+            serve_http1(stream, service, HEADER_TIMEOUT).await;
+        });
+    }
+}
 
 /// Serves the metrics listener until `stop` flips.
 pub async fn serve_observe(

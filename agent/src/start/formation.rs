@@ -13,6 +13,7 @@ use crate::node::BoundPort;
 use muster_shared::bootstrap::{BootstrapRecord, RECORD_KEY, RecordState, RegistrantMeta};
 use muster_shared::token::SecretToken;
 
+use super::foreign;
 use super::initiate::{Origin, initiate};
 use super::join::{Joiner, finish, join_with_token};
 use super::secret::join_with_secret;
@@ -39,6 +40,15 @@ pub async fn start(
     let me = identity.member_id();
     let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
     if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
+        if !elsewhere.formed
+            && let Some(found) = foreign::confirm(&discovery, &listing, &me).await
+        {
+            return Err(AgentError::Refused(foreign::refusal(
+                &discovery.shown(),
+                listing.size,
+                &found,
+            )));
+        }
         return join_or_refuse(config, identity, &discovery, elsewhere, token, listener).await;
     }
     match retrying("registering", || {
@@ -68,10 +78,25 @@ pub async fn start(
     // The discovery URL is a credential: log only the service, not the token.
     tracing::info!(url = %discovery.shown(), member = %me, "registered");
     let mut last_progress = 0;
+    // The first registrant checked for a Muster key: once per registrant, not every round.
+    let mut checked_first: Option<String> = None;
     loop {
         let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
         if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
             return join_or_refuse(config, identity, &discovery, elsewhere, token, listener).await;
+        }
+        // Waiting on a first registrant that is not a Muster agent would be forever: it never
+        // writes the record.
+        let first = listing.cohort().first().map(|r| r.id.clone());
+        if first != checked_first {
+            if let Some(found) = foreign::confirm(&discovery, &listing, &me).await {
+                return Err(AgentError::Refused(foreign::refusal(
+                    &discovery.shown(),
+                    listing.size,
+                    &found,
+                )));
+            }
+            checked_first = first;
         }
         let cohort = listing.cohort();
         if cohort.first().is_some_and(|r| r.id == me) {
@@ -85,7 +110,7 @@ pub async fn start(
         if cohort.len() != last_progress {
             last_progress = cohort.len();
             println!("waiting for peers {}/{} …", cohort.len(), listing.size);
-            crate::notify::status(&format!(
+            crate::observe::starting::set_phase(&format!(
                 "forming through the discovery URL: waiting for peers {}/{}",
                 cohort.len(),
                 listing.size

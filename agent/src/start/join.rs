@@ -170,7 +170,7 @@ pub async fn join_with_request(
     peers: &[String],
     listener: BoundPort,
 ) -> Result<RunningNode, AgentError> {
-    crate::notify::status(&format!("joining through {}", peers.join(", ")));
+    crate::observe::starting::set_phase(&format!("joining through {}", peers.join(", ")));
     let (response, via) = Joiner::new(ca_pin, peers, paths::TOKEN_JOIN, request)?
         .join()
         .await?;

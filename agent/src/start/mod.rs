@@ -17,6 +17,7 @@
 
 mod bootstrap;
 mod expired;
+mod foreign;
 mod formation;
 mod initiate;
 mod join;
