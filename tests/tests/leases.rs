@@ -143,6 +143,13 @@ fn grants(record: &Path) -> Vec<Grant> {
     out
 }
 
+/// Now, in ns since the epoch: the clock the recording CMD writes (`date +%s%N`).
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 /// Waits until a grant after `after` grants has started; returns its holder.
 async fn next_holder(record: &Path, after: usize, within: Duration) -> String {
     wait_for(&format!("grant {}", after + 1), within, || async {
@@ -211,7 +218,9 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
         .iter()
         .position(|a| a.name == leader_name)
         .expect("leader");
-    let before = grants(&record).len();
+    // The grant running when the leader dies (if any): it either runs on or is handed over.
+    let running_before = grants(&record).last().filter(|g| g.stop.is_none()).cloned();
+    let killed_at = epoch_ns();
     agents[l].kill9().await.expect("kill leader");
     // The survivors elect another leader; the lease is then held (or handed over) under it.
     let survivors: Vec<&AgentProc> = agents
@@ -225,12 +234,30 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
     // Someone holds it now (the same grant or a later one).
     let now_holding = wait_for("a running holder", Duration::from_secs(30), || async {
         let g = grants(&record);
-        g.last().filter(|g| g.stop.is_none()).map(|g| g.token)
+        g.last().filter(|g| g.stop.is_none()).cloned()
     })
     .await
     .unwrap_or_else(|e| panic!("{e}: {:?}", grants(&record)));
-    assert!(grants(&record).len() >= before);
-    let _ = now_holding;
+    // Kept: the very grant that ran at the kill. Handed over: a new grant, started after the
+    // kill, with a larger fencing token than the one it replaced.
+    let kept = running_before
+        .as_ref()
+        .is_some_and(|g| g.token == now_holding.token);
+    if !kept {
+        assert!(
+            now_holding.start > killed_at,
+            "a grant other than the running one holds, but it started before the kill: \
+             {now_holding:?}, running at the kill {running_before:?}: {:?}",
+            grants(&record)
+        );
+        assert!(
+            running_before
+                .as_ref()
+                .is_none_or(|g| now_holding.token > g.token),
+            "the fencing token went back across the leader kill: {running_before:?} then \
+             {now_holding:?}"
+        );
+    }
 
     for run in runs.iter_mut().flatten() {
         let _ = run.start_kill();
