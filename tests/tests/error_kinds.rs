@@ -18,6 +18,8 @@ const WIRE: &[(&str, u16)] = &[
     ("compacted", 410),
     ("not_found", 404),
     ("invalid_argument", 400),
+    ("revision_mismatch", 409),
+    ("lease_held", 409),
 ];
 
 /// The KV history a watch can start from (`agent/src/state/kv.rs`, `HISTORY`): one more write
@@ -97,6 +99,32 @@ async fn error_kinds_are_answered_with_the_documented_status() {
         &reply,
         "invalid_argument",
     );
+
+    // revision_mismatch: a second create of the same key.
+    let create = json!({"value": "v", "if_absent": true});
+    let reply = api
+        .call(at, "PUT", "/v1/kv?key=cas", Some(create.clone()))
+        .await
+        .expect("answer");
+    assert_eq!(reply.status, 200, "the first create: {}", reply.body);
+    let reply = api
+        .call(at, "PUT", "/v1/kv?key=cas", Some(create))
+        .await
+        .expect("answer");
+    assert_kind("a second create", &reply, "revision_mismatch");
+
+    // lease_held: a claim by another holder while the lease is held.
+    let claim = |holder: &str| json!({"holder": holder, "ttl_ms": 60_000});
+    let reply = api
+        .call(at, "POST", "/v1/leases/job", Some(claim("a")))
+        .await
+        .expect("answer");
+    assert_eq!(reply.status, 200, "the first claim: {}", reply.body);
+    let reply = api
+        .call(at, "POST", "/v1/leases/job", Some(claim("b")))
+        .await
+        .expect("answer");
+    assert_kind("a claim by another holder", &reply, "lease_held");
 
     // unavailable: moving the follower to an address where nothing listens (the leader dials
     // it there first). Moving it to where it is answers.
