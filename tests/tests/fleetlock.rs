@@ -653,24 +653,38 @@ async fn a_partitioned_minority_answers_503_fast_and_never_grants() {
     .await
     .expect("granted");
     lab.heal().expect("heal");
-    let s = wait_for("the cluster to heal", FORM, || async {
-        let (code, out, _) = run_muster(
-            &[
-                "fleetlock",
-                "status",
-                "--json",
-                "--data-dir",
-                &procs[others[1]].0.to_string_lossy(),
-            ],
-            &[],
-        )
-        .await
-        .ok()?;
-        (code == 0).then_some(out)
-    })
+    let fleetlock_status = |i: usize| {
+        let dir = procs[i].0.to_string_lossy().into_owned();
+        async move {
+            let (code, out, _) =
+                run_muster(&["fleetlock", "status", "--json", "--data-dir", &dir], &[])
+                    .await
+                    .ok()?;
+            (code == 0).then_some(out)
+        }
+    };
+    // Healed: the old leader, cut off until now, answers with the majority's holder, which it
+    // could not know before the heal (a majority node would show it before the heal as well,
+    // so reading one proves nothing about the heal). Neither view has a minority holder.
+    let s = wait_for(
+        "the old leader to learn the majority's grant",
+        FORM,
+        || async {
+            fleetlock_status(old)
+                .await
+                .filter(|out| out.contains("majority"))
+        },
+    )
     .await
-    .expect("status");
-    assert!(s.contains("majority") && !s.contains("minority-"), "{s}");
+    .expect("the old leader caught up");
+    assert!(!s.contains("minority-"), "the old leader's view: {s}");
+    let s = fleetlock_status(others[1])
+        .await
+        .expect("a majority status");
+    assert!(
+        s.contains("majority") && !s.contains("minority-"),
+        "the majority's view: {s}"
+    );
 }
 
 /// A formed one-member cluster serving FleetLock over TLS with a self-signed certificate for
