@@ -438,6 +438,55 @@ async fn global_caps_answer_503_with_their_kind() {
     );
 }
 
+/// `/new` under a full store and with a slow body: 503 `storage_full` and 408
+/// `request_timeout`, each with the status written here.
+#[tokio::test]
+async fn new_answers_storage_full_and_request_timeout_with_their_status() {
+    let d = Discovery::start(&["--max-stored-bytes", "2KiB", "--body-timeout", "1s"])
+        .await
+        .expect("discovery");
+    let url = d.new_token(3).await.expect("a token");
+    // ~1 KiB registrations fill the store, then new tokens (128 bytes each) the rest.
+    let value = format!("n=http://{}.example:1", "h".repeat(60));
+    let value = format!("{value}{}", ",n=http://a.example:1".repeat(40));
+    for i in 0..3 {
+        let r = muster_tests::register(&url, &format!("{:x}", 0xa0 + i), &value)
+            .await
+            .expect("put");
+        if r.status != 201 {
+            break;
+        }
+    }
+    let mut refused = None;
+    for _ in 0..20 {
+        let r = muster_tests::get(&format!("{}/new", d.base))
+            .await
+            .expect("new");
+        if r.status != 200 {
+            refused = Some(r);
+            break;
+        }
+    }
+    let r = refused.expect("a full store must stop /new");
+    assert_eq!(
+        (r.status, kind(&r)),
+        (503, "storage_full".to_string()),
+        "{}",
+        r.body
+    );
+
+    // A /new body that never completes: 408 after --body-timeout.
+    let mut conn = TcpStream::connect(d.addr).await.expect("connect");
+    conn.write_all(
+        b"POST /new HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\nsize=",
+    )
+    .await
+    .expect("write");
+    let text = read_all(&mut conn).await;
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert_eq!(raw_kind(&text), "request_timeout", "{text}");
+}
+
 #[tokio::test]
 async fn values_must_be_utf8_and_peer_hosts_valid() {
     let d = Discovery::start(&[]).await.expect("discovery");
