@@ -70,6 +70,36 @@ fn lease_run(agent: &AgentProc, holder: &str, record: &Path) -> Child {
     lease_run_at(&agent.data_dir, holder, record)
 }
 
+/// [`lease_run`] with `--json`, its stdout piped: what it says when it exits is read by
+/// [`json_kind_of`].
+fn lease_run_json(agent: &AgentProc, holder: &str, record: &Path) -> Child {
+    let mut command = Command::new(bin_path("muster"));
+    clear_muster_env(&mut command);
+    command
+        .args(["lease", "run", "job", "--ttl", &format!("{TTL_SECS}s")])
+        .args(["--grace", "1s", "--holder", holder, "--json", "--data-dir"])
+        .arg(&agent.data_dir)
+        .args(["--", "sh", "-c", &recording_cmd(record)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("lease run")
+}
+
+/// The `kind` an exited [`lease_run_json`] printed on stdout.
+async fn json_kind_of(run: &mut Child) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = String::new();
+    if let Some(mut stdout) = run.stdout.take() {
+        let _ = stdout.read_to_string(&mut out).await;
+    }
+    serde_json::from_str::<Value>(out.trim()).unwrap_or_default()["kind"]
+        .as_str()
+        .map_or_else(|| format!("no kind in {out:?}"), String::from)
+}
+
 /// `muster lease run` against the agent whose data dir is `dir`, its CMD recording to `record`.
 fn lease_run_at(dir: &Path, holder: &str, record: &Path) -> Child {
     lease_run_command(dir, holder, record, Stdio::null())
@@ -174,7 +204,7 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
             .expect("holder index")
     };
     let mut runs: Vec<Option<Child>> = (0..3)
-        .map(|i| Some(lease_run(&agents[i], &holder_of(i), &record)))
+        .map(|i| Some(lease_run_json(&agents[i], &holder_of(i), &record)))
         .collect();
     let handover = Duration::from_secs(TTL_SECS + 2) + Duration::from_secs(10);
     let first = next_holder(&record, 0, Duration::from_secs(30)).await;
@@ -191,6 +221,10 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
     .expect("the cut-off lease run exits")
     .expect("status");
     assert_eq!(status.code(), Some(69), "lease lost: exit 69");
+    assert_eq!(
+        json_kind_of(runs[i].as_mut().expect("run")).await,
+        "lease_lost"
+    );
     agents[i].restart().expect("restart");
     runs[i] = Some(lease_run(&agents[i], &holder_of(i), &record));
 
@@ -208,6 +242,10 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
     .expect("the paused agent's lease run exits")
     .expect("status");
     assert_eq!(status.code(), Some(69), "lease lost: exit 69");
+    assert_eq!(
+        json_kind_of(runs[j].as_mut().expect("run")).await,
+        "lease_lost"
+    );
     // Three machines want the lease again, so that a machine is always there to take over.
     runs[j] = Some(lease_run(&agents[j], &holder_of(j), &record));
 
