@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# Builds every fuzz target without fuzzing, so that an API change in the agent, discovery or
-# shared crates breaks CI instead of silently breaking the fuzzers. See fuzz/README.md.
+# Builds every fuzz target and replays the committed corpus through the targets' bodies, so
+# that an API change in the agent, discovery or shared crates breaks CI instead of silently
+# breaking the fuzzers, and a fixed finding (corpus/<target>/crash-*) stays fixed. See
+# fuzz/README.md.
 #
 # Usage: fuzz/build-check.sh [full]
-#   (no argument)  cargo check --all-targets: type-checks all targets against the current crates
-#                  (stable Rust, no cargo-fuzz needed). ~2m20s from scratch on 2 cores, ~10 s
-#                  after a change to the crates once dependencies are built.
+#   (no argument)  cargo test --lib: builds the bodies (src/) and runs every file of
+#                  corpus/<target>/ through its target, without libFuzzer; then cargo build
+#                  --bins: the libFuzzer wrappers (fuzz_targets/) link, on the same compiled
+#                  dependencies. Stable Rust, no cargo-fuzz needed.
 #   full           RUSTC_BOOTSTRAP=1 cargo fuzz build --dev --sanitizer none: compiles and links
-#                  the real libFuzzer binaries. ~4m45s from scratch, ~45 s after a change.
+#                  the real libFuzzer binaries with coverage instrumentation.
 # The fuzz crate keeps its own Cargo.lock; a dependency added to a crate is added to it here.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 case "${1:-}" in
   "")
-    cargo check --all-targets
+    cargo test --lib
+    cargo build --bins
     ;;
   full)
     if ! cargo fuzz --version >/dev/null 2>&1; then

@@ -397,3 +397,33 @@ pub fn outsider_of_cluster(
         key_pem: key.to_pem(),
     })
 }
+
+/// The rustls error inside a failed call's error chain, if the call failed in the TLS layer.
+/// `std::io::Error::source()` skips the error it wraps (where hyper and tokio-rustls put the
+/// rustls error), so the walk looks inside each io::Error itself. For the tests that must tell
+/// "refused at the handshake, for this reason" from any other failure (a timeout, a refused
+/// connection, a crashed server).
+pub fn rustls_error(err: &anyhow::Error) -> Option<&rustls::Error> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err.as_ref());
+    while let Some(e) = next {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+/// The TLS alert the server sent to refuse the call, if that is how it failed.
+pub fn alert_received(err: &anyhow::Error) -> Option<rustls::AlertDescription> {
+    match rustls_error(err) {
+        Some(rustls::Error::AlertReceived(alert)) => Some(*alert),
+        _ => None,
+    }
+}

@@ -111,7 +111,8 @@ pub struct Workload {
 
 impl Workload {
     /// Starts `clients` clients; client `c` talks to `targets[c % len]`. Each loops over: a
-    /// write of a fresh unique key, a write of one of `registers` shared keys, a read of one.
+    /// write of a fresh unique key, a write of one of `registers` shared keys, a read of one
+    /// (each client writes and reads every register in turn).
     pub fn start(api: OperatorApi, targets: Vec<String>, clients: usize, registers: usize) -> Self {
         let ledger = Ledger::default();
         let (stop, stopped) = watch::channel(false);
@@ -181,7 +182,11 @@ async fn client(
                 }
             }
             1 => {
-                let key = format!("r/{}", n % registers);
+                // Every register is written: `n % registers` would be the same register on
+                // every write when `registers` is 3 (n % 3 is 1 here), and two thirds of the
+                // reads would then read registers nobody writes. Clients are offset so that
+                // they write different registers at the same moment, and each in turn.
+                let key = format!("r/{}", (n / 3 + c) % registers);
                 let value = format!("w{c}.{n}");
                 let op = ledger.history.invoke(c, Op::write(&key, &value));
                 let reply = api.put(&target, &key, &value).await;
@@ -202,7 +207,8 @@ async fn client(
                 }
             }
             _ => {
-                let key = format!("r/{}", (n / 3) % registers);
+                // Also every register, and not the one this client just wrote.
+                let key = format!("r/{}", (n / 3 + c + 1) % registers);
                 let op = ledger.history.invoke(c, Op::read(&key));
                 let reply = api.get(&target, &key).await;
                 if !matches!(&reply, Ok(r) if r.kind() == Some("not_found")) {

@@ -47,6 +47,7 @@ async fn a_leader_with_a_lagging_clock_does_not_revive_an_expired_join_token() {
         .expect("start n1");
     wait_formed(&[&n1], 1, WAIT).await.expect("n1 formed");
     let join = n1.create_token(&["--ttl", "1h"]).await.expect("token");
+    let started = epoch_secs();
     let lagging = AgentProc::start_with_env(
         tmp.path(),
         "lagging",
@@ -68,6 +69,20 @@ async fn a_leader_with_a_lagging_clock_does_not_revive_an_expired_join_token() {
     wait_formed(&[&n1, &lagging], 2, WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", lagging.log()));
+    // The lag is in effect: the member stamps its log lines with its own wall clock, and every
+    // one of them reads about four minutes before the real time it was written (between the
+    // start and now). Without libfaketime they would fall inside [started, now].
+    let now = epoch_secs();
+    let stamps: Vec<u64> = lagging.log().lines().filter_map(log_stamp_secs).collect();
+    assert!(!stamps.is_empty(), "no stamped lines:\n{}", lagging.log());
+    for stamp in &stamps {
+        assert!(
+            *stamp + 240 + 5 >= started && *stamp + 240 <= now + 5,
+            "a line stamped {stamp} is not four minutes behind the real time in \
+             [{started}, {now}]:\n{}",
+            lagging.log()
+        );
+    }
 
     // A 2-second token, seen expired by the leader with the right clock; then another write
     // commits a clock reading past its expiry.
@@ -115,6 +130,43 @@ async fn a_leader_with_a_lagging_clock_does_not_revive_an_expired_join_token() {
     let body = token_join_body(&live, &key, "on-time", "127.0.0.1:9").expect("body");
     let reply = api.post_json("/v1/join/token", &body).await.expect("join");
     assert_eq!(reply.status, 200, "{reply}");
+}
+
+/// Now, in seconds since the epoch (the test's own clock, not faked).
+fn epoch_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The time a log line starts with (`2026-11-26T08:53:12.123456Z`, the agent's format), in
+/// seconds since the epoch; `None` for a line without one.
+fn log_stamp_secs(line: &str) -> Option<u64> {
+    let b = line.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| line.get(r)?.parse::<u64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    // Days from the civil date (Howard Hinnant's algorithm), for years after 1970.
+    let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3_600 + mm * 60 + ss)
+}
+
+#[test]
+fn log_stamps_parse_to_epoch_seconds() {
+    assert_eq!(log_stamp_secs("1970-01-01T00:00:00.0Z x"), Some(0));
+    assert_eq!(
+        log_stamp_secs("2026-11-26T08:53:12.123456Z  INFO x"),
+        Some(1_795_683_192)
+    );
+    assert_eq!(log_stamp_secs("not a stamp"), None);
 }
 
 /// The date (`YYYY-MM-DD`) of the newest log line of `a` that contains `needle`.

@@ -56,7 +56,15 @@ async fn send(req: reqwest::RequestBuilder) -> Reply {
 }
 
 async fn try_send(req: reqwest::RequestBuilder) -> Option<Reply> {
+    Some(try_send_with_headers(req).await?.0)
+}
+
+/// [`try_send`], also returning the answer's headers (for `Retry-After`).
+async fn try_send_with_headers(
+    req: reqwest::RequestBuilder,
+) -> Option<(Reply, reqwest::header::HeaderMap)> {
     let resp = req.send().await.ok()?;
+    let headers = resp.headers().clone();
     let status = resp.status().as_u16();
     let index = resp
         .headers()
@@ -69,16 +77,33 @@ async fn try_send(req: reqwest::RequestBuilder) -> Option<Reply> {
         .unwrap_or("")
         .to_string();
     let body = resp.text().await.unwrap_or_default();
-    Some(Reply {
-        status,
-        index,
-        content_type,
-        body,
-    })
+    Some((
+        Reply {
+            status,
+            index,
+            content_type,
+            body,
+        },
+        headers,
+    ))
 }
 
 fn kind(r: &Reply) -> String {
     r.json()["kind"].as_str().unwrap_or("").to_string()
+}
+
+/// The `kind` of a raw HTTP/1.1 answer's JSON body (from its first `{` to its last `}`, so a
+/// chunked body reads too).
+fn raw_kind(text: &str) -> String {
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let body = match (body.find('{'), body.rfind('}')) {
+        (Some(a), Some(b)) if a < b => &body[a..=b],
+        _ => "",
+    };
+    serde_json::from_str::<serde_json::Value>(body).unwrap_or_default()["kind"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 /// A raw connection from the attacker's address.
@@ -152,7 +177,7 @@ async fn attack(base: &str, addr: SocketAddr) -> Vec<String> {
     // Writes: the per-client write rate stops a flood (etcd-shaped 429 with Retry-After).
     let mut limited = None;
     for i in 0..200u32 {
-        let r = send(
+        let r = try_send_with_headers(
             c.put(format!(
                 "{base}/{}/{:x}?prevExist=false",
                 tokens[1 + (i as usize % 18)],
@@ -161,14 +186,28 @@ async fn attack(base: &str, addr: SocketAddr) -> Vec<String> {
             .header("content-type", "application/x-www-form-urlencoded")
             .body("value=n%3Dhttp%3A%2F%2Fh%3A1"),
         )
-        .await;
-        if r.status == 429 {
+        .await
+        .expect("an answer");
+        if r.0.status == 429 {
             limited = Some(r);
             break;
         }
     }
-    let limited = limited.expect("--write-rate must stop a write flood");
+    let (limited, headers) = limited.expect("--write-rate must stop a write flood");
     assert_eq!(limited.json()["errorCode"], 1002, "{}", limited.body);
+    // Retry-After says when the next write fits the rate: whole seconds, at least one (a 0
+    // would invite an immediate retry), at most the time the whole burst takes to refill at
+    // --write-rate 5/s (40 / 5 = 8 s).
+    let retry_after = headers
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(
+        matches!(retry_after, Some(1..=8)),
+        "a write-rate 429 carries Retry-After in 1..=8 s: {:?} {}",
+        headers.get(reqwest::header::RETRY_AFTER),
+        limited.body
+    );
     assert_eq!(kind(&limited), "rate_limited");
     kinds.push(kind(&limited));
 
@@ -219,7 +258,7 @@ async fn attack(base: &str, addr: SocketAddr) -> Vec<String> {
         ninth.contains(r#""kind":"too_many_connections""#),
         "{ninth}"
     );
-    kinds.push("too_many_connections".into());
+    kinds.push(raw_kind(&ninth));
 
     // Slow headers: 408 after --header-timeout. Slow body: 408 after --body-timeout. (Retried
     // while the connections dropped above still count.)
@@ -227,6 +266,7 @@ async fn attack(base: &str, addr: SocketAddr) -> Vec<String> {
         "PUT /{}/d1?prevExist=false HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\nvalue=",
         tokens[2]
     );
+    let mut timeouts = Vec::new();
     for partial in [
         b"GET /health HTTP/1.1\r\nhost: x\r\n".to_vec(),
         body_head.into_bytes(),
@@ -247,9 +287,11 @@ async fn attack(base: &str, addr: SocketAddr) -> Vec<String> {
         .await
         .expect("an answer");
         assert!(text.starts_with("HTTP/1.1 408"), "{text}");
-        assert!(text.contains(r#""kind":"request_timeout""#), "{text}");
+        assert_eq!(raw_kind(&text), "request_timeout", "{text}");
+        timeouts.push(raw_kind(&text));
     }
-    kinds.push("request_timeout".into());
+    timeouts.dedup();
+    kinds.extend(timeouts);
     kinds
 }
 
@@ -286,16 +328,9 @@ async fn bootstrap(bin: &std::path::Path, d: &Discovery) {
     }
 }
 
-async fn limited_counts(d: &Discovery) -> Vec<(String, f64)> {
+async fn limited_counts(d: &Discovery, kinds: &[String]) -> Vec<(String, f64)> {
     let mut out = Vec::new();
-    for kind in [
-        "client_token_quota",
-        "token_full",
-        "rate_limited",
-        "too_many_watches",
-        "too_many_connections",
-        "request_timeout",
-    ] {
+    for kind in kinds {
         let sample = format!("muster_discovery_limited_total{{kind=\"{kind}\"}}");
         out.push((kind.to_string(), d.metric(&sample).await.unwrap_or(0.0)));
     }
@@ -315,8 +350,20 @@ fn rss_kib(pid: u32) -> u64 {
 
 async fn attack_while_another_client_bootstraps(bin: &std::path::Path, d: &Discovery) {
     let (kinds, ()) = tokio::join!(attack(&d.base, d.addr), bootstrap(bin, d));
-    assert_eq!(kinds.len(), 6, "{kinds:?}");
-    for (kind, count) in limited_counts(d).await {
+    // Each refusal was seen on the wire with its own kind, in the attack's order, and each is
+    // counted in /metrics under that kind.
+    assert_eq!(
+        kinds,
+        [
+            "client_token_quota",
+            "token_full",
+            "rate_limited",
+            "too_many_watches",
+            "too_many_connections",
+            "request_timeout",
+        ],
+    );
+    for (kind, count) in limited_counts(d, &kinds).await {
         assert!(count >= 1.0, "{kind} is not counted in /metrics");
     }
 }
@@ -389,6 +436,55 @@ async fn global_caps_answer_503_with_their_kind() {
             .await,
         Some(1.0)
     );
+}
+
+/// `/new` under a full store and with a slow body: 503 `storage_full` and 408
+/// `request_timeout`, each with the status written here.
+#[tokio::test]
+async fn new_answers_storage_full_and_request_timeout_with_their_status() {
+    let d = Discovery::start(&["--max-stored-bytes", "2KiB", "--body-timeout", "1s"])
+        .await
+        .expect("discovery");
+    let url = d.new_token(3).await.expect("a token");
+    // ~1 KiB registrations fill the store, then new tokens (128 bytes each) the rest.
+    let value = format!("n=http://{}.example:1", "h".repeat(60));
+    let value = format!("{value}{}", ",n=http://a.example:1".repeat(40));
+    for i in 0..3 {
+        let r = muster_tests::register(&url, &format!("{:x}", 0xa0 + i), &value)
+            .await
+            .expect("put");
+        if r.status != 201 {
+            break;
+        }
+    }
+    let mut refused = None;
+    for _ in 0..20 {
+        let r = muster_tests::get(&format!("{}/new", d.base))
+            .await
+            .expect("new");
+        if r.status != 200 {
+            refused = Some(r);
+            break;
+        }
+    }
+    let r = refused.expect("a full store must stop /new");
+    assert_eq!(
+        (r.status, kind(&r)),
+        (503, "storage_full".to_string()),
+        "{}",
+        r.body
+    );
+
+    // A /new body that never completes: 408 after --body-timeout.
+    let mut conn = TcpStream::connect(d.addr).await.expect("connect");
+    conn.write_all(
+        b"POST /new HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\nsize=",
+    )
+    .await
+    .expect("write");
+    let text = read_all(&mut conn).await;
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert_eq!(raw_kind(&text), "request_timeout", "{text}");
 }
 
 #[tokio::test]

@@ -500,9 +500,26 @@ async fn rate_limit_on_new_answers_429_with_retry_after() {
         statuses.push(get(&format!("{}/new", d.base)).await.expect("new").status);
     }
     assert_eq!(&statuses[..3], &[200, 200, 200]);
-    let limited = get(&format!("{}/new", d.base)).await.expect("new");
-    assert_eq!(limited.status, 429);
-    assert_eq!(limited.json()["kind"], "rate_limited");
+    let limited = muster_tests::http_client()
+        .get(format!("{}/new", d.base))
+        .send()
+        .await
+        .expect("new");
+    assert_eq!(limited.status().as_u16(), 429);
+    // Retry-After: when the next token fits the rate, in whole seconds. At --new-rate 1/s that
+    // is 1 s (a 0 would invite an immediate retry; more than the 3-token burst's refill is
+    // wrong).
+    let retry_after = limited
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body: serde_json::Value = limited.json().await.expect("a JSON error");
+    assert_eq!(body["kind"], "rate_limited", "{body}");
+    assert!(
+        matches!(retry_after, Some(1..=3)),
+        "a /new 429 carries Retry-After in 1..=3 s: {retry_after:?} {body}"
+    );
 }
 
 #[tokio::test]

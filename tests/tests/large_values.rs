@@ -88,4 +88,36 @@ async fn a_paused_follower_catches_up_after_large_writes() {
         .await
         .expect("read");
     assert_eq!(back.body["value"].as_str().map(str::len), Some(VALUE_BYTES));
+
+    // That read was answered by the leader. The follower's own copy: with the leader and the
+    // other follower killed, its status cannot ask anyone (`status` reports the leader's view
+    // only when the leader answers), so the index it reports is the one it applied itself,
+    // and it must reach every large write.
+    signal(leader.pid().expect("pid"), "KILL").expect("kill the leader");
+    signal(other.pid().expect("pid"), "KILL").expect("kill the other follower");
+    for gone in [leader, other] {
+        wait_for(
+            &format!("{} to stop answering", gone.name),
+            Duration::from_secs(20),
+            || async {
+                tokio::net::TcpStream::connect(&gone.addr)
+                    .await
+                    .is_err()
+                    .then_some(())
+            },
+        )
+        .await
+        .expect("killed");
+    }
+    wait_for(
+        "the caught-up follower to have applied every large write itself",
+        Duration::from_secs(60),
+        || async {
+            let s = paused.status().await?;
+            (s["self"] == paused.name.as_str() && s["commit_index"].as_u64()? >= leader_index)
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", tail(&paused.log(), 30)));
 }

@@ -70,6 +70,36 @@ fn lease_run(agent: &AgentProc, holder: &str, record: &Path) -> Child {
     lease_run_at(&agent.data_dir, holder, record)
 }
 
+/// [`lease_run`] with `--json`, its stdout piped: what it says when it exits is read by
+/// [`json_kind_of`].
+fn lease_run_json(agent: &AgentProc, holder: &str, record: &Path) -> Child {
+    let mut command = Command::new(bin_path("muster"));
+    clear_muster_env(&mut command);
+    command
+        .args(["lease", "run", "job", "--ttl", &format!("{TTL_SECS}s")])
+        .args(["--grace", "1s", "--holder", holder, "--json", "--data-dir"])
+        .arg(&agent.data_dir)
+        .args(["--", "sh", "-c", &recording_cmd(record)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("lease run")
+}
+
+/// The `kind` an exited [`lease_run_json`] printed on stdout.
+async fn json_kind_of(run: &mut Child) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = String::new();
+    if let Some(mut stdout) = run.stdout.take() {
+        let _ = stdout.read_to_string(&mut out).await;
+    }
+    serde_json::from_str::<Value>(out.trim()).unwrap_or_default()["kind"]
+        .as_str()
+        .map_or_else(|| format!("no kind in {out:?}"), String::from)
+}
+
 /// `muster lease run` against the agent whose data dir is `dir`, its CMD recording to `record`.
 fn lease_run_at(dir: &Path, holder: &str, record: &Path) -> Child {
     lease_run_command(dir, holder, record, Stdio::null())
@@ -143,6 +173,13 @@ fn grants(record: &Path) -> Vec<Grant> {
     out
 }
 
+/// Now, in ns since the epoch: the clock the recording CMD writes (`date +%s%N`).
+fn epoch_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 /// Waits until a grant after `after` grants has started; returns its holder.
 async fn next_holder(record: &Path, after: usize, within: Duration) -> String {
     wait_for(&format!("grant {}", after + 1), within, || async {
@@ -167,7 +204,7 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
             .expect("holder index")
     };
     let mut runs: Vec<Option<Child>> = (0..3)
-        .map(|i| Some(lease_run(&agents[i], &holder_of(i), &record)))
+        .map(|i| Some(lease_run_json(&agents[i], &holder_of(i), &record)))
         .collect();
     let handover = Duration::from_secs(TTL_SECS + 2) + Duration::from_secs(10);
     let first = next_holder(&record, 0, Duration::from_secs(30)).await;
@@ -184,6 +221,10 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
     .expect("the cut-off lease run exits")
     .expect("status");
     assert_eq!(status.code(), Some(69), "lease lost: exit 69");
+    assert_eq!(
+        json_kind_of(runs[i].as_mut().expect("run")).await,
+        "lease_lost"
+    );
     agents[i].restart().expect("restart");
     runs[i] = Some(lease_run(&agents[i], &holder_of(i), &record));
 
@@ -201,6 +242,10 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
     .expect("the paused agent's lease run exits")
     .expect("status");
     assert_eq!(status.code(), Some(69), "lease lost: exit 69");
+    assert_eq!(
+        json_kind_of(runs[j].as_mut().expect("run")).await,
+        "lease_lost"
+    );
     // Three machines want the lease again, so that a machine is always there to take over.
     runs[j] = Some(lease_run(&agents[j], &holder_of(j), &record));
 
@@ -211,7 +256,9 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
         .iter()
         .position(|a| a.name == leader_name)
         .expect("leader");
-    let before = grants(&record).len();
+    // The grant running when the leader dies (if any): it either runs on or is handed over.
+    let running_before = grants(&record).last().filter(|g| g.stop.is_none()).cloned();
+    let killed_at = epoch_ns();
     agents[l].kill9().await.expect("kill leader");
     // The survivors elect another leader; the lease is then held (or handed over) under it.
     let survivors: Vec<&AgentProc> = agents
@@ -225,12 +272,30 @@ async fn lease_run_is_exclusive_through_kill_pause_and_leader_loss() {
     // Someone holds it now (the same grant or a later one).
     let now_holding = wait_for("a running holder", Duration::from_secs(30), || async {
         let g = grants(&record);
-        g.last().filter(|g| g.stop.is_none()).map(|g| g.token)
+        g.last().filter(|g| g.stop.is_none()).cloned()
     })
     .await
     .unwrap_or_else(|e| panic!("{e}: {:?}", grants(&record)));
-    assert!(grants(&record).len() >= before);
-    let _ = now_holding;
+    // Kept: the very grant that ran at the kill. Handed over: a new grant, started after the
+    // kill, with a larger fencing token than the one it replaced.
+    let kept = running_before
+        .as_ref()
+        .is_some_and(|g| g.token == now_holding.token);
+    if !kept {
+        assert!(
+            now_holding.start > killed_at,
+            "a grant other than the running one holds, but it started before the kill: \
+             {now_holding:?}, running at the kill {running_before:?}: {:?}",
+            grants(&record)
+        );
+        assert!(
+            running_before
+                .as_ref()
+                .is_none_or(|g| now_holding.token > g.token),
+            "the fencing token went back across the leader kill: {running_before:?} then \
+             {now_holding:?}"
+        );
+    }
 
     for run in runs.iter_mut().flatten() {
         let _ = run.start_kill();

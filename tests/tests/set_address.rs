@@ -183,9 +183,11 @@ async fn a_member_moves_to_a_new_address_while_the_cluster_serves_writes() {
     // may predate that, so ask each member until it answers (a reset while m2 starts is no
     // answer), then check what it holds.
     for agent in &agents {
-        let reply = wait_for(&format!("{} to answer a read", agent.name), WAIT, || async {
-            api.get(&agent.addr, "moved").await.ok()
-        })
+        let reply = wait_for(
+            &format!("{} to answer a read", agent.name),
+            WAIT,
+            || async { api.get(&agent.addr, "moved").await.ok() },
+        )
         .await
         .expect("get");
         assert_eq!(reply.body["value"], "m3", "{}: {reply:?}", agent.name);
