@@ -235,7 +235,7 @@ impl Manifest {
                         return Err(refuse(
                             g.name.span(),
                             format!(
-                                "group name {name:?}: use 1..=253 chars of [a-zA-Z0-9.-] \
+                                "group name {name:?}: use 1 to 253 characters of [a-zA-Z0-9.-] \
                                  (Zincati's group names)"
                             ),
                         ));
@@ -375,5 +375,10 @@ fn count(n: &Spanned<i64>, min: u32, max: u32, what: &str) -> Result<u32, String
     u32::try_from(*n.get_ref())
         .ok()
         .filter(|v| (min..=max).contains(v))
-        .ok_or_else(|| format!("{what} = {}: write a number in {min}..={max}", n.get_ref()))
+        .ok_or_else(|| {
+            format!(
+                "{what} = {}: write a number from {min} to {max}",
+                n.get_ref()
+            )
+        })
 }

@@ -541,7 +541,7 @@ pub fn resolve(
         if d < Duration::from_secs(1) || d > Duration::from_secs(30 * 24 * 3600) {
             return Err(ConfigError::Invalid {
                 setting,
-                message: format!("{raw} is outside 1s..=30d (or 0 for off)"),
+                message: format!("{raw} is not between 1s and 30d (or 0 for off)"),
             });
         }
         Ok(Some(d))
@@ -670,7 +670,7 @@ pub fn resolve(
                 return Err(ConfigError::Invalid {
                     setting: "cert-validity",
                     message: format!(
-                        "{raw} is outside 10s..=3650d (a certificate renews itself at two \
+                        "{raw} is not between 10s and 3650d (a certificate renews itself at two \
                          thirds of its lifetime; it cannot outlive the CA's ten years)"
                     ),
                 });
@@ -952,7 +952,7 @@ fn duration_setting(
     if d < Duration::from_millis(10) || d > Duration::from_secs(60) {
         return Err(ConfigError::Invalid {
             setting,
-            message: format!("{raw} is outside 10ms..=60s"),
+            message: format!("{raw} is not between 10ms and 60s"),
         });
     }
     Ok(d)

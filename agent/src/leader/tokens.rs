@@ -172,7 +172,7 @@ pub async fn issue_operator_token(
 ) -> Result<TokenCreated, ApiError> {
     if scopes.is_empty() || scopes.len() > MAX_SCOPES {
         return Err(ApiError::invalid(format!(
-            "an operator token has 1..={MAX_SCOPES} scopes (admin, kv:PREFIX[:ro], lease:NAME, fleetlock)"
+            "an operator token has 1 to {MAX_SCOPES} scopes (admin, kv:PREFIX[:ro], lease:NAME, fleetlock)"
         )));
     }
     let token = SecretToken::generate(TokenKind::Operator, &agent.leader().ca_pin());
@@ -300,7 +300,7 @@ pub async fn create_operator(
     }
     if create.scopes.is_empty() || create.scopes.len() > MAX_SCOPES {
         return Err(ApiError::invalid(format!(
-            "an operator token has 1..={MAX_SCOPES} scopes"
+            "an operator token has 1 to {MAX_SCOPES} scopes"
         )));
     }
     let ca_pin = Some(create.recorded_pin(leader)?);

@@ -143,7 +143,7 @@ impl Kv {
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
             return Err(Refusal::new(
                 ErrorKind::InvalidArgument,
-                format!("keys are 1..={MAX_KEY_BYTES} bytes"),
+                format!("keys are 1 to {MAX_KEY_BYTES} bytes"),
             ));
         }
         if self.legacy && expect.is_some() {

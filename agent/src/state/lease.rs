@@ -104,7 +104,7 @@ pub fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
     if name.is_empty() || name.len() > MAX_NAME || !name.chars().all(ok_char) {
         return Err(Refusal::new(
             ErrorKind::InvalidArgument,
-            format!("{what} {name:?}: use 1..={MAX_NAME} characters of A-Z a-z 0-9 . _ : / -"),
+            format!("{what} {name:?}: use 1 to {MAX_NAME} characters of A-Z a-z 0-9 . _ : / -"),
         ));
     }
     Ok(())
@@ -116,7 +116,7 @@ pub fn check_ttl(ttl_ms: u64) -> Result<(), Refusal> {
         return Err(Refusal::new(
             ErrorKind::InvalidArgument,
             format!(
-                "a lease lasts {}s..={}s (got {ttl_ms} ms)",
+                "a lease lasts {}s to {}s (got {ttl_ms} ms)",
                 MIN_TTL_MS / 1000,
                 MAX_TTL_MS / 1000
             ),
