@@ -25,7 +25,9 @@ struct Child2 {
 /// Runs the demo. With `exit`, stops everything once the cluster has formed.
 pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
     if !(1..=9).contains(&nodes) {
-        return Err(CliError::Usage("--nodes must be 1..=9".into()));
+        return Err(CliError::Usage(format!(
+            "--nodes must be between 1 and 9 (got {nodes})"
+        )));
     }
     let tmp = tempfile::Builder::new().prefix("muster-demo-").tempdir()?;
     let root: PathBuf = tmp.path().to_path_buf();

@@ -156,11 +156,11 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
         }
         Change::Demote(id, why) => {
             let cause = cause(view, id, why);
-            tracing::info!(node = %view.name(id), %cause, "demoting voter to nonvoter");
+            tracing::info!(node = %view.name(id), %cause, "demoting a voter to standby");
             raft.demote(BTreeSet::from([id])).await?;
             agent
                 .leader_local()
-                .record_membership_event(format!("demoted {} to nonvoter", view.name(id)), cause);
+                .record_membership_event(format!("demoted {} to standby", view.name(id)), cause);
         }
         Change::Remove(id) => {
             tracing::info!(node = %view.name(id), "removing: taking the node out of the configuration");
@@ -173,10 +173,10 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
         Change::MakeSpare(id) => {
             let name = view.name(id);
             let cause = format!(
-                "more nonvoters than --standbys {}; a spare keeps its membership but does not replicate",
+                "more standbys than --standbys {}; a spare keeps its membership but does not replicate",
                 view.automation.standbys
             );
-            tracing::info!(node = %name, %cause, "making a stand-by a spare");
+            tracing::info!(node = %name, %cause, "making a standby a spare");
             let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
             agent
@@ -191,10 +191,10 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
                 return Ok(());
             };
             let cause = format!(
-                "fewer stand-bys than --standbys {}",
+                "fewer standbys than --standbys {}",
                 view.automation.standbys
             );
-            tracing::info!(node = %record.name, %cause, "making a spare a stand-by");
+            tracing::info!(node = %record.name, %cause, "making a spare a standby");
             raft.add_learner(
                 id,
                 Node {
@@ -205,7 +205,7 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             .await?;
             agent
                 .leader_local()
-                .record_membership_event(format!("made {} a stand-by", record.name), cause);
+                .record_membership_event(format!("made {} a standby", record.name), cause);
         }
         Change::CleanUp(id) => {
             let name = view.name(id);
@@ -256,7 +256,7 @@ fn cause(view: &ClusterView, id: NodeId, why: Why) -> String {
                 .and_then(|m| m.unreachable_for)
                 .unwrap_or_default();
             format!(
-                "unreachable for {}s (--replace-after {}s); a healthy nonvoter takes its place",
+                "unreachable for {}s (--replace-after {}s); a healthy standby takes its place",
                 silent.as_secs(),
                 view.automation.replace_after.unwrap_or_default().as_secs()
             )

@@ -58,7 +58,7 @@ pub struct ServeConfig {
     pub public_url: Option<String>,
 
     /// Largest cluster size /new accepts.
-    #[arg(long, env = "MUSTER_DISCOVERY_MAX_SIZE", hide_env_values = true, default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long, env = "MUSTER_DISCOVERY_MAX_SIZE", hide_env_values = true, default_value_t = 9, value_parser = parse_max_size)]
     pub max_size: u32,
 
     /// How long a token lives after /new (e.g. 12h, 7d). Expired tokens answer like unknown ones.
@@ -310,6 +310,14 @@ fn data_dir_for(
     PathBuf::from("/var/lib").join(NAME)
 }
 
+/// `--max-size`: a whole number from 1 to 1000 (clap's own range check would print `1..=1000`).
+fn parse_max_size(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number between 1 and 1000")),
+    }
+}
+
 fn parse_ttl(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(1) {
@@ -324,7 +332,7 @@ fn parse_hold(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
         return Err(
-            "use between 1s and 10m; keep it below your reverse proxy's idle timeout (30s suits nginx's 60s)"
+            "use 1s to 10m; keep it below your reverse proxy's idle timeout (30s suits nginx's 60s)"
                 .into(),
         );
     }
@@ -334,7 +342,7 @@ fn parse_hold(s: &str) -> Result<Duration, String> {
 fn parse_request_timeout(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s).map_err(|e| e.to_string())?;
     if d < Duration::from_secs(1) || d > Duration::from_secs(300) {
-        return Err("use between 1s and 5m (etcd gives every non-watch request 5s in all)".into());
+        return Err("use 1s to 5m (etcd gives every non-watch request 5s in all)".into());
     }
     Ok(d)
 }

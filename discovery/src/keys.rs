@@ -59,7 +59,7 @@ pub fn parse_token_path(raw: &str) -> Result<TokenPath, V2Error> {
         if segment.is_empty() || segment.len() > MAX_SEGMENT_LEN || !valid_chars {
             return Err(V2Error::invalid_field(
                 format!(
-                    "key segment {:?} is not allowed: use 1..={MAX_SEGMENT_LEN} chars of [a-z0-9_-]",
+                    "key segment {:?} is not allowed: use 1 to {MAX_SEGMENT_LEN} characters of [a-z0-9_-]",
                     truncate(segment)
                 ),
                 0,

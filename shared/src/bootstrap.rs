@@ -101,7 +101,7 @@ fn check_name(field: &'static str, value: &str) -> Result<(), RecordError> {
     } else {
         Err(RecordError::InvalidField {
             field,
-            reason: "expected 1..=63 chars of [A-Za-z0-9._-]".into(),
+            reason: "expected 1 to 63 characters of [A-Za-z0-9._-]".into(),
         })
     }
 }
@@ -118,14 +118,14 @@ impl BootstrapRecord {
         if !(16..=64).contains(&self.cluster_id.len()) || !is_lower_hex(&self.cluster_id) {
             return Err(RecordError::InvalidField {
                 field: "cluster_id",
-                reason: "expected 16 to 64 lowercase hex chars".into(),
+                reason: "expected 16 to 64 lowercase hex characters".into(),
             });
         }
         check_sha256_hex("ca_pin", &self.ca_pin)?;
         if !is_member_id(&self.initiator) {
             return Err(RecordError::InvalidField {
                 field: "initiator",
-                reason: "expected an etcd member id (1 to 16 lowercase hex chars)".into(),
+                reason: "expected an etcd member id (1 to 16 lowercase hex characters)".into(),
             });
         }
         if self.peers.len() > MAX_PEERS {

@@ -444,7 +444,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
         }
     };
     let first = wait_for(
-        "30 members: 7 voters, 2 stand-bys, 21 spares",
+        "30 members: 7 voters, 2 standbys, 21 spares",
         FORM * 2,
         || settled(30, 21),
     )
@@ -452,7 +452,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
     .unwrap_or_else(|e| panic!("{e:#}\n{}", agents[0].last_log()));
     let before = roles(&first);
     // Who is what is the same rule everywhere: lexicographically first for the voters after the
-    // formation's three, then the next two as stand-bys.
+    // formation's three, then the next two as standbys.
     assert_eq!(before["m01"], "voter");
     assert_eq!(before["m30"], "spare");
 
@@ -480,7 +480,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
     let (code, out, _) = voter.cli(&["kv", "get", "from-spare"]).await.expect("get");
     assert_eq!((code, out.trim()), (0, "1"));
 
-    // Kill -9 the leader: a stand-by takes its vote, a spare becomes a stand-by, and once the
+    // Kill -9 the leader: a standby takes its vote, a spare becomes a standby, and once the
     // dead leader is cleaned up the roles settle again with no other reshuffle.
     let leader = first["leader"].as_str().expect("leader").to_string();
     agents
@@ -493,7 +493,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
     let live: Vec<&AgentProc> = agents.iter().filter(|a| a.name != leader).collect();
     let after = settle(
         &live,
-        "29 members: 7 voters, 2 stand-bys, 20 spares",
+        "29 members: 7 voters, 2 standbys, 20 spares",
         FORM * 2,
         |s, r| {
             r.len() == 29
@@ -510,10 +510,10 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
         .filter(|(name, role)| before.get(*name) != Some(role))
         .map(|(name, _)| name)
         .collect();
-    // One stand-by became a voter, one spare a stand-by: nothing else moved.
+    // One standby became a voter, one spare a standby: nothing else moved.
     assert_eq!(changed.len(), 2, "{before:?} → {after:?}");
 
-    // Churn, as an autoscaling group sees it: kill -9 a voter, a stand-by and two spares (with
+    // Churn, as an autoscaling group sees it: kill -9 a voter, a standby and two spares (with
     // the leader before, two voters in all), and start five replacements with the same
     // template, while a client keeps writing.
     let pick = |role: &str, n: usize| -> Vec<String> {
@@ -569,7 +569,7 @@ async fn thirty_machines_through_one_template_are_7_voters_2_standbys_and_21_spa
     .expect("replaced");
     let last = settle(
         &live,
-        "30 members again, no dead one: 7 voters, 2 stand-bys, 21 spares",
+        "30 members again, no dead one: 7 voters, 2 standbys, 21 spares",
         FORM * 2,
         |s, r| {
             r.len() == 30

@@ -1,6 +1,7 @@
-//! The README's promises, run as written: its install line and its demo line work in a fresh
-//! shell whose PATH holds only the system and cargo, and every workspace crate builds its
-//! dependencies with one feature set (so building one binary after the other rebuilds nothing).
+//! The README's promises, run as written: its demo line and its install line work in a fresh
+//! shell whose PATH holds only the system and cargo, its test command is the script CI runs,
+//! and every workspace crate builds its dependencies with one feature set (so building one
+//! binary after the other rebuilds nothing).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,17 +67,22 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 #[test]
-fn the_readme_install_and_demo_lines_work_in_a_fresh_shell() {
+fn the_readme_demo_and_install_lines_work_in_a_fresh_shell() {
+    // The demo line builds and runs `muster` by itself (`cargo run`); the install line then
+    // builds both binaries and puts them on the PATH that the rest of the README uses.
+    let try_it = readme_block("## Try it");
+    assert_eq!(try_it.len(), 1, "one demo line: {try_it:?}");
+    let demo = &try_it[0];
+    assert!(
+        demo.starts_with("cargo ") && demo.ends_with(" demo"),
+        "the demo line builds and runs the demo by itself: {demo}"
+    );
     let install = readme_block("## Install");
     assert_eq!(install.len(), 1, "one install line: {install:?}");
-    let run = readme_block("## Run it");
-    let demo = run
-        .iter()
-        .find(|l| l.starts_with("muster demo"))
-        .expect("a demo line");
-    // The demo waits for Ctrl-C; --exit ends it once the cluster has formed.
+    // The demo waits for Ctrl-C; --exit ends it once the cluster has formed. Both lines select
+    // binaries the same way (`--bin`), so the install line reuses the demo's build.
     let script = format!(
-        "set -e\n{}\ncommand -v muster\ncommand -v muster-discovery\n{demo} --exit\nmuster-discovery --version\n",
+        "set -e\n{demo} --exit\n{}\ncommand -v muster\ncommand -v muster-discovery\nmuster-discovery --version\n",
         install[0]
     );
     let mut shell = Command::new("/bin/bash");
@@ -116,6 +122,66 @@ fn the_readme_install_and_demo_lines_work_in_a_fresh_shell() {
         "`muster` resolves to the README's build: {stdout}"
     );
     assert!(stdout.contains("formed in"), "{stdout}");
+}
+
+#[test]
+fn the_readme_test_command_is_the_script_ci_runs() {
+    // One test command in the README, and CI runs that very script: they cannot drift apart.
+    let run = readme_block("## Run the tests");
+    assert_eq!(
+        run,
+        vec!["scripts/test".to_string()],
+        "the README's test command"
+    );
+    let root = workspace_root();
+    let ci = std::fs::read_to_string(root.join(".ci/run")).expect(".ci/run");
+    let calls: Vec<&str> = ci
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with("scripts/test"))
+        .collect();
+    assert!(
+        calls.contains(&"scripts/test"),
+        ".ci/run runs `scripts/test` as the README does: {calls:?}"
+    );
+    let script = root.join("scripts/test");
+    let mode = std::fs::metadata(&script)
+        .expect("scripts/test")
+        .permissions();
+    assert!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o111 != 0,
+        "scripts/test is executable"
+    );
+    let text = std::fs::read_to_string(&script).expect("scripts/test");
+    for needed in [
+        "etcd-server",
+        "etcd-client",
+        "golang-go",
+        "golang-etcd-server-dev",
+        "protobuf-compiler",
+        "faketime",
+        "fuse3",
+        "chromium",
+        "haproxy",
+        "cargo test --workspace --no-fail-fast",
+        "MUSTER_REQUIRE_ETCD=1",
+        "MUSTER_TEST_DISCOVERY_STORE=etcd",
+    ] {
+        assert!(text.contains(needed), "scripts/test has {needed:?}");
+    }
+    for file in [".ci/run", "scripts/test"] {
+        let check = Command::new("bash")
+            .args(["-n", file])
+            .current_dir(&root)
+            .output()
+            .expect("bash -n");
+        assert!(
+            check.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
 }
 
 /// Every (package, features) pair of a `cargo tree` run, the shape one package is compiled in.

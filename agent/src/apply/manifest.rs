@@ -241,7 +241,7 @@ impl Manifest {
                         return Err(refuse(
                             g.name.span(),
                             &format!(
-                                "group name {name:?}: use 1 to 253 chars of [a-zA-Z0-9.-] \
+                                "group name {name:?}: use 1 to 253 characters of [a-zA-Z0-9.-] \
                                  (Zincati's group names)"
                             ),
                         ));
@@ -394,7 +394,7 @@ enum FieldError {
     NotADuration { reason: String },
     #[error("{0:?}: write a delay between 1s and 30d, or \"0\" to turn the repair off")]
     DelayOutOfRange(String),
-    #[error("{what} = {value}: write a number between {min} and {max}")]
+    #[error("{what} = {value}: write a number from {min} to {max}")]
     Count {
         what: &'static str,
         value: i64,

@@ -485,7 +485,7 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
     plan
 }
 
-/// Agents older than the newest one, in the order to upgrade them: stand-bys and spares, then
+/// Agents older than the newest one, in the order to upgrade them: standbys and spares, then
 /// the follower voters one at a time, the leader last.
 fn upgrades(observed: &Observed) -> Vec<Step> {
     // An agent too old to answer the probe is older than every agent that does.

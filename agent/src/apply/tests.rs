@@ -95,7 +95,7 @@ fn refusals_name_the_line() {
                 member("n1", "10.0.0.1:7000")
             ),
             2,
-            "between 1 and 7",
+            "from 1 to 7",
         ),
         (
             format!(
@@ -127,7 +127,7 @@ fn refusals_name_the_line() {
                 member("n1", "10.0.0.1:7000")
             ),
             3,
-            "between 1 and 1000",
+            "from 1 to 1000",
         ),
         ("[cluster]\nstandbys = 1\n".to_string(), 3, "no member"),
         ("[[member]]\nname = \"n1\"\n".to_string(), 1, "address"),
@@ -260,7 +260,7 @@ fn plans_in_a_quorum_safe_order() {
             0,
         ),
         (
-            "a dead stand-by before a dead voter, a healthy spare before healthy voters",
+            "a dead standby before a dead voter, a healthy spare before healthy voters",
             desired(&["n1", "n2", "n3"]),
             observed(vec![
                 member("n1", "voter", true),

@@ -56,6 +56,7 @@ pub enum Command {
     /// Write a consistent, checksummed copy of the committed cluster state to FILE (mode 0600:
     /// it holds the cluster CA's private key).
     Backup {
+        /// Where to write the backup (refused if it exists)
         file: PathBuf,
         #[command(flatten)]
         op: OperatorArgs,
@@ -65,7 +66,19 @@ pub enum Command {
     /// the operator tokens, revokes the join tokens, and prints a new operator token. Refused if
     /// a member of the backed-up cluster answers with another CA (the backup predates a CA
     /// rotation and would bring the retired CA back).
+    #[command(
+        mut_arg("discovery", |a| a.hide(true)),
+        mut_arg("join", |a| a.hide(true)),
+        mut_arg("token", |a| a.hide(true)),
+        mut_arg("init", |a| a.hide(true)),
+        mut_arg("initial_cluster", |a| a.hide(true)),
+        mut_arg("join_secret_file", |a| a.hide(true)),
+        mut_arg("join_secret_ttl", |a| a.hide(true)),
+        mut_arg("ca_pin", |a| a.hide(true)),
+        mut_arg("allow_address_change", |a| a.hide(true))
+    )]
     Restore {
+        /// The backup file (from `muster backup`)
         file: PathBuf,
         /// Restore a backup even though its cluster has retired its CA since (`muster ca rotate
         /// --finish`): the retired CA, whose key removed machines may hold, becomes the new
@@ -223,10 +236,10 @@ pub enum TokenCommand {
     /// Create a join token and print it (once). Single-use and valid for 24h unless told
     /// otherwise; for an autoscaling group use e.g. --uses 50 --ttl 30d.
     Create {
-        /// How long the token works (1s..=365d; e.g. 1h, 7d)
+        /// How long the token works (1s to 365d; e.g. 1h, 7d)
         #[arg(long, default_value = "24h")]
         ttl: String,
-        /// How many nodes it admits (1..=10000)
+        /// How many nodes it admits (1 to 10000)
         #[arg(long, default_value_t = 1)]
         uses: u32,
         /// A note shown by `muster token list`
@@ -239,6 +252,7 @@ pub enum TokenCommand {
     List(OperatorArgs),
     /// Revoke a join token by its id (nodes it admitted stay members).
     Revoke {
+        /// The token's id, as `muster token list` shows it
         id: String,
         #[command(flatten)]
         op: OperatorArgs,
@@ -264,6 +278,7 @@ pub enum OperatorTokenCommand {
     List(OperatorArgs),
     /// Revoke an operator token by its id.
     Revoke {
+        /// The token's id, as `muster operator-token list` shows it
         id: String,
         #[command(flatten)]
         op: OperatorArgs,
@@ -277,7 +292,9 @@ pub enum FleetlockCommand {
     Status(OperatorArgs),
     /// Force-release a slot (a machine that will not come back to unlock). Logged.
     Release {
+        /// The reboot group (`default` unless Zincati was configured otherwise)
         group: String,
+        /// The machine's id in that group, as `muster fleetlock status` shows it
         id: String,
         #[command(flatten)]
         op: OperatorArgs,
@@ -291,6 +308,7 @@ pub enum FleetlockCommand {
     /// default), or `reject` it with unknown_group (a Zincati in such a group then never gets
     /// past its start-up unlock, so it never updates).
     UnknownGroups {
+        /// `create` or `reject`
         #[arg(value_parser = ["create", "reject"])]
         mode: String,
         #[command(flatten)]
@@ -302,7 +320,9 @@ pub enum FleetlockCommand {
 pub enum FleetlockGroupCommand {
     /// Create a group, or change its number of slots (machines that may reboot at once).
     Set {
+        /// The group's name, as Zincati's `group` setting says it
         name: String,
+        /// How many machines of the group may reboot at once (1 to 1000)
         #[arg(long)]
         slots: u32,
         #[command(flatten)]
@@ -312,6 +332,7 @@ pub enum FleetlockGroupCommand {
     List(OperatorArgs),
     /// Delete a group that nobody holds a slot of.
     Del {
+        /// The group's name
         name: String,
         #[command(flatten)]
         op: OperatorArgs,
@@ -332,6 +353,7 @@ pub enum NodeCommand {
     /// Remove a member for good: a voter is demoted first, the node stops by itself, its id is
     /// never reused. Refused if the remaining voters would lack a reachable majority.
     Remove {
+        /// The member's name, as `muster members` shows it
         name: String,
         /// Remove even if the remaining voters would lack a reachable majority (the cluster then
         /// stops taking writes until enough of them are back).
@@ -347,6 +369,7 @@ pub enum NodeCommand {
     /// member itself can ask instead: start it with the new --advertise and
     /// --allow-address-change.
     SetAddress {
+        /// The member's name, as `muster members` shows it
         name: String,
         /// The new HOST:PORT, as the member's --advertise would say it.
         address: String,
@@ -359,6 +382,7 @@ pub enum NodeCommand {
 pub enum KvCommand {
     /// Read a key (linearizable).
     Get {
+        /// The key
         key: String,
         #[command(flatten)]
         op: OperatorArgs,
@@ -366,7 +390,9 @@ pub enum KvCommand {
     /// Write a key. With --if-revision N (or --if-absent) it is a compare-and-set: refused
     /// with revision_mismatch unless the key is still at revision N (or does not exist).
     Put {
+        /// The key
         key: String,
+        /// The value to write
         value: String,
         /// Write only if the key was last changed at revision N (`kv get --json` shows it)
         #[arg(long, value_name = "N", conflicts_with = "if_absent")]
@@ -379,6 +405,7 @@ pub enum KvCommand {
     },
     /// Delete a key.
     Del {
+        /// The key
         key: String,
         /// Delete only if the key was last changed at revision N
         #[arg(long, value_name = "N")]
@@ -389,7 +416,8 @@ pub enum KvCommand {
     /// Print changes under a prefix as they happen, one per line (REVISION put KEY VALUE, or
     /// REVISION del KEY). Survives agent restarts and leader changes without losing a change.
     Watch {
-        #[arg(default_value = "")]
+        /// Watch the keys that start with this [default: every key]
+        #[arg(default_value = "", hide_default_value = true)]
         prefix: String,
         /// Start at this revision (the changes since it come first); default: from now on.
         /// Refused with `compacted` once the cluster's history (the last 1000 changes) no
@@ -404,7 +432,8 @@ pub enum KvCommand {
     },
     /// List keys under a prefix (linearizable).
     List {
-        #[arg(default_value = "")]
+        /// List the keys that start with this [default: every key]
+        #[arg(default_value = "", hide_default_value = true)]
         prefix: String,
         #[command(flatten)]
         op: OperatorArgs,
@@ -420,11 +449,13 @@ pub enum LeaseCommand {
     /// for every new grant). Exits with CMD's status; 75 if the lease is held and --wait=false;
     /// 69 if the lease was lost and CMD stopped. Signals to it go to CMD.
     Run {
+        /// The lease's name: one name, one job at a time
         name: String,
-        /// How long a grant lasts without renewal (1s..=1h)
+        /// How long a grant lasts without renewal (1s to 1h)
         #[arg(long, default_value = "15s")]
         ttl: String,
-        /// Who holds it [default: HOSTNAME:PID]
+        /// Who holds it: a label shown by `lease get` [default: HOSTNAME:PID:RANDOM, this
+        /// machine's host name, this process's id and a random part]
         #[arg(long)]
         holder: Option<String>,
         /// How long CMD gets between SIGTERM and SIGKILL when the lease is lost [default: a
@@ -443,9 +474,12 @@ pub enum LeaseCommand {
     /// Claim lease NAME for HOLDER; refused with lease_held (exit 75) while it is held. A new
     /// grant prints its lease key once: renewing (`--key`) and releasing need it.
     Claim {
+        /// The lease's name
         name: String,
+        /// Who claims it: a label shown by `lease get` and in `lease_held`
         #[arg(long)]
         holder: String,
+        /// How long the grant lasts without renewal (1s to 1h)
         #[arg(long, default_value = "15s")]
         ttl: String,
         /// The key the grant printed: renews that grant instead of asking for a new one
@@ -456,7 +490,9 @@ pub enum LeaseCommand {
     },
     /// Release lease NAME if HOLDER holds it with KEY (anything else changes nothing).
     Release {
+        /// The lease's name
         name: String,
+        /// The holder the grant was made to
         #[arg(long)]
         holder: String,
         /// The key the grant printed
@@ -467,10 +503,130 @@ pub enum LeaseCommand {
     },
     /// Who holds lease NAME, its fencing token and time left (not_found when free).
     Get {
+        /// The lease's name
         name: String,
         #[command(flatten)]
         op: OperatorArgs,
     },
     /// Every held lease.
     List(OperatorArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+    use crate::config;
+
+    /// Every subcommand, depth first, with its path (`muster node remove`).
+    fn commands() -> Vec<(String, clap::Command)> {
+        fn walk(path: &str, command: &clap::Command, out: &mut Vec<(String, clap::Command)>) {
+            let path = format!("{path} {}", command.get_name()).trim().to_string();
+            out.push((path.clone(), command.clone()));
+            for sub in command.get_subcommands() {
+                walk(&path, sub, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk("", &Cli::command(), &mut out);
+        out
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_positional_argument_is_described() {
+        let mut missing = Vec::new();
+        for (path, command) in commands() {
+            for arg in command.get_positionals() {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} <{}>", arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "undescribed: {missing:?}");
+    }
+
+    #[test]
+    fn agent_flags_are_grouped_under_the_six_headings_in_order() {
+        let headings = [
+            config::HELP_START,
+            config::HELP_NETWORK,
+            config::HELP_ROLES,
+            config::HELP_TIMING,
+            config::HELP_TLS,
+            config::HELP_OBSERVABILITY,
+        ];
+        let mut agent = Cli::command()
+            .find_subcommand("agent")
+            .expect("agent")
+            .clone();
+        let ungrouped: Vec<String> = agent
+            .get_arguments()
+            .filter(|a| {
+                a.get_long().is_some() && !["help", "version"].contains(&a.get_id().as_str())
+            })
+            .filter(|a| a.get_help_heading().is_none())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(
+            ungrouped.is_empty(),
+            "flags without a heading: {ungrouped:?}"
+        );
+        let help = agent.render_help().to_string();
+        let at: Vec<usize> = headings
+            .iter()
+            .map(|h| {
+                help.find(&format!("{h}:"))
+                    .unwrap_or_else(|| panic!("{h:?} in agent --help:\n{help}"))
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "in order: {help}");
+    }
+
+    #[test]
+    fn restore_help_lists_only_what_restore_reads() {
+        let mut restore = Cli::command()
+            .find_subcommand("restore")
+            .expect("restore")
+            .clone();
+        let help = restore.render_long_help().to_string();
+        for unread in [
+            "--discovery",
+            "--join ",
+            "--token",
+            "--init ",
+            "--initial-cluster",
+            "--join-secret-file",
+            "--join-secret-ttl",
+            "--ca-pin",
+            "--allow-address-change",
+        ] {
+            assert!(
+                !help.contains(unread),
+                "{unread} in restore --help:\n{help}"
+            );
+        }
+        for read in [
+            "--name",
+            "--advertise",
+            "--data-dir",
+            "--allow-retired-ca",
+            "--metrics-listen",
+        ] {
+            assert!(help.contains(read), "{read} missing from restore --help");
+        }
+    }
+
+    #[test]
+    fn no_rust_range_syntax_in_help() {
+        for (path, mut command) in commands() {
+            let help = command.render_long_help().to_string();
+            assert!(!help.contains("..="), "{path} --help says `..=`:\n{help}");
+        }
+    }
 }

@@ -100,6 +100,24 @@ impl From<serde_json::Error> for Failure {
     }
 }
 
+/// The first `muster agent` flag given to `muster restore` that restore does not read (how to
+/// form or join a cluster, and address changes of a restart); `restore --help` hides them.
+fn unread_by_restore(flags: &config::AgentFlags) -> Option<&'static str> {
+    [
+        (flags.discovery.is_some(), "--discovery"),
+        (flags.join.is_some(), "--join"),
+        (flags.token.is_some(), "--token"),
+        (flags.init, "--init"),
+        (flags.initial_cluster.is_some(), "--initial-cluster"),
+        (flags.join_secret_file.is_some(), "--join-secret-file"),
+        (flags.join_secret_ttl.is_some(), "--join-secret-ttl"),
+        (flags.ca_pin.is_some(), "--ca-pin"),
+        (flags.allow_address_change, "--allow-address-change"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag))
+}
+
 /// Carries out one parsed command.
 pub async fn run(command: Command) -> Result<(), Failure> {
     match command {
@@ -114,6 +132,13 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             allow_retired_ca,
             flags,
         } => {
+            if let Some(flag) = unread_by_restore(&flags) {
+                return Err(CliError::Usage(format!(
+                    "muster restore does not read {flag}: it starts a new one-node cluster from \
+                     the backup, and other machines join it afterwards (`muster token create`)"
+                ))
+                .into());
+            }
             crate::logging::init_agent();
             let env: HashMap<String, String> = std::env::vars().collect();
             let config = config::resolve(&flags, &env)?;

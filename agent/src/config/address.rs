@@ -60,7 +60,9 @@ pub(crate) fn validate_name(name: &str) -> Result<(), ConfigError> {
     } else {
         Err(ConfigError::Invalid {
             setting: "name",
-            message: format!("{name:?}: use 1..=63 chars of [A-Za-z0-9._-], e.g. the hostname"),
+            message: format!(
+                "{name:?}: use 1 to 63 characters of [A-Za-z0-9._-], e.g. the hostname"
+            ),
         })
     }
 }

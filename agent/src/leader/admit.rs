@@ -230,7 +230,7 @@ pub async fn admit_registrant(
         },
     )
     .await?;
-    tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as nonvoter");
+    tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as a standby");
     Ok(response)
 }
 
@@ -374,7 +374,7 @@ pub async fn admit_with_token(
         },
     )
     .await?;
-    tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, "admitted a node with a join token as nonvoter");
+    tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, "admitted a node with a join token as a standby");
     Ok(response)
 }
 

@@ -150,7 +150,7 @@ impl ClusterView {
         self.members.len() + self.spares.len()
     }
 
-    /// The nonvoters in the configuration that are not leaving: the stand-bys.
+    /// The nonvoters in the configuration that are not leaving: the standbys.
     pub fn standbys(&self) -> Vec<&MemberView> {
         self.members
             .iter()
@@ -158,7 +158,7 @@ impl ClusterView {
             .collect()
     }
 
-    /// How many stand-bys the cluster wants: `--standbys`, but never more than the members
+    /// How many standbys the cluster wants: `--standbys`, but never more than the members
     /// beyond the voters.
     pub fn standby_target(&self) -> usize {
         let total = self.member_count();
@@ -189,9 +189,9 @@ pub enum Change {
     /// Record a member unreachable for `--cleanup-dead-after` as removed (as `node remove`
     /// does; the removal steps then take it out).
     CleanUp(NodeId),
-    /// Take a surplus stand-by out of the configuration: it stays a member, as a spare.
+    /// Take a surplus standby out of the configuration: it stays a member, as a spare.
     MakeSpare(NodeId),
-    /// Add a spare to the configuration as a nonvoter: it replicates again, as a stand-by.
+    /// Add a spare to the configuration as a nonvoter: it replicates again, as a standby.
     MakeStandby(NodeId),
     /// The discovery cohort has formed: forget the formation and mark the record formed.
     FormationDone,
@@ -221,7 +221,7 @@ pub enum Wait {
     NoSuccessor { name: String },
     /// The leader does not hear from a majority: no automatic change until it does.
     NoQuorum,
-    /// A failed voter stays: no reachable, caught-up nonvoter can take its place.
+    /// A failed voter stays: no reachable, caught-up standby can take its place.
     NoReplacement { name: String },
     /// A dead member stays: removing it would leave fewer members than `--min-voters`.
     CleanupBelowMinVoters {
@@ -250,7 +250,7 @@ impl std::fmt::Display for Wait {
             ),
             Wait::NoReplacement { name } => write!(
                 f,
-                "voter {name} is unreachable but stays a voter: no reachable, caught-up nonvoter can take its place (start another machine with the same user-data)"
+                "voter {name} is unreachable but stays a voter: no reachable, caught-up standby can take its place (start another machine with the same user-data)"
             ),
             Wait::CleanupBelowMinVoters {
                 name,
@@ -360,7 +360,7 @@ pub fn check_voters_leaving(
 /// 5. follow the voter table: promote the lexicographically-first eligible nonvoter, or demote
 ///    a voter other than the leader (an unreachable one first, then the lexicographically-last);
 /// 6. keep `--standbys` nonvoters replicating: a surplus one becomes a spare (out of the
-///    configuration), a spare becomes a stand-by when one is missing;
+///    configuration), a spare becomes a standby when one is missing;
 /// 7. clean up one member unreachable for `--cleanup-dead-after`, never below `--min-voters`
 ///    and never while as many members are unreachable as reachable.
 ///
@@ -640,7 +640,7 @@ fn voter_table_step(view: &ClusterView) -> Option<Change> {
     None
 }
 
-/// Keeps the stand-bys at their target. Who stays a stand-by is a fixed order, so that any
+/// Keeps the standbys at their target. Who stays a standby is a fixed order, so that any
 /// leader keeps the same ones: reachable before unreachable, caught up before lagging, then by
 /// name. Waits while the voter table is short (a new nonvoter may be about to become a voter),
 /// while a surplus nonvoter is newer than `--promote-after`, and while it is still catching up.

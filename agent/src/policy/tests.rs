@@ -706,7 +706,7 @@ fn with_spares(members: Vec<MemberView>, spares: Vec<MemberView>) -> ClusterView
     v
 }
 
-/// Stand-bys and spares (`--standbys 2`): (what the case pins, configuration, spares, change).
+/// Standbys and spares (`--standbys 2`): (what the case pins, configuration, spares, change).
 #[test]
 fn standby_and_spare_steps() {
     let seven_voters = || (1..=7).map(|i| m(i, true)).collect::<Vec<_>>();
@@ -718,19 +718,19 @@ fn standby_and_spare_steps() {
     );
     let cases: Vec<Case> = vec![
         (
-            "7 voters and 2 stand-bys: nothing to do",
+            "7 voters and 2 standbys: nothing to do",
             [seven_voters(), vec![m(8, false), m(9, false)]].concat(),
             vec![spare(10, true)],
             None,
         ),
         (
-            "a third stand-by becomes a spare: the last by name (names sort as text: n10 < n8 < n9)",
+            "a third standby becomes a spare: the last by name (names sort as text: n10 < n8 < n9)",
             [seven_voters(), vec![m(8, false), m(9, false), m(10, false)]].concat(),
             vec![],
             Some(Change::MakeSpare(9)),
         ),
         (
-            "an unreachable stand-by is the one made a spare",
+            "an unreachable standby is the one made a spare",
             [
                 seven_voters(),
                 vec![down(m(8, false)), m(9, false), m(10, false)],
@@ -768,7 +768,7 @@ fn standby_and_spare_steps() {
             None,
         ),
         (
-            "a missing stand-by comes from the reachable spares, first by name",
+            "a missing standby comes from the reachable spares, first by name",
             [seven_voters(), vec![m(8, false)]].concat(),
             vec![spare(12, true), spare(11, false), spare(13, true)],
             Some(Change::MakeStandby(12)),
@@ -786,13 +786,13 @@ fn standby_and_spare_steps() {
             promote(4, Why::VoterTable),
         ),
         (
-            "5 members: 5 voters, no stand-by wanted, the spare stays",
+            "5 members: 5 voters, no standby wanted, the spare stays",
             (1..=5).map(|i| m(i, true)).collect(),
             vec![],
             None,
         ),
         (
-            "a dead spare is cleaned up before a dead stand-by",
+            "a dead spare is cleaned up before a dead standby",
             [
                 seven_voters(),
                 vec![m(8, false), dead_for(m(9, false), 900)],

@@ -61,7 +61,7 @@ pub fn routes() -> Router<Arc<Agent>> {
 fn check_key(key: &str) -> Result<(), ApiError> {
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
         return Err(ApiError::invalid(format!(
-            "keys are 1..={MAX_KEY_BYTES} bytes"
+            "keys are 1 to {MAX_KEY_BYTES} bytes"
         )));
     }
     Ok(())

@@ -190,7 +190,7 @@ fn require_member_or_spare(agent: &Agent, req: &Request) -> Result<PeerIdentity,
 
 /// True if the last check-in answer (from a member, over mutual TLS) listed `id`. A spare's
 /// own state stops when it stops replicating; members that joined since, a new leader among
-/// them, are known to it only this way, and such a leader must be able to make it a stand-by.
+/// them, are known to it only this way, and such a leader must be able to make it a standby.
 fn checked_in_member(agent: &Agent, id: NodeId) -> bool {
     agent.check_in().members.iter().any(|(m, _)| *m == id)
 }

@@ -329,7 +329,7 @@ async fn join_initiator(
     )
     .await?;
     println!(
-        "joined cluster {} as a nonvoter; the leader promotes the cohort once it has caught up",
+        "joined cluster {} as a standby; the leader promotes the cohort once it has caught up",
         record.cluster_id
     );
     Ok(running)

@@ -176,7 +176,7 @@ pub async fn join_with_request(
         .await?;
     let running = finish(config, identity, ca_pin, None, response, &via, listener).await?;
     println!(
-        "joined cluster {} through {via} as a nonvoter; the leader promotes it when the voter table asks for another voter",
+        "joined cluster {} through {via} as a standby; the leader promotes it when the voter table asks for another voter",
         running.agent().cluster_id()
     );
     Ok(running)

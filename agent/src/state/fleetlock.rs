@@ -246,7 +246,7 @@ impl FleetLock {
                 if !valid_group(name) || *slots == 0 || *slots > 1_000 {
                     return Err(Refusal::new(
                         ErrorKind::InvalidArgument,
-                        "a group name is 1 to 253 chars of [a-zA-Z0-9.-] and has 1 to 1000 slots",
+                        "a group name is 1 to 253 characters of [a-zA-Z0-9.-] and has 1 to 1000 slots",
                     ));
                 }
                 let configured = self.groups.values().filter(|g| !g.on_first_use).count();

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub const MIN_MIN_VOTERS: u32 = 1;
 /// Most `min_voters` can usefully be: the voter table never makes more than seven voters.
 pub const MAX_MIN_VOTERS: u32 = 7;
-/// Most stand-bys (as `--standbys`): each one is a replication stream the leader feeds.
+/// Most standbys (as `--standbys`): each one is a replication stream the leader feeds.
 pub const MAX_STANDBYS: u32 = 100;
 /// Shortest and longest replacement or cleanup delay (as the flags); `0` turns a repair off.
 pub const MIN_DELAY_MS: u64 = 1000;

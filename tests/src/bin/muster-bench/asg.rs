@@ -29,7 +29,7 @@ struct Report {
     spares: usize,
     /// Last machine started → the leader lists every machine as a member.
     members_after_last_start_s: f64,
-    /// Last machine started → every role settled (voters, stand-bys, spares) and every member
+    /// Last machine started → every role settled (voters, standbys, spares) and every member
     /// reachable, per the leader.
     settled_after_last_start_s: f64,
     /// The leader's CPU while idle, as a share of one core.
@@ -74,7 +74,7 @@ fn count(roles: &BTreeMap<String, (String, bool)>, role: &str) -> usize {
     roles.values().filter(|(r, _)| r == role).count()
 }
 
-/// Waits until the leader reports `n` members, the voter table and the stand-bys met, and every
+/// Waits until the leader reports `n` members, the voter table and the standbys met, and every
 /// member reachable; returns the leader's name and the roles.
 async fn settled(
     agents: &[AgentProc],

@@ -40,9 +40,10 @@ pub async fn run(args: ClusterArgs) -> Result<()> {
     let agent_bin = bin_path("muster");
     if !agent_bin.exists() {
         bail!(
-            "{} not found: run `cargo build --release -p muster-agent` first \
+            "{} not found: run `cargo build{} -p muster-agent` first \
              (or set MUSTER_BIN_DIR to the directory holding it)",
-            agent_bin.display()
+            agent_bin.display(),
+            crate::profile_flag()
         );
     }
     let tmp = tempfile::tempdir().context("creating a temp dir")?;

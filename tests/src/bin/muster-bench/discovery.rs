@@ -666,13 +666,14 @@ fn median(rounds: &[SystemResults]) -> Result<SystemResults> {
 
 /// Starts muster-discovery from the binary next to this one.
 pub(crate) async fn start_muster(tmp: &Path) -> Result<Discovery> {
-    // The harness errors too, but its hint lacks `--release`, which is what the bench needs.
+    // The harness errors too, but its hint lacks the profile this bench was built with.
     let bin = bin_path("muster-discovery");
     if !bin.exists() {
         bail!(
-            "{} not found: run `cargo build --release -p muster-discovery` first \
+            "{} not found: run `cargo build{} -p muster-discovery` first \
              (or set MUSTER_BIN_DIR to the directory holding it)",
-            bin.display()
+            bin.display(),
+            crate::profile_flag()
         );
     }
     eprintln!("starting {}…", bin.display());

@@ -57,7 +57,7 @@ enum Command {
     Fleetlock(FleetlockArgs),
     /// Lease claim/renew latency, compare-and-set puts per second, hand-over after kill -9.
     Lease(LeaseArgs),
-    /// An autoscaling group: N machines through one template (voters, stand-bys, spares), the
+    /// An autoscaling group: N machines through one template (voters, standbys, spares), the
     /// leader's idle CPU at 10 and at N members, RSS per role, failed-voter replacement.
     Asg(AsgArgs),
 }
@@ -180,6 +180,19 @@ struct ClusterArgs {
     /// timing given to muster: an unequal comparison, kept to compare with older figures.
     #[arg(long)]
     etcd_default_timing: bool,
+}
+
+/// The cargo flag (after a space) for the profile this bench was built with (its directory, `target/<profile>/`),
+/// so a hint to build the binaries it needs names the same one.
+fn profile_flag() -> String {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.file_name()?.to_string_lossy().into_owned()));
+    match dir.as_deref() {
+        Some("debug") => String::new(),
+        Some("release") | None => " --release".into(),
+        Some(profile) => format!(" --profile {profile}"),
+    }
 }
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
