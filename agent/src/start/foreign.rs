@@ -7,13 +7,18 @@
 
 use std::time::Duration;
 
+use muster_shared::retry::{RetryPolicy, poll_until};
+
 use crate::discovery::{DiscoveryClient, Listing, Registration};
 
 /// How long a first registrant may go without a published key before it counts as foreign: a
 /// Muster agent publishes it within one request after registering.
 const KEY_GRACE: Duration = Duration::from_secs(2);
+/// How often the key is looked for during [`KEY_GRACE`].
+const KEY_POLL: Duration = Duration::from_millis(100);
 
-/// What a node learns about the URL's first registrant, twice [`KEY_GRACE`] apart.
+/// What a node learns about the URL's first registrant, at a first look and at the end of
+/// [`KEY_GRACE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstRegistrant {
     /// It is this node.
@@ -31,7 +36,7 @@ pub fn is_foreign(first: FirstRegistrant) -> bool {
     !first.is_me && !first.record && !first.key_then && !first.key_now
 }
 
-/// Confirms, with a second look after [`KEY_GRACE`], that the URL of `listing` was formed by
+/// Confirms, by looking for the first registrant's key for up to [`KEY_GRACE`], that the URL of `listing` was formed by
 /// something else; returns its registrations then. `None`: a Muster formation (or cannot tell:
 /// a read failed, and the caller's own retries will say so).
 pub async fn confirm(
@@ -48,7 +53,13 @@ pub async fn confirm(
     if key_then {
         return None;
     }
-    tokio::time::sleep(KEY_GRACE).await;
+    // A Muster registrant publishes its key within one request of registering: stop waiting
+    // as soon as it does, so a formation whose first node is a moment behind loses no time.
+    let grace = RetryPolicy::constant(KEY_POLL).within(KEY_GRACE);
+    let published = poll_until(&grace, || async { has_key().await.filter(|k| *k) }).await;
+    if published.is_ok() {
+        return None;
+    }
     let record = discovery.record().await.ok()?.is_some();
     let key_now = has_key().await?;
     is_foreign(FirstRegistrant {
