@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod cluster;
 pub mod discovery;
+pub mod doc_blocks;
 pub mod etcd;
 pub mod etcd_cluster;
 pub mod exclusive;

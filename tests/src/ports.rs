@@ -50,6 +50,33 @@ pub fn free_port() -> u16 {
     panic!("no free TCP port on 127.0.0.1 in {low}..{high}")
 }
 
+/// Whether ports `P1`…`P4` (as a doc's `700$i` or `1720$i`) are all free on 127.0.0.1.
+fn block_free(prefix: u32) -> bool {
+    (1..=4).all(|i| {
+        u16::try_from(prefix * 10 + i)
+            .is_ok_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+    })
+}
+
+/// A port prefix `P` whose ports `P1`…`P4` are free: `preferred` (a doc's own, e.g. 700 for
+/// 7001–7004) when it is, else a block from [`free_port`]'s range, said on stderr (someone runs
+/// the doc by hand beside the test).
+pub fn free_port_block(preferred: u32) -> u32 {
+    if block_free(preferred) {
+        return preferred;
+    }
+    for _ in 0..200 {
+        let prefix = u32::from(free_port()) / 10;
+        if block_free(prefix) {
+            eprintln!(
+                "127.0.0.1:{preferred}1-{preferred}4 are taken here: using {prefix}1-{prefix}4 instead"
+            );
+            return prefix;
+        }
+    }
+    panic!("no four free ports in a row on 127.0.0.1")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

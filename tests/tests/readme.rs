@@ -13,18 +13,11 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The lines of the first ```sh block after `heading` in README.md.
+/// The lines of the first ```sh block after `heading` in README.md, comments left out.
 fn readme_block(heading: &str) -> Vec<String> {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
-    let after = readme
-        .split_once(&format!("\n{heading}\n"))
-        .unwrap_or_else(|| panic!("README.md has no {heading:?} section"))
-        .1;
-    let block = after
-        .split_once("```sh\n")
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .unwrap_or_else(|| panic!("no ```sh block under {heading:?}"))
-        .0;
+    let block = muster_tests::doc_blocks::sh_block(&readme, heading)
+        .unwrap_or_else(|e| panic!("README.md: {e}"));
     block
         .lines()
         .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
@@ -164,6 +157,7 @@ fn the_readme_test_command_is_the_script_ci_runs() {
         "fuse3",
         "chromium",
         "haproxy",
+        "jq",
         "cargo test --workspace --no-fail-fast",
         "MUSTER_REQUIRE_ETCD=1",
         "MUSTER_TEST_DISCOVERY_STORE=etcd",

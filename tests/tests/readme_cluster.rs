@@ -6,38 +6,19 @@
 
 use std::time::Duration;
 
-use muster_tests::readme_script::{commands, polling_script, sh_block, workspace_root};
+use muster_tests::doc_blocks::sh_block;
+use muster_tests::readme_script::{polling_script, run_script, steps, workspace_root};
 use muster_tests::*;
 
 /// How long one README command may take to succeed (formation, a join, a promotion).
 const STEP: u64 = 90;
 
-/// Whether ports `P1`…`P4` (as the README's `700$i`) are all free on loopback.
-fn block_free(prefix: u32) -> bool {
-    (1..=4).all(|i| {
-        u16::try_from(prefix * 10 + i)
-            .is_ok_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
-    })
-}
-
-/// The README's own node ports (700x) when they are free, as they are on a CI machine: the
-/// harness hands out ports from 20000 up, so only this test uses them. Otherwise (someone runs
-/// the README by hand beside the test) a free block elsewhere, said on stderr; the check that
-/// the defaults stay clear of 7001–7004 is then made from `muster agent --help` alone.
+/// The README's own node ports (700x) when they are free, as they are on a CI machine (the
+/// harness hands out ports from 20000 up, so only this test uses them); otherwise a free block
+/// elsewhere, and the check that the defaults stay clear of 7001–7004 is then made from
+/// `muster agent --help` alone.
 fn node_port_prefix() -> u32 {
-    if block_free(700) {
-        return 700;
-    }
-    for _ in 0..200 {
-        let prefix = u32::from(free_port()) / 10;
-        if block_free(prefix) {
-            eprintln!(
-                "127.0.0.1:7001-7004 are taken here: the README's nodes run on {prefix}1-{prefix}4"
-            );
-            return prefix;
-        }
-    }
-    panic!("no four free ports in a row on 127.0.0.1")
+    muster_tests::ports::free_port_block(700)
 }
 
 /// The default addresses `muster agent --help` gives for FleetLock and metrics.
@@ -83,42 +64,23 @@ async fn the_readme_cluster_of_your_own_runs_as_written() {
         local, block,
         "the README block uses /tmp, 8087 and 700x as this test expects"
     );
-    let lines = commands(&local);
+    let lines = steps(&local);
     assert!(
-        lines.iter().any(|l| l.contains("--discovery"))
-            && lines.iter().any(|l| l.contains("--join")),
+        lines.iter().any(|l| l.text.contains("--discovery"))
+            && lines.iter().any(|l| l.text.contains("--join")),
         "the block forms through discovery and joins a node: {lines:?}"
     );
     let script = polling_script(&lines, STEP);
     let bin_dir = bin_path("muster").parent().expect("bin dir").to_path_buf();
-    let mut shell = tokio::process::Command::new("/bin/bash");
-    shell
-        .args(["--noprofile", "--norc", "-c", &script])
-        .current_dir(tmp.path())
-        .env(
-            "PATH",
-            format!("{}:/usr/local/bin:/usr/bin:/bin", bin_dir.display()),
-        )
-        .env_remove("RUST_LOG")
-        .kill_on_drop(true)
-        // Its own process group, so the agents it starts are ended with it on a failure.
-        .process_group(0);
-    clear_muster_env(&mut shell);
-    let child = shell
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("bash");
-    let pgid = child.id().expect("pid");
-    let out = tokio::time::timeout(Duration::from_secs(STEP * 8), child.wait_with_output()).await;
-    // Whatever happened, nothing the script started outlives the test.
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", "--", &format!("-{pgid}")])
-        .stderr(std::process::Stdio::null())
-        .status();
-    let out = out
-        .expect("the README block finished in time")
-        .expect("bash ran");
+    let out = run_script(
+        &script,
+        tmp.path(),
+        &bin_dir,
+        &[],
+        Duration::from_secs(STEP * 8),
+    )
+    .await
+    .expect("the README block finished in time");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let all = format!("script:\n{script}\nstdout:\n{stdout}\nstderr:\n{stderr}");
