@@ -17,6 +17,7 @@
 //! | `notify`      | systemd's notify protocol: READY=1, STATUS=, WATCHDOG=1 |
 //! | `reconcile`   | the leader's reconciler: gather a view, ask `policy::plan`, apply one change |
 //! | `renew`       | keeping this node's certificate valid, matching its address and its cluster's CAs, without a restart |
+//! | `snapshots`   | scheduled snapshots: one backup file per interval on each voter, verified, the oldest pruned; `backup list` |
 //! | `watch`       | a node learning of its own removal |
 //! | `leader/`     | operations that run on the leader (admission, tokens and their scopes, removal, backup, kv, leases and their clock, FleetLock, status), the dispatcher and the forwarder |
 //! | `agent`       | the running node's shared state, as plain data |
@@ -65,6 +66,7 @@ pub(crate) mod raft;
 pub(crate) mod reconcile;
 pub(crate) mod renew;
 pub(crate) mod serve;
+pub(crate) mod snapshots;
 pub mod start;
 pub(crate) mod state;
 pub(crate) mod watch;

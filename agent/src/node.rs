@@ -152,6 +152,14 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
         tokio::spawn(crate::notify::readiness_loop(agent.clone())),
         tokio::spawn(crate::renew::renewal_loop(agent.clone(), key_pem.clone())),
         tokio::spawn({
+            let (agent, schedule) = (agent.clone(), config.snapshots.clone());
+            async move {
+                if let Some(schedule) = schedule {
+                    crate::snapshots::schedule_loop(agent, schedule).await;
+                }
+            }
+        }),
+        tokio::spawn({
             let agent = agent.clone();
             async move {
                 // Removals are rare; a second's delay before the handshake refuses one is fine

@@ -200,6 +200,16 @@ pub fn subcommands(help: &str) -> Vec<String> {
         .collect()
 }
 
+/// Whether a clap `--help` text says a subcommand must follow (every usage line ends in
+/// `<COMMAND>`), rather than allowing positional arguments instead (`muster backup FILE`).
+pub fn subcommand_required(help: &str) -> bool {
+    let Some((_, usage)) = help.split_once("Usage: ") else {
+        return false;
+    };
+    let lines: Vec<&str> = usage.lines().take_while(|l| !l.trim().is_empty()).collect();
+    !lines.is_empty() && lines.iter().all(|l| l.trim_end().ends_with("<COMMAND>"))
+}
+
 /// Whether a `--help` text documents the long flag `flag` (`--data-dir`), as a whole word.
 pub fn documents_flag(help: &str, flag: &str) -> bool {
     help.match_indices(flag).any(|(at, _)| {
@@ -314,5 +324,11 @@ mod tests {
         assert!(documents_flag(help, "--data-dir"));
         assert!(!documents_flag(help, "--data"));
         assert!(!documents_flag(help, "--json"));
+        assert!(subcommand_required(
+            help.replace("Usage: x", "Usage: x <COMMAND>").as_str()
+        ));
+        assert!(!subcommand_required(
+            "Usage: m backup [OPTIONS] <FILE>\n       m backup <COMMAND>\n\nCommands:\n"
+        ));
     }
 }

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use muster_tests::doc_blocks::{
-    Block, Invocation, Mark, documents_flag, invocations, long_flags, shell_blocks, subcommands,
-    workspace_root,
+    Block, Invocation, Mark, documents_flag, invocations, long_flags, shell_blocks,
+    subcommand_required, subcommands, workspace_root,
 };
 use muster_tests::readme_script::{polling_script, run_script, steps};
 use muster_tests::*;
@@ -98,7 +98,7 @@ fn check(cache: &mut BTreeMap<Vec<String>, String>, inv: &Invocation) -> Option<
                 path.push(word.clone());
                 rest = &rest[1..];
             }
-            Some(word) if !subs.is_empty() && !word.starts_with('-') => {
+            Some(word) if subcommand_required(&text) && !word.starts_with('-') => {
                 return Some(format!(
                     "`{} {}` has no subcommand {word:?} (it has {})",
                     inv.program,

@@ -55,9 +55,14 @@ pub enum Command {
     },
     /// Write a consistent, checksummed copy of the committed cluster state to FILE (mode 0600:
     /// it holds the cluster CA's private key).
+    /// `muster backup list` lists the scheduled snapshots (--snapshot-every) in a snapshot dir.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Backup {
+        #[command(subcommand)]
+        command: Option<BackupCommand>,
         /// Where to write the backup (refused if it exists)
-        file: PathBuf,
+        #[arg(required = true)]
+        file: Option<PathBuf>,
         #[command(flatten)]
         op: OperatorArgs,
     },
@@ -202,6 +207,25 @@ pub enum CaCommand {
     },
     /// The cluster CA, and the rotation in progress: its phase and the members it waits for.
     Status(OperatorArgs),
+}
+
+#[derive(Subcommand)]
+pub enum BackupCommand {
+    /// List the scheduled snapshots in a snapshot dir, oldest first, each read back in full and
+    /// checked as `muster restore` would (header, size, checksum). Reads the files only: the
+    /// agent need not run. Restore any of them with `muster restore FILE`.
+    List {
+        /// The snapshot dir (the agent's --snapshot-dir) [default: <data-dir>/snapshots]
+        #[arg(long)]
+        snapshot_dir: Option<PathBuf>,
+        /// The agent's data dir, whose snapshots/ is listed when --snapshot-dir is not given
+        /// [env: MUSTER_DATA_DIR] [default: /var/lib/muster]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -552,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn agent_flags_are_grouped_under_the_six_headings_in_order() {
+    fn agent_flags_are_grouped_under_the_seven_headings_in_order() {
         let headings = [
             config::HELP_START,
             config::HELP_NETWORK,
@@ -560,6 +584,7 @@ mod tests {
             config::HELP_TIMING,
             config::HELP_TLS,
             config::HELP_OBSERVABILITY,
+            config::HELP_SNAPSHOTS,
         ];
         let mut agent = Cli::command()
             .find_subcommand("agent")

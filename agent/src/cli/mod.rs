@@ -422,3 +422,74 @@ pub async fn backup(target: &Target, file: &Path, json: bool) -> Result<(), CliE
     );
     Ok(())
 }
+
+/// `muster backup list`: the scheduled snapshots in `--snapshot-dir` (or `<data-dir>/snapshots`),
+/// oldest first, each read and checked in full.
+pub fn backup_list(
+    snapshot_dir: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    json: bool,
+) -> Result<(), CliError> {
+    let dir = snapshot_dir.unwrap_or_else(|| {
+        data_dir
+            .or_else(|| std::env::var_os("MUSTER_DATA_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR))
+            .join("snapshots")
+    });
+    let listed = crate::snapshots::list(&dir).map_err(|e| {
+        CliError::Failed(format!(
+            "cannot read the snapshot dir {} ({e}): is `muster agent` running with \
+             --snapshot-every, and is this its --snapshot-dir (or --data-dir)?",
+            dir.display()
+        ))
+    })?;
+    if json {
+        return print_json(&listed);
+    }
+    if listed.is_empty() {
+        outln!("no scheduled snapshots in {} yet", dir.display());
+        return Ok(());
+    }
+    let mut rows = Vec::new();
+    for l in &listed {
+        let file = Path::new(&l.file)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| l.file.clone());
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        rows.push(vec![
+            file,
+            opt(l.created_ms.map(|ms| {
+                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+                    .to_string()
+            })),
+            opt(l.applied_index.map(|i| i.to_string())),
+            opt(l.members.map(|m| m.to_string())),
+            opt(l.keys.map(|k| k.to_string())),
+            l.bytes.to_string(),
+            match &l.problem {
+                None => "ok".into(),
+                Some(why) => format!("CORRUPT: {why}"),
+            },
+        ]);
+    }
+    output::print_table(
+        &[
+            "FILE",
+            "CREATED (UTC)",
+            "INDEX",
+            "MEMBERS",
+            "KEYS",
+            "BYTES",
+            "CHECK",
+        ],
+        rows,
+        &[2, 3, 4, 5],
+    );
+    outln!(
+        "{} snapshots in {}; restore one with `muster restore FILE --name … --advertise … --data-dir …`",
+        listed.len(),
+        dir.display()
+    );
+    Ok(())
+}

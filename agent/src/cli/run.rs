@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use super::apply::ApplyArgs;
 use super::args::{
-    CaCommand, CertCommand, Command, ConfigCommand, FleetlockCommand, FleetlockGroupCommand,
-    KvCommand, LeaseCommand, NodeCommand, OperatorTokenCommand, SecretCommand, TokenCommand,
+    BackupCommand, CaCommand, CertCommand, Command, ConfigCommand, FleetlockCommand,
+    FleetlockGroupCommand, KvCommand, LeaseCommand, NodeCommand, OperatorTokenCommand,
+    SecretCommand, TokenCommand,
 };
 use super::{CliError, output};
 use crate::api::ErrorKind;
@@ -203,7 +204,26 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         Command::Node {
             command: NodeCommand::SetAddress { name, address, op },
         } => Ok(super::node_set_address(&op.target()?, &name, &address, op.json).await?),
-        Command::Backup { file, op } => Ok(super::backup(&op.target()?, &file, op.json).await?),
+        Command::Backup {
+            command:
+                Some(BackupCommand::List {
+                    snapshot_dir,
+                    data_dir,
+                    json,
+                }),
+            ..
+        } => Ok(super::backup_list(snapshot_dir, data_dir, json)?),
+        Command::Backup {
+            file: Some(file),
+            op,
+            ..
+        } => Ok(super::backup(&op.target()?, &file, op.json).await?),
+        Command::Backup { .. } => Err(CliError::Usage(
+            "give the FILE to write the backup to, or `muster backup list` to list scheduled \
+             snapshots"
+                .into(),
+        )
+        .into()),
         Command::Kv { command } => run_kv(command).await,
         Command::Cert {
             command: CertCommand::Status(op),

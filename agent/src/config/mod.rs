@@ -63,6 +63,7 @@ pub const HELP_ROLES: &str = "Roles: voters, standbys, spares";
 pub const HELP_TIMING: &str = "Timing";
 pub const HELP_TLS: &str = "TLS";
 pub const HELP_OBSERVABILITY: &str = "Observability";
+pub const HELP_SNAPSHOTS: &str = "Scheduled snapshots";
 
 /// Flags of `muster agent`. Every one is optional here: defaults are applied after merging.
 /// Grouped for `--help` under the `HELP_*` headings, in this order.
@@ -215,6 +216,20 @@ pub struct AgentFlags {
     /// too, with an operator token) [default: 127.0.0.1:7903] [env: MUSTER_METRICS_LISTEN]
     #[arg(long, help_heading = HELP_OBSERVABILITY)]
     pub metrics_listen: Option<String>,
+
+    /// Take a snapshot this often while this member is a voter: the committed cluster state,
+    /// as `muster backup` writes it, into --snapshot-dir (1s to 30d; e.g. 1h) [default: off]
+    /// [env: MUSTER_SNAPSHOT_EVERY]
+    #[arg(long, help_heading = HELP_SNAPSHOTS)]
+    pub snapshot_every: Option<String>,
+    /// How many scheduled snapshots to keep; the oldest beyond that are deleted (1 to 10000)
+    /// [default: 24] [env: MUSTER_SNAPSHOT_KEEP]
+    #[arg(long, help_heading = HELP_SNAPSHOTS)]
+    pub snapshot_keep: Option<String>,
+    /// Where scheduled snapshots go (mode 0600 files: they hold the CA key); best on another
+    /// disk than --data-dir [default: <data-dir>/snapshots] [env: MUSTER_SNAPSHOT_DIR]
+    #[arg(long, help_heading = HELP_SNAPSHOTS)]
+    pub snapshot_dir: Option<PathBuf>,
 }
 
 /// The TOML file: the same settings, spelled with underscores (`data_dir = "/var/lib/muster"`).
@@ -251,6 +266,9 @@ pub(super) struct FileConfig {
     fleetlock_tls_key: Option<String>,
     fleetlock_tls_client_ca: Option<String>,
     fleetlock_rate_limit: Option<u32>,
+    snapshot_every: Option<String>,
+    snapshot_keep: Option<u32>,
+    snapshot_dir: Option<PathBuf>,
 }
 
 /// True when listeners on `a` and `b` cannot both be bound: one port, and the same address or
@@ -305,8 +323,22 @@ pub struct AgentConfig {
     pub fleetlock_client_ca: Option<PathBuf>,
     /// FleetLock requests per second per source (0: no limit).
     pub fleetlock_rate_limit: u32,
+    /// `--snapshot-every`, `--snapshot-keep`, `--snapshot-dir` (`None`: no scheduled snapshots).
+    pub snapshots: Option<SnapshotSchedule>,
     /// Settings that work but are probably not what was meant; logged at start.
     pub warnings: Vec<String>,
+}
+
+/// `--snapshot-keep` when not given: a day of hourly snapshots.
+pub const DEFAULT_SNAPSHOT_KEEP: usize = 24;
+
+/// `--snapshot-every`, `--snapshot-keep`, `--snapshot-dir`: when and where this member takes
+/// scheduled snapshots (`snapshots.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotSchedule {
+    pub every: Duration,
+    pub keep: usize,
+    pub dir: PathBuf,
 }
 
 /// One member of `--initial-cluster`.
@@ -658,6 +690,40 @@ pub fn resolve(
         DEFAULT_FLEETLOCK_RATE_LIMIT,
         0..=1_000_000,
     )? as u32;
+    let snapshot_every = optional_duration(
+        "snapshot-every",
+        expand_opt(
+            "snapshot-every",
+            pick(
+                "snapshot-every",
+                &flags.snapshot_every,
+                "MUSTER_SNAPSHOT_EVERY",
+                &file.snapshot_every,
+            )?,
+        )?,
+        // Off unless asked for: the default stands for "off" here.
+        Duration::ZERO,
+    )?
+    .filter(|d| !d.is_zero());
+    let snapshot_keep = count(
+        "snapshot-keep",
+        &flags.snapshot_keep,
+        "MUSTER_SNAPSHOT_KEEP",
+        file.snapshot_keep,
+        DEFAULT_SNAPSHOT_KEEP,
+        1..=10_000,
+    )?;
+    let snapshot_dir = flags
+        .snapshot_dir
+        .clone()
+        .or_else(|| env.get("MUSTER_SNAPSHOT_DIR").map(PathBuf::from))
+        .or(file.snapshot_dir.clone())
+        .unwrap_or_else(|| data_dir.join("snapshots"));
+    let snapshots = snapshot_every.map(|every| SnapshotSchedule {
+        every,
+        keep: snapshot_keep,
+        dir: snapshot_dir,
+    });
     let automation = Automation {
         replace_after,
         cleanup_dead_after,
@@ -901,6 +967,7 @@ pub fn resolve(
         fleetlock_tls,
         fleetlock_client_ca,
         fleetlock_rate_limit,
+        snapshots,
         warnings,
     })
 }

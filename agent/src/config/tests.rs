@@ -408,6 +408,56 @@ fn repair_settings_default_turn_off_with_zero_and_refuse_nonsense() {
 }
 
 #[test]
+fn snapshots_are_off_by_default_and_default_to_the_data_dir() {
+    let mut f = flags();
+    f.name = Some("n1".into());
+    f.advertise = Some("127.0.0.1:7000".into());
+    f.data_dir = Some("/srv/m".into());
+    assert_eq!(resolve(&f, &env(&[])).expect("defaults").snapshots, None);
+    let on = resolve(&f, &env(&[("MUSTER_SNAPSHOT_EVERY", "1h")])).expect("on");
+    assert_eq!(
+        on.snapshots,
+        Some(crate::config::SnapshotSchedule {
+            every: Duration::from_secs(3600),
+            keep: 24,
+            dir: "/srv/m/snapshots".into(),
+        })
+    );
+    f.snapshot_every = Some("0".into());
+    let off = resolve(&f, &env(&[("MUSTER_SNAPSHOT_EVERY", "1h")])).expect("flag wins");
+    assert_eq!(off.snapshots, None);
+    f.snapshot_every = Some("30m".into());
+    f.snapshot_keep = Some("48".into());
+    f.snapshot_dir = Some("/backups".into());
+    let all = resolve(&f, &env(&[])).expect("all three");
+    assert_eq!(
+        all.snapshots,
+        Some(crate::config::SnapshotSchedule {
+            every: Duration::from_secs(1800),
+            keep: 48,
+            dir: "/backups".into(),
+        })
+    );
+    for (setting, value) in [
+        ("snapshot-every", "500ms"),
+        ("snapshot-every", "31d"),
+        ("snapshot-every", "hourly"),
+        ("snapshot-keep", "0"),
+        ("snapshot-keep", "10001"),
+    ] {
+        let mut bad = f.clone();
+        match setting {
+            "snapshot-every" => bad.snapshot_every = Some(value.into()),
+            _ => bad.snapshot_keep = Some(value.into()),
+        }
+        match resolve(&bad, &env(&[])) {
+            Err(ConfigError::Invalid { setting: s, .. }) => assert_eq!(s, setting, "{value}"),
+            other => panic!("{setting}={value}: {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn default_fleetlock_and_metrics_ports_stay_clear_of_node_ports() {
     // The README's one-host cluster: nodes on 127.0.0.1:7001…7004, every listener default.
     for port in 7001..=7009 {
