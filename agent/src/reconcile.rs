@@ -225,7 +225,12 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             // removal and this one never pass the quorum check one without the other.
             let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
             tracing::warn!(node = %name, %cause, "cleaning up a dead member: removing it");
-            raft.write(Request::RemoveNode { id, force: false }).await?;
+            raft.write(Request::RemoveNode {
+                id,
+                force: false,
+                now_ms: crate::clock::now_ms(),
+            })
+            .await?;
             agent
                 .leader_local()
                 .record_membership_event(format!("removed {name}"), cause);

@@ -8,7 +8,10 @@
 
 use std::time::Duration;
 
-use muster_tests::{AgentProc, ApiReply, OperatorApi, free_port, init_and_join, tail, wait_for};
+use muster_tests::{
+    AgentProc, ApiReply, Discovery, OperatorApi, form_through_discovery, free_port, init_and_join,
+    raw, tail, wait_for,
+};
 use serde_json::json;
 
 /// The kinds this file triggers, with the status each must have.
@@ -20,6 +23,8 @@ const WIRE: &[(&str, u16)] = &[
     ("invalid_argument", 400),
     ("revision_mismatch", 409),
     ("lease_held", 409),
+    ("no_leader", 503),
+    ("quorum_lost", 503),
 ];
 
 /// The KV history a watch can start from (`agent/src/state/kv.rs`, `HISTORY`): one more write
@@ -203,5 +208,129 @@ async fn error_kinds_are_answered_with_the_documented_status() {
         reply.status, 200,
         "a watch from revision {latest}: {}",
         reply.body
+    );
+}
+
+/// A FleetLock lock (as Zincati sends it) on the FleetLock listener `addr`: (status, kind).
+async fn fleetlock_lock(addr: &str, id: &str) -> (u16, String) {
+    let body = serde_json::json!({"client_params": {"id": id, "group": "default"}});
+    match raw(
+        "POST",
+        &format!("http://{addr}/v1/pre-reboot"),
+        &[("fleet-lock-protocol", "true")],
+        body.to_string().into_bytes(),
+    )
+    .await
+    {
+        Ok(r) => (
+            r.status,
+            r.json()["kind"].as_str().unwrap_or("").to_string(),
+        ),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// The index among `agents` of the leader named by the first of `alive` whose status names one.
+async fn leader_of(agents: &[AgentProc], alive: &[usize]) -> Option<usize> {
+    for &i in alive {
+        if let Some(s) = agents[i].status().await
+            && let Some(name) = s["leader"].as_str()
+        {
+            return agents.iter().position(|a| a.name == name);
+        }
+    }
+    None
+}
+
+/// `no_leader` and `quorum_lost` (FleetLock: `no_leader` and `no_quorum`) told apart, each
+/// brought about on purpose with `kill -9`. Once two of three voters are dead, nobody can win
+/// an election, so the survivor's role is frozen: a leader stays a leader that hears no
+/// majority (`quorum_lost`), a follower stays a follower that hears no leader (`no_leader`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_survivor_of_two_dead_voters_says_quorum_lost_if_it_leads_and_no_leader_if_not() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let fleetlock: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let fl = fleetlock.clone();
+    let mut agents = form_through_discovery(&d, tmp.path(), "q", 3, move |i| {
+        vec!["--fleetlock-listen".into(), fl[i as usize - 1].clone()]
+    })
+    .await
+    .expect("formed");
+    let token = AgentProc::operator_token_of(&agents)
+        .await
+        .expect("operator token");
+    // Longer than a follower's wait for an election (5 s) before it answers `no_leader`.
+    let api = OperatorApi::new(&token, Duration::from_secs(20)).expect("api");
+
+    // 1. The leader survives: it still leads (nobody can unseat it), hears no majority.
+    let leader = wait_for("a leader", WAIT, || leader_of(&agents, &[0, 1, 2]))
+        .await
+        .expect("leader");
+    let followers: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    for &i in &followers {
+        agents[i].kill9().await.expect("kill");
+    }
+    wait_for("the leader to report quorum_lost", WAIT, || async {
+        agents[leader].status().await?["quorum_lost"]
+            .as_bool()?
+            .then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(&agents)));
+    let reply = api
+        .put(&agents[leader].addr, "k", "v")
+        .await
+        .expect("an answer");
+    assert_kind(
+        "a write on the leader without a majority",
+        &reply,
+        "quorum_lost",
+    );
+    // FleetLock spells it `no_quorum`; its status is 503 as well.
+    assert_eq!(
+        fleetlock_lock(&fleetlock[leader], "m-leader").await,
+        (503, "no_quorum".to_string()),
+        "a lock on the leader without a majority"
+    );
+
+    // 2. Back to three; then a follower survives: its leader is dead, and it cannot elect one.
+    for &i in &followers {
+        agents[i].restart().expect("restart");
+    }
+    let refs: Vec<&AgentProc> = agents.iter().collect();
+    muster_tests::wait_formed(&refs, 3, WAIT)
+        .await
+        .expect("three again");
+    let leader = wait_for("a leader", WAIT, || leader_of(&agents, &[0, 1, 2]))
+        .await
+        .expect("leader");
+    let survivor = (leader + 1) % 3;
+    let third = (leader + 2) % 3;
+    agents[leader].kill9().await.expect("kill the leader");
+    agents[third].kill9().await.expect("kill a follower");
+    // Its status names no leader once the dead one does not answer.
+    wait_for("the survivor to name no leader", WAIT, || async {
+        let s = agents[survivor].status().await?;
+        (s["leader"].is_null() && s["quorum_lost"] == true).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", logs(&agents)));
+    let reply = api
+        .put(&agents[survivor].addr, "k", "v")
+        .await
+        .expect("an answer");
+    assert_kind(
+        "a write on a follower whose leader is dead",
+        &reply,
+        "no_leader",
+    );
+    // FleetLock: no decision within its 2 s, and this member hears no leader: `no_leader`.
+    assert_eq!(
+        fleetlock_lock(&fleetlock[survivor], "m-follower").await,
+        (503, "no_leader".to_string()),
+        "a lock on a follower whose leader is dead"
     );
 }

@@ -181,7 +181,8 @@ async fn partition_run(n: usize) -> Result<()> {
         );
         // The old leader still leads and knows it has no majority: `quorum_lost` exactly. A
         // follower beside it in the minority (of 5) may ask it (and hear `quorum_lost`) or
-        // have stopped hearing from it (`no_leader`).
+        // have stopped hearing from it (`no_leader`). Each kind is pinned on its own by
+        // error_kinds.rs (`the_survivor_of_two_dead_voters_…`), where the roles are frozen.
         let allowed: &[&str] = if i == old {
             &["quorum_lost"]
         } else {

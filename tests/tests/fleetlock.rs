@@ -443,16 +443,112 @@ async fn groups_force_release_unknown_groups_and_a_removed_member_s_slot() {
     assert_eq!(code, 0, "{err}");
     wait_for("the removed member's slot to be released", FORM, || async {
         let (code, out, _) = a.cli(&["fleetlock", "status", "--json"]).await.ok()?;
-        (code == 0 && !out.contains("machine-b")).then_some(())
+        let status: serde_json::Value = serde_json::from_str(&out).ok()?;
+        // Among the holders (the recent events below them name it, as they should).
+        let held = status["groups"]
+            .as_array()?
+            .iter()
+            .any(|g| g["holders"].to_string().contains("machine-b"));
+        (code == 0 && !held).then_some(())
     })
     .await
     .expect("released");
+
+    // The audit trail: every change of a slot, in the replicated order, with how it happened;
+    // the refused and unknown-group requests above changed nothing and are no events.
+    let history: serde_json::Value =
+        serde_json::from_str(&cli(&["fleetlock", "history", "--json"]).await).expect("json");
+    let events = history["events"].as_array().cloned().unwrap_or_default();
+    let got: Vec<(&str, &str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap_or("?"),
+                e["group"].as_str().unwrap_or("?"),
+                e["id"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("lock", "db", "m1"),
+            ("lock", "db", "m2"),
+            ("force_release", "db", "m1"),
+            ("force_release", "db", "m2"),
+            ("lock", "db", "m3"),
+            ("force_release", "db", "m3"),
+            ("lock", "fresh", "u1"),
+            ("lock", "default", "machine-b"),
+            ("auto_release", "default", "machine-b"),
+        ]
+    );
+    let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=9).collect::<Vec<u64>>());
+    // Through which member: the lock and the force-release came through `a`; the removed
+    // member's events name it by id, as it has no name any more.
+    assert_eq!(events[0]["via"], a.name.as_str());
+    assert_eq!(events[2]["via"], a.name.as_str());
+    assert_eq!(events[7]["via"], events[8]["via"]);
+    assert_ne!(events[8]["via"], a.name.as_str());
+    // The leader's clock: within this run, never going back.
+    let times: Vec<u64> = events.iter().filter_map(|e| e["at_ms"].as_u64()).collect();
+    assert!(
+        times.len() == 9 && times.windows(2).all(|w| w[0] <= w[1]) && times[0] > 1_700_000_000_000,
+        "{times:?}"
+    );
+    // One group's events; status carries the newest, and prints them below the holders.
+    let db: serde_json::Value =
+        serde_json::from_str(&cli(&["fleetlock", "history", "--group", "db", "--json"]).await)
+            .expect("json");
+    assert_eq!(db["events"].as_array().map(Vec::len), Some(6));
+    let status: serde_json::Value =
+        serde_json::from_str(&cli(&["fleetlock", "status", "--json"]).await).expect("json");
+    assert_eq!(status["recent"].as_array(), Some(&events));
+    let text = cli(&["fleetlock", "status"]).await;
+    assert!(
+        text.contains("recent events") && text.contains("auto_release"),
+        "{text}"
+    );
+}
+
+/// One hold as the client saw it: its machine, when the grant's answer came (monotonic and
+/// wall clock) and when the client sent its unlock.
+struct Hold {
+    id: String,
+    granted: Instant,
+    granted_ms: u64,
+    released: Instant,
+    release_sent_ms: u64,
 }
 
 /// One Zincati: steady-state until it succeeds, then over and over: lock, "reboot" (hold a
 /// while), unlock. Grants and releases are recorded as the client saw them.
 #[derive(Default)]
-struct Intervals(Mutex<Vec<(Instant, Instant)>>);
+struct Intervals(Mutex<Vec<Hold>>);
+
+/// This machine's wall clock in ms since the Unix epoch: the clock the leader stamps the
+/// audit trail with (every agent of the test runs on this machine).
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The audit trail of `group` as `muster fleetlock history --json` prints it on `agent`
+/// (answered by the leader from a linearizable read), oldest first; `None` while that fails.
+async fn trail(agent: &AgentProc, group: &str) -> Option<Vec<serde_json::Value>> {
+    let (code, out, _) = agent
+        .cli(&["fleetlock", "history", "--group", group, "--json"])
+        .await
+        .ok()?;
+    if code != 0 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+    v["events"].as_array().cloned()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
@@ -496,18 +592,24 @@ async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
-                let granted = Instant::now();
+                let (granted, granted_ms) = (Instant::now(), wall_ms());
                 seed = seed
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 tokio::time::sleep(Duration::from_millis(20 + (seed >> 33) % 200)).await;
-                let released = Instant::now();
+                let (released, release_sent_ms) = (Instant::now(), wall_ms());
                 while unlock(&at, &id, "workers").await.0 != 200 {
                     assert!(Instant::now() < give_up, "{id}: its slot is never released");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 if let Ok(mut v) = intervals.0.lock() {
-                    v.push((granted, released));
+                    v.push(Hold {
+                        id: id.clone(),
+                        granted,
+                        granted_ms,
+                        released,
+                        release_sent_ms,
+                    });
                 }
                 if let Ok(mut r) = reboots.lock() {
                     *r.entry(c).or_default() += 1;
@@ -516,6 +618,13 @@ async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
             }
         }));
     }
+    // The trail before any fault: the first grants, to be found unchanged after the kills.
+    let before_kills = wait_for("a first grant in the trail", FORM, || async {
+        let events = trail(&agents[0], "workers").await?;
+        (!events.is_empty()).then_some(events)
+    })
+    .await
+    .expect("a first grant");
     // Meanwhile: kill -9 the leader, and bring it back.
     let mut kills = 0;
     let mut kill_times = Vec::new();
@@ -548,10 +657,10 @@ async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
         c.await.expect("client");
     }
     // At no instant more than two holders.
-    let intervals = intervals.0.lock().expect("intervals").clone();
+    let intervals = std::mem::take(&mut *intervals.0.lock().expect("intervals"));
     let mut events: Vec<(Instant, i32)> = intervals
         .iter()
-        .flat_map(|(g, r)| [(*g, 1), (*r, -1)])
+        .flat_map(|h| [(h.granted, 1), (h.released, -1)])
         .collect();
     events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
     let (mut now, mut most) = (0, 0);
@@ -563,8 +672,12 @@ async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
     // The faults landed while the clients were at work: at least one kill between the first
     // grant and the last release (a run whose kills all came before or after the load shows
     // nothing).
-    let first_grant = intervals.iter().map(|(g, _)| *g).min().expect("grants");
-    let last_release = intervals.iter().map(|(_, r)| *r).max().expect("releases");
+    let first_grant = intervals.iter().map(|h| h.granted).min().expect("grants");
+    let last_release = intervals
+        .iter()
+        .map(|h| h.released)
+        .max()
+        .expect("releases");
     let during = kill_times
         .iter()
         .filter(|t| **t > first_grant && **t < last_release)
@@ -579,11 +692,96 @@ async fn twenty_machines_never_exceed_two_slots_while_the_leader_is_killed() {
         20,
         "every machine rebooted at least once: {reboots:?}"
     );
+
+    // The server's own account: the replicated trail, read back after the kills.
+    let server = wait_for("the trail after the run", FORM, || {
+        trail(&agents[0], "workers")
+    })
+    .await
+    .expect("trail");
+    let seqs: Vec<u64> = server.iter().filter_map(|e| e["seq"].as_u64()).collect();
+    assert_eq!(
+        seqs.len(),
+        server.len(),
+        "every event has a seq: {server:?}"
+    );
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "the trail is in the replicated order: {seqs:?}"
+    );
+    // Nothing dropped out (the bound is far above the events this test makes: 20 machines ×
+    // 2 reboots × lock and unlock; the start-up unlocks release nothing and are no events):
+    // the trail still starts at the cluster's first event.
+    assert_eq!(seqs.first(), Some(&1), "the trail lost its oldest events");
+    // It survived the leader kills: the events from before the first kill are all still there,
+    // unchanged.
+    assert!(kills >= 1, "no leader was killed");
+    for e in &before_kills {
+        assert!(
+            server.contains(e),
+            "an event from before the kills is gone after {kills} kills: {e}"
+        );
+    }
+    // Replayed in its order, the trail never has more than two holders of `workers`, and every
+    // event is possible where it stands (a lock by a non-holder, a release of a holder).
+    let mut holders = std::collections::BTreeSet::new();
+    let mut per_machine: BTreeMap<String, Vec<&serde_json::Value>> = BTreeMap::new();
+    let mut most_replicated = 0;
+    for e in &server {
+        let id = e["id"].as_str().expect("id").to_string();
+        match e["kind"].as_str() {
+            Some("lock") => assert!(holders.insert(id.clone()), "{id} locked twice: {e}"),
+            Some("unlock") => assert!(holders.remove(&id), "{id} unlocked unheld: {e}"),
+            other => panic!("no force- or auto-release happens in this test: {other:?} {e}"),
+        }
+        most_replicated = most_replicated.max(holders.len());
+        assert!(
+            holders.len() <= 2,
+            "{} holders of workers after event {e}",
+            holders.len()
+        );
+        per_machine.entry(id).or_default().push(e);
+    }
+    // Every grant the clients saw is in the trail, in the order they saw them: a machine's k-th
+    // hold is its k-th lock and unlock, the lock stamped no later than the client got the grant
+    // and the unlock no earlier than the client sent it (one host, one wall clock).
+    let mut seen: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for h in &intervals {
+        seen.entry(h.id.as_str()).or_default().push(h);
+    }
+    for (id, holds) in &seen {
+        let events = per_machine.get(*id).map(Vec::as_slice).unwrap_or_default();
+        let unlocks = events.iter().filter(|e| e["kind"] == "unlock").count();
+        assert_eq!(
+            unlocks,
+            holds.len(),
+            "{id}: {} holds seen, the trail has {events:?}",
+            holds.len()
+        );
+        for (k, hold) in holds.iter().enumerate() {
+            let (lock, unlock) = (&events[2 * k], &events[2 * k + 1]);
+            let at = |e: &serde_json::Value| e["at_ms"].as_u64().unwrap_or(0);
+            assert!(
+                lock["kind"] == "lock" && at(lock) <= hold.granted_ms,
+                "{id}'s hold {k} granted at {} (client): {lock}",
+                hold.granted_ms
+            );
+            assert!(
+                unlock["kind"] == "unlock" && at(unlock) >= hold.release_sent_ms,
+                "{id}'s hold {k} released from {} (client): {unlock}",
+                hold.release_sent_ms
+            );
+        }
+        // At most one lock more than the holds seen: a grant whose answer was lost as the run
+        // ended (the client stops asking at the deadline).
+        assert!(events.len() <= 2 * holds.len() + 1, "{id}: {events:?}");
+    }
     eprintln!(
         "{} reboots by 20 machines in {:?} over {kills} leader kills ({during} during the load); \
-         at most {most} at once",
+         at most {most} at once (client), {most_replicated} in the replicated trail of {} events",
         intervals.len(),
-        started.elapsed()
+        started.elapsed(),
+        server.len()
     );
 }
 

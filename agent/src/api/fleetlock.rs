@@ -31,6 +31,34 @@ pub struct FleetLockStatus {
     /// `create` or `reject`.
     pub unknown_groups: String,
     pub groups: Vec<GroupStatus>,
+    /// The newest events of the audit trail, oldest first (absent from older servers).
+    #[serde(default)]
+    pub recent: Vec<EventStatus>,
+}
+
+/// `muster fleetlock history`: the audit trail, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetLockHistory {
+    /// How many events the cluster keeps (the oldest go beyond that).
+    pub kept: usize,
+    pub events: Vec<EventStatus>,
+}
+
+/// One event of the audit trail: a slot taken or given back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventStatus {
+    /// Its place in the replicated order: later events have larger numbers.
+    pub seq: u64,
+    /// `lock`, `unlock`, `force_release` or `auto_release`.
+    pub kind: String,
+    pub group: String,
+    pub id: String,
+    /// The member the request came through (its name, or id if it is gone; the removed member
+    /// for `auto_release`).
+    pub via: String,
+    /// The leader's wall clock when it wrote the command (ms since the Unix epoch; 0 when the
+    /// command predates the trail).
+    pub at_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -45,6 +45,8 @@ pub const CA_ROTATE: &str = "/v1/ca/rotate";
 pub const FLEETLOCK_GROUPS: &str = "/v1/fleetlock/groups";
 pub const FLEETLOCK_RELEASE: &str = "/v1/fleetlock/release";
 pub const FLEETLOCK_SETTINGS: &str = "/v1/fleetlock/settings";
+/// FleetLock's audit trail, oldest first (`?group=G` for one group).
+pub const FLEETLOCK_HISTORY: &str = "/v1/fleetlock/history";
 
 /// The FleetLock protocol (Zincati), on the agent's FleetLock listener.
 pub const PRE_REBOOT: &str = "/v1/pre-reboot";

@@ -195,6 +195,7 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
                 configured: false,
                 holders: Vec::new(),
             }],
+            recent: Vec::new(),
         }),
     }
 }

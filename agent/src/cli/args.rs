@@ -312,8 +312,17 @@ pub enum OperatorTokenCommand {
 #[derive(Subcommand)]
 pub enum FleetlockCommand {
     /// Every group: its slots, who holds them, since when and through which member (holders
-    /// of more than an hour are flagged STALE).
+    /// of more than an hour are flagged STALE), and the last 10 events of the audit trail.
     Status(OperatorArgs),
+    /// The audit trail: every slot taken and given back (lock, unlock, force-release, release
+    /// with a removed member), oldest first, the last 1000 kept by the cluster.
+    History {
+        /// Only this group's events
+        #[arg(long)]
+        group: Option<String>,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
     /// Force-release a slot (a machine that will not come back to unlock). Logged.
     Release {
         /// The reboot group (`default` unless Zincati was configured otherwise)

@@ -3,7 +3,7 @@
 use muster_shared::form::urlencode;
 
 use super::{CliError, Target, output};
-use crate::api::fleetlock::FleetLockStatus;
+use crate::api::fleetlock::{EventStatus, FleetLockHistory, FleetLockStatus};
 use crate::api::paths;
 use crate::outln;
 use crate::state::fleetlock::Outcome;
@@ -50,7 +50,57 @@ pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
         })
         .collect();
     output::print_table(&["GROUP", "HELD", "HOLDER", "SINCE", "VIA"], rows, &[]);
+    if !status.recent.is_empty() {
+        outln!();
+        outln!("recent events (all: muster fleetlock history):");
+        print_events(&status.recent, now);
+    }
     Ok(())
+}
+
+/// `muster fleetlock history`: the whole audit trail, or one group's.
+pub async fn history(target: &Target, group: Option<&str>, json: bool) -> Result<(), CliError> {
+    let path = match group {
+        Some(g) => format!("{}?group={}", paths::FLEETLOCK_HISTORY, urlencode(g)),
+        None => paths::FLEETLOCK_HISTORY.to_string(),
+    };
+    let history: FleetLockHistory = target.call("GET", &path, None).await?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&history)?);
+        return Ok(());
+    }
+    if history.events.is_empty() {
+        outln!(
+            "no FleetLock events yet (the cluster keeps the last {})",
+            history.kept
+        );
+        return Ok(());
+    }
+    print_events(&history.events, crate::clock::now_ms());
+    Ok(())
+}
+
+/// Events as a table, oldest first: when (by the leader's clock), what, which slot, through
+/// which member.
+fn print_events(events: &[EventStatus], now: u64) {
+    let rows = events
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                if e.at_ms == 0 {
+                    "-".into()
+                } else {
+                    output::ago(e.at_ms, now)
+                },
+                e.kind.clone(),
+                e.group.clone(),
+                e.id.clone(),
+                e.via.clone(),
+            ]
+        })
+        .collect();
+    output::print_table(&["SEQ", "WHEN", "EVENT", "GROUP", "ID", "VIA"], rows, &[0]);
 }
 
 pub async fn release(target: &Target, group: &str, id: &str, json: bool) -> Result<(), CliError> {

@@ -265,6 +265,9 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             FleetlockCommand::Status(op) => {
                 Ok(super::fleetlock::status(&op.target()?, op.json).await?)
             }
+            FleetlockCommand::History { group, op } => {
+                Ok(super::fleetlock::history(&op.target()?, group.as_deref(), op.json).await?)
+            }
             FleetlockCommand::Release { group, id, op } => {
                 Ok(super::fleetlock::release(&op.target()?, &group, &id, op.json).await?)
             }

@@ -2,20 +2,47 @@
 //! one replicated write (linearizable by construction); one that changes nothing (a recursive
 //! lock, an unlock by a non-holder, a refusal) is answered from a linearizable read, so that
 //! Zincati's ticks and floods of no-ops cost no fsync'd log entry on every member. Status is a
-//! linearizable read.
+//! linearizable read, and so is the audit trail (`history`).
+
+use std::collections::BTreeMap;
 
 use crate::api::ApiError;
-use crate::api::fleetlock::{FleetLockStatus, GroupStatus, HolderStatus};
+use crate::api::fleetlock::{
+    EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus, HolderStatus,
+};
 use crate::leading::{Leader, Replica};
 use crate::state::fleetlock::{Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, UnknownGroups};
-use crate::state::{Request, member_id};
+use crate::state::fleetlock_trail::{Event, MAX_EVENTS};
+use crate::state::{NodeId, NodeRecord, Request, member_id};
 
 /// A holder older than this is flagged in status (a machine that rebooted and never came back?).
 pub const STALE_AFTER_MS: u64 = 3_600_000;
+/// Events of the audit trail that status carries: enough to see the last few reboots at a
+/// glance; `history` has them all.
+pub const RECENT_EVENTS: usize = 10;
 
-/// Applies a FleetLock command through the log; `Lock` gets the leader's clock. A lock or
-/// unlock that would change nothing is answered from a linearizable read instead (when the
-/// read succeeds). Between that read and a write the state may change; the write decides again
+/// A member's name, or its id once it is gone (a removed member).
+fn member_name(nodes: &BTreeMap<NodeId, NodeRecord>, id: NodeId) -> String {
+    nodes
+        .get(&id)
+        .map(|n| n.name.clone())
+        .unwrap_or_else(|| member_id(id))
+}
+
+fn event_status(nodes: &BTreeMap<NodeId, NodeRecord>, e: &Event) -> EventStatus {
+    EventStatus {
+        seq: e.seq,
+        kind: e.kind.as_str().into(),
+        group: e.group.clone(),
+        id: e.id.clone(),
+        via: member_name(nodes, e.via),
+        at_ms: e.at_ms,
+    }
+}
+
+/// Applies a FleetLock command through the log; `Lock` and `Unlock` get the leader's clock. A
+/// lock or unlock that would change nothing is answered from a linearizable read instead (when
+/// the read succeeds). Between that read and a write the state may change; the write decides again
 /// when it is applied.
 pub async fn command(
     leader: Leader<'_, impl Replica>,
@@ -23,7 +50,7 @@ pub async fn command(
 ) -> Result<Outcome, ApiError> {
     let asked = match &command {
         Command::Lock { group, id, .. } => Some((group.clone(), id.clone(), true)),
-        Command::Unlock { group, id } => Some((group.clone(), id.clone(), false)),
+        Command::Unlock { group, id, .. } => Some((group.clone(), id.clone(), false)),
         _ => None,
     };
     if let Some((group, id, lock)) = asked {
@@ -41,7 +68,9 @@ pub async fn command(
             Err(_) => {}
         }
     }
-    if let Command::Lock { now_ms: at, .. } = &mut command {
+    // The leader's clock goes into the command, so that every member records the same time
+    // (the holder's `since`, and the audit trail's time).
+    if let Command::Lock { now_ms: at, .. } | Command::Unlock { now_ms: at, .. } = &mut command {
         *at = leader.replica.wall_ms();
     }
     let response = leader.replica.write(Request::FleetLock(command)).await?;
@@ -70,10 +99,7 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
                 .map(|(id, h)| HolderStatus {
                     id: id.clone(),
                     since_ms: h.since_ms,
-                    via: nodes
-                        .get(&h.via)
-                        .map(|n| n.name.clone())
-                        .unwrap_or_else(|| member_id(h.via)),
+                    via: member_name(&nodes, h.via),
                     stale: now.saturating_sub(h.since_ms) > STALE_AFTER_MS,
                 })
                 .collect(),
@@ -95,5 +121,34 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
         }
         .into(),
         groups,
+        recent: fleetlock
+            .trail
+            .events()
+            .skip(fleetlock.trail.len().saturating_sub(RECENT_EVENTS))
+            .map(|e| event_status(&nodes, e))
+            .collect(),
+    })
+}
+
+/// The audit trail as of now (a linearizable read), oldest first; only `group`'s events when
+/// one is given.
+pub async fn history(
+    leader: Leader<'_, impl Replica>,
+    group: Option<&str>,
+) -> Result<FleetLockHistory, ApiError> {
+    let events: Vec<EventStatus> = leader
+        .replica
+        .read(|s| {
+            s.fleetlock
+                .trail
+                .events()
+                .filter(|e| group.is_none_or(|g| e.group == g))
+                .map(|e| event_status(&s.nodes, e))
+                .collect()
+        })
+        .await?;
+    Ok(FleetLockHistory {
+        kept: MAX_EVENTS,
+        events,
     })
 }

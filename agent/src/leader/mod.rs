@@ -103,6 +103,11 @@ pub enum LeaderOp {
         command: crate::state::fleetlock::Command,
     },
     FleetLockStatus,
+    /// FleetLock's audit trail, of one group or all.
+    FleetLockHistory {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
+    },
     /// The membership repairs' settings in force.
     Settings,
     /// Writes the membership repairs' settings for every leader (`muster apply`).
@@ -164,6 +169,7 @@ impl LeaderOp {
                 | LeaderOp::ListOperatorTokens
                 | LeaderOp::Backup
                 | LeaderOp::FleetLockStatus
+                | LeaderOp::FleetLockHistory { .. }
                 | LeaderOp::Settings
                 | LeaderOp::RenewCertificate { .. }
                 | LeaderOp::CaStatus
@@ -183,7 +189,9 @@ impl LeaderOp {
             }
             LeaderOp::Lease { request } => Access::Lease(request.name()),
             LeaderOp::LeaseGet { name } => Access::Lease(name),
-            LeaderOp::FleetLockStatus | LeaderOp::FleetLock { .. } => Access::FleetLock,
+            LeaderOp::FleetLockStatus
+            | LeaderOp::FleetLockHistory { .. }
+            | LeaderOp::FleetLock { .. } => Access::FleetLock,
             _ => Access::Admin,
         }
     }
@@ -229,11 +237,13 @@ impl Authority {
                     | LeaderOp::SetAddress { .. }
                     | LeaderOp::CaAck { .. }
             ),
+            // A machine locks and unlocks; only an operator force-releases (the trail tells
+            // the two apart, so a machine may not claim to be an operator).
             Authority::FleetLock => matches!(
                 op,
                 LeaderOp::FleetLock {
                     command: crate::state::fleetlock::Command::Lock { .. }
-                        | crate::state::fleetlock::Command::Unlock { .. }
+                        | crate::state::fleetlock::Command::Unlock { forced: false, .. }
                 }
             ),
             Authority::LocalSocket | Authority::OperatorToken { .. } => true,
@@ -370,6 +380,9 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         LeaderOp::Backup => json(backup::snapshot(leader).await?),
         LeaderOp::FleetLock { command } => json(fleetlock::command(leader, command).await?),
         LeaderOp::FleetLockStatus => json(fleetlock::status(leader).await?),
+        LeaderOp::FleetLockHistory { group } => {
+            json(fleetlock::history(leader, group.as_deref()).await?)
+        }
         LeaderOp::Settings => json(settings::get(leader).await?),
         LeaderOp::SetSettings { settings } => json(settings::set(leader, settings).await?),
         LeaderOp::RenewCertificate { node_id, csr_pem } => {

@@ -74,7 +74,11 @@ pub async fn remove_node(
     }
     leader
         .replica
-        .write(Request::RemoveNode { id, force })
+        .write(Request::RemoveNode {
+            id,
+            force,
+            now_ms: leader.replica.wall_ms(),
+        })
         .await?;
     // The next removal's check sees this one in `removed`; it need not wait for this one to
     // finish leaving.

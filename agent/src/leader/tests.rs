@@ -160,10 +160,7 @@ fn fleetlock_writes_only_changes_and_stamps_locks_with_the_leader_clock() {
             fleetlock::command(l, lock("m1")).await.expect("again"),
             Outcome::AlreadyHeld
         );
-        let unlock_other = Command::Unlock {
-            group: "default".into(),
-            id: "m2".into(),
-        };
+        let unlock_other = unlock("m2", false);
         assert_eq!(
             fleetlock::command(l, unlock_other).await.expect("unlock"),
             Outcome::NotHeld
@@ -188,6 +185,88 @@ fn fleetlock_writes_only_changes_and_stamps_locks_with_the_leader_clock() {
         fx.replica.set_wall(T0 + fleetlock::STALE_AFTER_MS + 1);
         assert!(fleetlock::status(l).await.expect("status").groups[0].holders[0].stale);
     });
+}
+
+fn unlock(id: &str, forced: bool) -> Command {
+    Command::Unlock {
+        group: "default".into(),
+        id: id.into(),
+        via: LEADER,
+        now_ms: 0,
+        forced,
+    }
+}
+
+#[test]
+fn the_trail_carries_the_leader_s_clock_and_shows_in_status_and_history() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    block_on(async {
+        fleetlock::command(l, lock("m1")).await.expect("lock");
+        fx.replica.set_wall(T0 + 5);
+        fleetlock::command(l, unlock("m1", false))
+            .await
+            .expect("unlock");
+        // A no-op is no event.
+        fleetlock::command(l, unlock("m1", false))
+            .await
+            .expect("not held");
+        for i in 0..fleetlock::RECENT_EVENTS {
+            fleetlock::command(l, lock(&format!("x{i}")))
+                .await
+                .expect("lock");
+            fx.replica.set_wall(T0 + 10 + i as u64);
+            fleetlock::command(l, unlock(&format!("x{i}"), true))
+                .await
+                .expect("force-release");
+        }
+        let history = fleetlock::history(l, None).await.expect("history");
+        let first: Vec<(u64, &str, &str, u64, &str)> = history.events[..2]
+            .iter()
+            .map(|e| {
+                (
+                    e.seq,
+                    e.kind.as_str(),
+                    e.id.as_str(),
+                    e.at_ms,
+                    e.via.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            first,
+            [
+                (1, "lock", "m1", T0, "leader"),
+                (2, "unlock", "m1", T0 + 5, "leader")
+            ],
+            "stamped with the leader's clock as it wrote each command"
+        );
+        assert_eq!(history.events.len(), 2 + 2 * fleetlock::RECENT_EVENTS);
+        assert_eq!(
+            history.events.last().map(|e| e.kind.as_str()),
+            Some("force_release")
+        );
+        let status = fleetlock::status(l).await.expect("status");
+        assert_eq!(
+            status.recent,
+            history.events[history.events.len() - fleetlock::RECENT_EVENTS..],
+            "status carries the newest events"
+        );
+        let other = fleetlock::history(l, Some("workers"))
+            .await
+            .expect("history");
+        assert!(other.events.is_empty(), "{other:?}");
+    });
+}
+
+#[test]
+fn a_machine_s_endpoint_may_unlock_but_not_force_release() {
+    let op = |command| LeaderOp::FleetLock { command };
+    assert!(Authority::FleetLock.allows(&op(lock("m1"))));
+    assert!(Authority::FleetLock.allows(&op(unlock("m1", false))));
+    assert!(!Authority::FleetLock.allows(&op(unlock("m1", true))));
+    assert!(!Authority::FleetLock.allows(&LeaderOp::FleetLockHistory { group: None }));
+    assert!(Authority::LocalSocket.allows(&op(unlock("m1", true))));
 }
 
 #[test]
@@ -487,6 +566,7 @@ fn renewal_signs_the_recorded_key_only_and_never_for_a_removed_member() {
             .apply(&Request::RemoveNode {
                 id: 2,
                 force: false,
+                now_ms: 0,
             })
             .expect("removed");
         let csr = key.csr_pem("n2", "127.0.0.2").expect("csr");

@@ -30,6 +30,7 @@ use crate::api::fleetlock::{ProtocolAnswer, ProtocolRequest};
 use crate::api::{ErrorKind, paths};
 use crate::clock::now_ms;
 use crate::leader::{self, Authority, LeaderOp};
+use crate::observe::health::{ReadyInput, readiness};
 use crate::state::fleetlock::{Command, Outcome, valid_group, valid_id};
 
 /// The longest a lock or unlock may take before Zincati gets a 503 (its own retry, five
@@ -296,6 +297,9 @@ async fn decide(
         Endpoint::SteadyState => Command::Unlock {
             group: group.clone(),
             id: id.clone(),
+            via: agent.node_id(),
+            now_ms: now_ms(),
+            forced: false,
         },
     };
     let op = LeaderOp::FleetLock { command };
@@ -306,9 +310,19 @@ async fn decide(
     .await;
     let value = match decided {
         Err(_) => {
+            // No decision in time. Which of the two it is, is this member's own judgement, the
+            // one its /readyz gives: it hears from no leader at all (`no_leader`: the leader
+            // is gone and no election has succeeded), or it leads without a majority, or its
+            // leader did not decide in time (`no_quorum`). Without asking here, `no_leader`
+            // could never be answered: `leader::run` waits for an election (up to 5 s) before
+            // it gives up with `no_leader`, longer than this timeout.
+            let kind = match readiness(&ReadyInput::of(agent)) {
+                Err(e) if e.kind == ErrorKind::NoLeader => "no_leader",
+                _ => "no_quorum",
+            };
             return refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "no_quorum",
+                kind,
                 format!(
                     "no decision within {DECISION_TIMEOUT:?}: the cluster has no leader or no quorum; retry later"
                 ),

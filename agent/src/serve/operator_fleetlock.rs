@@ -1,11 +1,12 @@
-//! The operator API's FleetLock routes: status, groups and their slots, force-release, and what
-//! happens to unknown groups. Part of the operator API (`operator.rs` merges them).
+//! The operator API's FleetLock routes: status, the audit trail, groups and their slots,
+//! force-release, and what happens to unknown groups. Part of the operator API (`operator.rs`
+//! merges them).
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Extension, Path as UrlPath, State};
+use axum::extract::{Extension, Path as UrlPath, Query, State};
 use axum::response::Response;
 use axum::routing::{get, post, put};
 use serde::Deserialize;
@@ -30,6 +31,12 @@ struct Release {
 }
 
 #[derive(Deserialize)]
+struct HistoryQuery {
+    #[serde(default)]
+    group: Option<String>,
+}
+
+#[derive(Deserialize)]
 struct Settings {
     unknown_groups: UnknownGroups,
 }
@@ -37,6 +44,7 @@ struct Settings {
 pub fn routes() -> Router<Arc<Agent>> {
     Router::new()
         .route(paths::FLEETLOCK, get(status))
+        .route(paths::FLEETLOCK_HISTORY, get(history))
         .route(
             &format!("{}/{{name}}", paths::FLEETLOCK_GROUPS),
             put(set_group).delete(delete_group),
@@ -51,6 +59,15 @@ async fn run(agent: &Agent, by: &Authority, command: Command) -> Response {
 
 async fn status(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
     answer(leader::run(&agent, &by, LeaderOp::FleetLockStatus).await)
+}
+
+async fn history(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    Query(q): Query<HistoryQuery>,
+) -> Response {
+    let op = LeaderOp::FleetLockHistory { group: q.group };
+    answer(leader::run(&agent, &by, op).await)
 }
 
 async fn set_group(
@@ -94,6 +111,10 @@ async fn release(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes
                 Command::Unlock {
                     group: r.group,
                     id: r.id,
+                    via: agent.node_id(),
+                    // The leader stamps its own clock.
+                    now_ms: 0,
+                    forced: true,
                 },
             )
             .await

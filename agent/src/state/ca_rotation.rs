@@ -397,6 +397,7 @@ mod tests {
         s.apply(&Request::RemoveNode {
             id: 3,
             force: false,
+            now_ms: 0,
         });
         assert_eq!(s.signing_ca(), Some(&ca(2)), "the re-issue step starts");
         assert_eq!(

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
+use super::fleetlock_trail::{EventKind, Trail};
 use crate::api::ErrorKind;
 use crate::state::Refusal;
 
@@ -65,6 +66,10 @@ pub struct FleetLock {
     pub groups: BTreeMap<String, Group>,
     #[serde(default)]
     pub unknown_groups: UnknownGroups,
+    /// Every slot taken and given back, bounded (see `fleetlock_trail.rs`). Absent (empty) in
+    /// state written before the trail existed.
+    #[serde(default, skip_serializing_if = "Trail::is_empty")]
+    pub trail: Trail,
 }
 
 /// A FleetLock change, applied by every node the same way.
@@ -80,6 +85,17 @@ pub enum Command {
     Unlock {
         group: String,
         id: String,
+        /// The member the unlock came through (its FleetLock endpoint, or the operator API
+        /// for a force-release). For the audit trail only; 0 in commands written before.
+        #[serde(default)]
+        via: NodeId,
+        /// The leader's clock when it wrote the command (for the audit trail; 0 before).
+        #[serde(default)]
+        now_ms: u64,
+        /// An operator's force-release (`muster fleetlock release`), not the holder's own
+        /// unlock. Only the trail tells them apart: the slot goes either way.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        forced: bool,
     },
     SetGroup {
         name: String,
@@ -232,13 +248,26 @@ impl FleetLock {
                         },
                     );
                     self.groups.insert(group.clone(), g);
+                    self.trail.record(EventKind::Lock, group, id, *via, *now_ms);
                 }
                 Ok(outcome)
             }
-            Command::Unlock { group, id } => {
+            Command::Unlock {
+                group,
+                id,
+                via,
+                now_ms,
+                forced,
+            } => {
                 let outcome = self.decide(group, id, false)?;
                 if outcome == Outcome::Unlocked {
                     self.release(group, id);
+                    let kind = if *forced {
+                        EventKind::ForceRelease
+                    } else {
+                        EventKind::Unlock
+                    };
+                    self.trail.record(kind, group, id, *via, *now_ms);
                 }
                 Ok(outcome)
             }
@@ -308,9 +337,9 @@ impl FleetLock {
         }
     }
 
-    /// Releases every slot held through `member` (it was removed from the cluster); returns
-    /// what was released as `(group, id)`.
-    pub fn release_member(&mut self, member: NodeId) -> Vec<(String, String)> {
+    /// Releases every slot held through `member` (it was removed from the cluster, by a
+    /// command the leader stamped with `now_ms`); returns what was released as `(group, id)`.
+    pub fn release_member(&mut self, member: NodeId, now_ms: u64) -> Vec<(String, String)> {
         let released: Vec<(String, String)> = self
             .groups
             .iter()
@@ -323,6 +352,8 @@ impl FleetLock {
             .collect();
         for (group, id) in &released {
             self.release(group, id);
+            self.trail
+                .record(EventKind::AutoRelease, group, id, member, now_ms);
         }
         released
     }
@@ -345,6 +376,9 @@ mod tests {
         Command::Unlock {
             group: group.into(),
             id: id.into(),
+            via: 1,
+            now_ms: 6,
+            forced: false,
         }
     }
 
@@ -532,7 +566,7 @@ mod tests {
         f.apply(&via("default", "a", 7)).expect("lock");
         f.apply(&via("workers", "b", 7)).expect("lock");
         f.apply(&via("others", "c", 8)).expect("lock");
-        let mut released = f.release_member(7);
+        let mut released = f.release_member(7, 9);
         released.sort();
         assert_eq!(
             released,
@@ -542,6 +576,93 @@ mod tests {
             ]
         );
         assert!(f.groups["others"].holders.contains_key("c"));
+    }
+
+    #[test]
+    fn the_trail_records_every_change_of_a_slot_and_no_no_op() {
+        let mut f = FleetLock::default();
+        let at = |group: &str, id: &str, via, now_ms| Command::Lock {
+            group: group.into(),
+            id: id.into(),
+            via,
+            now_ms,
+        };
+        let release = |id: &str, forced, now_ms| Command::Unlock {
+            group: "default".into(),
+            id: id.into(),
+            via: 3,
+            now_ms,
+            forced,
+        };
+        f.apply(&at("default", "a", 7, 10)).expect("lock");
+        // No-ops and refusals change no slot, and are not events.
+        f.apply(&at("default", "a", 7, 11)).expect("recursive lock");
+        f.apply(&at("default", "b", 7, 12)).expect_err("full");
+        f.apply(&release("b", false, 13)).expect("not held");
+        f.apply(&release("a", true, 14)).expect("force-release");
+        f.apply(&release("a", true, 15))
+            .expect("nothing to release");
+        f.apply(&at("workers", "c", 8, 16)).expect("lock");
+        f.apply(&release("c", false, 17))
+            .expect("another group: not held");
+        f.apply(&Command::Unlock {
+            group: "workers".into(),
+            id: "c".into(),
+            via: 8,
+            now_ms: 18,
+            forced: false,
+        })
+        .expect("unlock");
+        f.apply(&at("default", "d", 8, 19)).expect("lock");
+        f.release_member(8, 20);
+        let got: Vec<(u64, EventKind, &str, &str, NodeId, u64)> = f
+            .trail
+            .events()
+            .map(|e| {
+                (
+                    e.seq,
+                    e.kind,
+                    e.group.as_str(),
+                    e.id.as_str(),
+                    e.via,
+                    e.at_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, EventKind::Lock, "default", "a", 7, 10),
+                (2, EventKind::ForceRelease, "default", "a", 3, 14),
+                (3, EventKind::Lock, "workers", "c", 8, 16),
+                (4, EventKind::Unlock, "workers", "c", 8, 18),
+                (5, EventKind::Lock, "default", "d", 8, 19),
+                (6, EventKind::AutoRelease, "default", "d", 8, 20),
+            ]
+        );
+    }
+
+    #[test]
+    fn state_and_commands_written_before_the_trail_still_read() {
+        // FleetLock state as snapshots and backups held it before the trail existed.
+        let old = r#"{"groups":{"default":{"slots":1,"holders":{"a":{"since_ms":5,"via":1}}}},
+            "unknown_groups":"create"}"#;
+        let mut f: FleetLock = serde_json::from_str(old).expect("old state reads");
+        assert!(f.trail.is_empty());
+        assert!(f.groups["default"].holders.contains_key("a"));
+        // An unlock in a log written before: no via, no clock; it still releases, and is
+        // recorded with zeros.
+        let old_unlock = r#"{"fleetlock":"unlock","group":"default","id":"a"}"#;
+        let command: Command = serde_json::from_str(old_unlock).expect("old command reads");
+        assert_eq!(kind(f.apply(&command)), Ok(Outcome::Unlocked));
+        let e = f.trail.events().next().expect("recorded");
+        assert_eq!((e.kind, e.via, e.at_ms), (EventKind::Unlock, 0, 0));
+        // And a state with a trail writes it, and reads it back.
+        let json = serde_json::to_string(&f).expect("encode");
+        assert_eq!(serde_json::from_str::<FleetLock>(&json).expect("decode"), f);
+        // An empty trail is left out, so a state without events writes as before.
+        let empty = serde_json::to_value(FleetLock::default()).expect("encode");
+        assert!(empty.get("trail").is_none(), "{empty}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 mod admission;
 pub mod ca_rotation;
 pub mod fleetlock;
+pub mod fleetlock_trail;
 pub mod kv;
 pub mod lease;
 mod records;
@@ -253,12 +254,12 @@ impl ClusterState {
                 self.nodes.insert(*id, node.clone());
                 Response::default()
             }
-            Request::RemoveNode { id, force } => {
+            Request::RemoveNode { id, force, now_ms } => {
                 self.nodes.remove(id);
                 self.removed.insert(*id);
                 // Slots the removed machine took through its own endpoint go with it (logged on
-                // every member as it applies the removal).
-                for (group, holder) in self.fleetlock.release_member(*id) {
+                // every member as it applies the removal, and recorded in FleetLock's trail).
+                for (group, holder) in self.fleetlock.release_member(*id, *now_ms) {
                     tracing::info!(%group, %holder, member = %member_id(*id), "released the FleetLock slot of a removed member");
                 }
                 if *force {

@@ -49,6 +49,10 @@ pub enum Request {
         /// node even while the voters left lack a reachable majority.
         #[serde(default)]
         force: bool,
+        /// The leader's clock when it wrote the removal: the time of the FleetLock slots it
+        /// releases, in FleetLock's trail (0 in removals written before the field).
+        #[serde(default)]
+        now_ms: u64,
     },
     /// Admits a node with a join token: checks the token, takes one use and records the node, in
     /// one step, so two joiners can never both win the last use.

@@ -216,6 +216,7 @@ fn an_address_is_one_member_s_until_it_is_removed() {
     s.apply(&Request::RemoveNode {
         id: 1,
         force: false,
+        now_ms: 0,
     });
     assert_eq!(
         s.apply(&at_a(2, "b", "k2")).refused,
@@ -239,6 +240,7 @@ fn removed_ids_never_come_back_and_free_their_name() {
     s.apply(&Request::RemoveNode {
         id: 1,
         force: false,
+        now_ms: 0,
     });
     assert!(s.nodes.is_empty() && s.removed.contains(&1));
     assert_eq!(
@@ -328,4 +330,45 @@ fn a_lagging_leader_clock_does_not_revive_an_expired_token() {
     });
     assert_eq!(s.join_tokens["u"].revoked_ms, Some(5_000));
     assert_eq!(s.wall_clock_ms, 5_000);
+}
+
+#[test]
+fn a_state_written_before_the_fleetlock_trail_loads_and_a_new_one_round_trips() {
+    use super::fleetlock::Command;
+    let mut s = ClusterState::default();
+    let lock = Request::FleetLock(Command::Lock {
+        group: "default".into(),
+        id: "m1".into(),
+        via: 1,
+        now_ms: 7,
+    });
+    assert_eq!(s.apply(&lock).refused, None);
+    // Snapshots and backup payloads are this JSON; one written before the trail has none.
+    let mut old = serde_json::to_value(&s).expect("encode");
+    let removed = old["fleetlock"]
+        .as_object_mut()
+        .and_then(|f| f.remove("trail"));
+    assert!(removed.is_some(), "a state with events writes its trail");
+    let loaded: ClusterState = serde_json::from_value(old).expect("an old state loads");
+    assert!(loaded.fleetlock.trail.is_empty());
+    assert_eq!(loaded.fleetlock.groups, s.fleetlock.groups);
+    // A removal logged before removals carried the leader's clock still applies, and records
+    // the slots it releases.
+    let old_remove: Request =
+        serde_json::from_str(r#"{"op":"remove_node","id":1}"#).expect("an old removal reads");
+    let mut s2 = s.clone();
+    assert_eq!(s2.apply(&old_remove).refused, None);
+    assert!(
+        s2.fleetlock
+            .groups
+            .get("default")
+            .is_none_or(|g| g.holders.is_empty())
+    );
+    assert_eq!(s2.fleetlock.trail.len(), 2);
+    // And the trail survives the trip through a snapshot's JSON.
+    let json = serde_json::to_string(&s2).expect("encode");
+    assert_eq!(
+        serde_json::from_str::<ClusterState>(&json).expect("decode"),
+        s2
+    );
 }
