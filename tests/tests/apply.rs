@@ -594,3 +594,63 @@ async fn invalid_files_are_refused_with_their_line_before_anything_is_asked() {
         }
     }
 }
+
+/// The "reduced to one" case (Dqlite's HA source does it on purpose): a file that keeps one
+/// member of three. Apply removes the other two, the leader last, and the one left runs alone:
+/// it leads a one-voter cluster, takes writes, and the removed members stop by themselves.
+#[tokio::test(flavor = "multi_thread")]
+async fn apply_down_to_one_member_leaves_it_leading_alone() {
+    let d = Discovery::start(&[]).await.expect("discovery");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = tmp.path();
+    let mut agents = form(&d, root, "o", 3).await;
+    let leader = status(&agents[0]).await["leader"]
+        .as_str()
+        .expect("leader")
+        .to_string();
+    let keep = agents
+        .iter()
+        .position(|a| a.name != leader)
+        .expect("a follower");
+    let file = write_file(
+        root,
+        "cluster.toml",
+        &member(root, &agents[keep].name, &agents[keep].addr),
+    );
+    let (code, out, err) = agents[keep]
+        .cli(&["apply", "-f", &file, "--yes"])
+        .await
+        .expect("apply");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("removed {leader}")),
+        "the leader is removed too:\n{out}"
+    );
+    // The one left leads a cluster of one and takes writes.
+    let alone = &agents[keep];
+    let s = wait_for("the kept member leading alone", FORM, || async {
+        let s = alone.status().await?;
+        let members = s["members"].as_array()?.len();
+        (s["leader"].as_str() == Some(alone.name.as_str()) && members == 1).then_some(s)
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{}", tail(&alone.log(), 30)));
+    assert_eq!(s["quorum_lost"], false, "{s}");
+    let (code, _, err) = alone.cli(&["kv", "put", "alone", "yes"]).await.expect("put");
+    assert_eq!(code, 0, "{err}");
+    // The removed members stop by themselves.
+    for (i, a) in agents.iter_mut().enumerate() {
+        if i == keep {
+            continue;
+        }
+        let exit = a.wait_exit(FORM).await.expect("wait");
+        assert!(exit.is_some(), "{} still runs after its removal", a.name);
+    }
+    // And the file now matches.
+    let (code, out, _) = agents[keep]
+        .cli(&["apply", "-f", &file, "--yes"])
+        .await
+        .expect("apply again");
+    assert_eq!(code, 0);
+    assert!(out.contains("no changes"), "{out}");
+}
