@@ -25,7 +25,7 @@
 //! | `error`       | how an agent run fails, and its exit code |
 //! | `logging`     | what the agent logs by default |
 //! | `discovery`   | the client of a discovery URL and its retry policy |
-//! | `raft/`       | everything that touches openraft: the node facade, network, fjall storage |
+//! | `raft/`       | everything that touches openraft: the node facade, network, fjall storage (and `raft::testing`, that storage driven with plain types by its power-cut tests) |
 //! | `client`      | the one way to build HTTP clients, read answers and errors, and back off |
 //! | `policy/`     | pure membership rules: voter table, reachability, quorum checks, the reconciler's plan |
 //! | `backup_file` | the backup file format |
@@ -63,6 +63,10 @@ pub(crate) mod notify;
 pub(crate) mod observe;
 pub(crate) mod policy;
 pub(crate) mod raft;
+/// Test support for the raft store's power-cut tests (agent/tests/power_cut_store.rs); not an
+/// API.
+#[doc(hidden)]
+pub use raft::testing as raft_testing;
 pub(crate) mod reconcile;
 pub(crate) mod renew;
 pub(crate) mod serve;

@@ -11,6 +11,8 @@ mod read_batch;
 mod state_machine;
 mod stats;
 pub(crate) mod store;
+#[doc(hidden)]
+pub mod testing;
 
 use std::io::Cursor;
 
