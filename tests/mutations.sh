@@ -27,6 +27,7 @@ MUTATIONS=(
   "agent-vote|agent/src/raft/log_store.rs|s/(VOTE_KEY, \"vote\", &vote, )PersistMode::SyncAll/\${1}PersistMode::Buffer/s|-p muster-agent --test power_cut_store vote_survives"
   "agent-dir-names|agent/src/raft/store.rs|s/\n *storage::sync_keyspace_names\(dir\)\?;//s|-p muster-tests --test power_cut agents_power_cut"
   "agent-datadir-files|agent/src/datadir/mod.rs|s/tmp\.as_file\(\)\.sync_all\(\)\?;//s|-p muster-tests --test power_cut agents_power_cut"
+  "agent-committed|agent/src/raft/log_store.rs|s/(COMMITTED_KEY,\s*\"committed log id\",\s*&committed,\s*)PersistMode::SyncAll/\${1}PersistMode::Buffer/s|-p muster-agent --test power_cut_store committed_survives"
   "agent-snapshot|agent/src/raft/state_machine.rs|s/PersistMode::SyncAll/PersistMode::Buffer/s|-p muster-agent --test power_cut_store snapshot_survives"
 )
 

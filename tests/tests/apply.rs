@@ -636,7 +636,10 @@ async fn apply_down_to_one_member_leaves_it_leading_alone() {
     .await
     .unwrap_or_else(|_| panic!("{}", tail(&alone.log(), 30)));
     assert_eq!(s["quorum_lost"], false, "{s}");
-    let (code, _, err) = alone.cli(&["kv", "put", "alone", "yes"]).await.expect("put");
+    let (code, _, err) = alone
+        .cli(&["kv", "put", "alone", "yes"])
+        .await
+        .expect("put");
     assert_eq!(code, 0, "{err}");
     // The removed members stop by themselves.
     for (i, a) in agents.iter_mut().enumerate() {

@@ -283,16 +283,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        // Only written to the OS buffer. Losing it in a crash is safe (openraft then replays
-        // less at startup and learns `committed` from the leader again), and the next fsync'd
-        // append or vote makes it durable anyway, since all keyspaces share one journal.
+        // fsync'd before RaftCore applies (and answers) what it covers. Losing it is not safe:
+        // openraft 0.9 resumes a node whose stored vote is a committed leader's as leader at
+        // startup, without an election, and serves linearizable reads from max(stored
+        // committed, the first entry of its term). After a power cut of every member, a
+        // committed index that went back made such a leader answer a read with a value older
+        // than a write it had acknowledged (seen by power_cut.rs's history checker, about 1
+        // run in 20 before this was synced; agent/tests/power_cut_store.rs pins it).
         let this = self.clone();
         blocking(move || {
             this.write_meta(
                 COMMITTED_KEY,
                 "committed log id",
                 &committed,
-                PersistMode::Buffer,
+                PersistMode::SyncAll,
             )
         })
         .await
