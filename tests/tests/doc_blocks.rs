@@ -168,7 +168,8 @@ fn the_checker_catches_a_flag_or_subcommand_the_binary_lacks() {
     assert_eq!(check(&mut cache, &good[0]), None);
 }
 
-/// A page's `run` blocks as one script for the test's own directory and ports: /tmp/… under
+/// A page's `run` blocks (after the quick start, when they start no agents themselves) as one
+/// script for the test's own directory and ports: /tmp/… under
 /// `tmp`; the default data dir /var/lib/muster is the page's first node (/tmp/muster/n1, as
 /// every runnable page names its nodes); the discovery service's 8087 and the nodes' 1720x
 /// moved to free ports when taken.
@@ -182,10 +183,24 @@ fn localize(text: &str, tmp: &std::path::Path, discovery_port: u16, node_prefix:
         .replace("127.0.0.1:1720", &format!("127.0.0.1:{node_prefix}"))
 }
 
+/// docs/lifecycle.md's quick start, as written: a discovery service and three agents on
+/// loopback (/tmp/muster/n1…n3). A page whose `run` blocks need a cluster but do not start one
+/// runs after it, as a reader who followed the quick start would.
+fn quick_start() -> String {
+    shell_blocks(&workspace_root())
+        .into_iter()
+        .find(|b| b.file == "docs/lifecycle.md" && b.mark() == Mark::Run)
+        .map(|b| b.text)
+        .expect("docs/lifecycle.md's quick start is a run block")
+}
+
 async fn run_page(file: &str, blocks: &[Block]) {
     let tmp = tempfile::tempdir().expect("tmp");
     let node_prefix = muster_tests::ports::free_port_block(1720);
-    let text: String = blocks.iter().map(|b| b.text.clone()).collect();
+    let mut text: String = blocks.iter().map(|b| b.text.clone()).collect();
+    if !text.contains("muster agent") {
+        text = quick_start() + &text;
+    }
     let local = localize(&text, tmp.path(), free_port(), node_prefix);
     let script = polling_script(&steps(&local), STEP);
     let bin_dir = bin_path("muster").parent().expect("bin dir").to_path_buf();
