@@ -23,7 +23,8 @@ use crate::backup_file::{self, BackupSnapshot};
 use crate::config::SnapshotSchedule as Schedule;
 use crate::leader::{self, Authority, LeaderOp};
 
-/// The file names this module writes and prunes: `muster-<cluster>-<UTC time>-i<index>.backup`.
+/// The file names this module writes and prunes:
+/// `muster-<cluster>-<member>-<UTC time>-i<log index>.backup`.
 const PREFIX: &str = "muster-";
 const SUFFIX: &str = ".backup";
 
@@ -54,37 +55,110 @@ pub fn utc_stamp(ms: u64) -> String {
         .replace(['-', ':'], "")
 }
 
-/// The file name of a snapshot of `cluster_id` taken at `created_ms` holding log index `index`.
-pub fn file_name(cluster_id: &str, created_ms: u64, index: u64) -> String {
-    let cluster: String = cluster_id.chars().take(12).collect();
+/// The short cluster id a file name carries.
+fn cluster_part(cluster_id: &str) -> String {
+    cluster_id.chars().take(12).collect()
+}
+
+/// The file name of a snapshot of `cluster_id` taken by member `member` (its id as
+/// `state::member_id` spells it) at `created_ms`, holding log index `index`.
+pub fn file_name(cluster_id: &str, member: &str, created_ms: u64, index: u64) -> String {
     format!(
-        "{PREFIX}{cluster}-{}-i{index}{SUFFIX}",
+        "{PREFIX}{}-{member}-{}-i{index}{SUFFIX}",
+        cluster_part(cluster_id),
         utc_stamp(created_ms)
     )
 }
 
-/// Whether a file name is one of ours (a scheduled snapshot), for listing and pruning: other
-/// files in the directory are never touched.
-fn is_snapshot_name(name: &str) -> bool {
-    name.starts_with(PREFIX) && name.ends_with(SUFFIX)
+/// What a scheduled snapshot's file name says, or `None` for any other file (an operator's
+/// own `muster backup`, a file of another program): those are never pruned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SnapshotName {
+    cluster: String,
+    member: String,
+    stamp: String,
+    index: u64,
 }
 
-/// The snapshots to delete so that the newest `keep` remain: the oldest by the time in their
-/// names (the name sorts by time within a cluster; across clusters, by cluster, then time,
-/// which keeps a restored cluster's files apart from the old cluster's).
-pub fn to_prune(names: &[String], keep: usize) -> Vec<String> {
-    let mut ours: Vec<&String> = names.iter().filter(|n| is_snapshot_name(n)).collect();
-    ours.sort_by_key(|n| stamp_of(n));
+fn parse_name(name: &str) -> Option<SnapshotName> {
+    let body = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    let parts: Vec<&str> = body.split('-').collect();
+    let [cluster, member, stamp, index] = parts.as_slice() else {
+        return None;
+    };
+    let hex = |s: &str, most: usize| {
+        !s.is_empty()
+            && s.len() <= most
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let stamp_ok = stamp.len() == 16
+        && stamp.as_bytes()[8] == b'T'
+        && stamp.ends_with('Z')
+        && stamp[..8]
+            .bytes()
+            .chain(stamp[9..15].bytes())
+            .all(|b| b.is_ascii_digit());
+    let index = index.strip_prefix('i')?.parse::<u64>().ok()?;
+    (hex(cluster, 12) && hex(member, 16) && stamp_ok).then(|| SnapshotName {
+        cluster: cluster.to_string(),
+        member: member.to_string(),
+        stamp: stamp.to_string(),
+        index,
+    })
+}
+
+/// The snapshots to delete so that this member's newest `keep` of this cluster remain: only
+/// files named as this member writes them for this cluster (never another member's or
+/// cluster's, in a shared directory, nor any other file), oldest first by log index (a member's
+/// index only grows; a clock that was wrong once must not make a new snapshot look old), and
+/// never `just_written`.
+pub fn to_prune(
+    names: &[String],
+    cluster_id: &str,
+    member: &str,
+    keep: usize,
+    just_written: &str,
+) -> Vec<String> {
+    let cluster = cluster_part(cluster_id);
+    let mut ours: Vec<(SnapshotName, &String)> = names
+        .iter()
+        .filter_map(|n| parse_name(n).map(|p| (p, n)))
+        .filter(|(p, _)| p.cluster == cluster && p.member == member)
+        .collect();
+    ours.sort_by(|(a, _), (b, _)| a.index.cmp(&b.index).then(a.stamp.cmp(&b.stamp)));
     let excess = ours.len().saturating_sub(keep);
-    ours.into_iter().take(excess).cloned().collect()
+    ours.into_iter()
+        .take(excess)
+        .map(|(_, n)| n.clone())
+        .filter(|n| n != just_written)
+        .collect()
 }
 
-/// The time stamp inside a snapshot name (`…-20261126T121500Z-i42.backup`), for ordering.
-fn stamp_of(name: &str) -> String {
-    name.rsplit('-')
-        .nth(1)
-        .map(str::to_string)
-        .unwrap_or_default()
+/// Makes `schedule.dir` (mode 0700: the snapshots hold the CA key) and proves it takes a
+/// file, at start: a path that is a file, or a directory this agent cannot write, is refused
+/// as the setting it is.
+pub fn prepare(schedule: &Schedule) -> Result<(), crate::config::ConfigError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = &schedule.dir;
+    let refuse = |what: String| crate::config::ConfigError::Invalid {
+        setting: "snapshot-dir",
+        message: format!(
+            "{}: {what}; give --snapshot-dir a directory this agent can write (or \
+             --snapshot-every 0 for no scheduled snapshots)",
+            dir.display()
+        ),
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| refuse(format!("cannot create it ({e})")))?;
+    tempfile::Builder::new()
+        .prefix(".muster-probe-")
+        .tempfile_in(dir)
+        .map(drop)
+        .map_err(|e| refuse(format!("cannot write a file in it ({e})")))
 }
 
 /// Takes one snapshot into `schedule.dir`, verifies it, prunes; returns the file written.
@@ -100,11 +174,14 @@ pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, Snapsho
         path: dir.clone(),
         source,
     })?;
-    let path = dir.join(file_name(
+    let member = crate::state::member_id(agent.node_id());
+    let name = file_name(
         &snapshot.cluster_id,
+        &member,
         created_ms,
         snapshot.applied_index,
-    ));
+    );
+    let path = dir.join(&name);
     // Written to a temporary file, fsync'd, renamed, and the directory fsync'd: a power cut
     // leaves the old set of snapshots or the new one, never a torn file under a final name.
     crate::datadir::write_private(&path, &bytes).map_err(|source| SnapshotError::Write {
@@ -112,7 +189,7 @@ pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, Snapsho
         source,
     })?;
     verify(&path, &bytes)?;
-    prune(dir, schedule.keep);
+    prune(dir, &snapshot.cluster_id, &member, schedule.keep, &name);
     Ok(path)
 }
 
@@ -133,9 +210,9 @@ fn verify(path: &Path, written: &[u8]) -> Result<(), SnapshotError> {
     })
 }
 
-/// Deletes the oldest snapshots beyond `keep`; a failure is logged, never fatal (the next
-/// round tries again).
-fn prune(dir: &Path, keep: usize) {
+/// Deletes this member's oldest snapshots of this cluster beyond `keep` (see [`to_prune`]); a
+/// failure is logged, never fatal (the next round tries again).
+fn prune(dir: &Path, cluster_id: &str, member: &str, keep: usize, just_written: &str) {
     let names: Vec<String> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(Result::ok)
@@ -146,7 +223,7 @@ fn prune(dir: &Path, keep: usize) {
             return;
         }
     };
-    for name in to_prune(&names, keep) {
+    for name in to_prune(&names, cluster_id, member, keep, just_written) {
         match std::fs::remove_file(dir.join(&name)) {
             Ok(()) => tracing::info!(file = %name, keep, "old snapshot deleted"),
             Err(e) => tracing::warn!(file = %name, error = %e, "cannot delete an old snapshot"),
@@ -205,9 +282,10 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<Listed>> {
     let mut names: Vec<String> = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| is_snapshot_name(n))
+        .filter(|n| parse_name(n).is_some())
         .collect();
-    names.sort_by_key(|n| stamp_of(n));
+    // Oldest first: by cluster and member, then log index.
+    names.sort_by_key(|n| parse_name(n).map(|p| (p.cluster, p.member, p.index, p.stamp)));
     Ok(names
         .into_iter()
         .map(|name| {
@@ -250,24 +328,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_carry_cluster_utc_time_and_index_and_sort_by_time() {
+    fn names_carry_cluster_member_utc_time_and_index_and_parse_back() {
         // 2026-11-26T12:15:00Z
         let ms = 1_795_695_300_000;
+        let name = file_name("00112233445566778899aabb", "2e657696fcccac71", ms, 42);
         assert_eq!(
-            file_name("00112233445566778899aabb", ms, 42),
-            "muster-001122334455-20261126T121500Z-i42.backup"
+            name,
+            "muster-001122334455-2e657696fcccac71-20261126T121500Z-i42.backup"
         );
         assert_eq!(utc_stamp(0), "19700101T000000Z");
-        let earlier = file_name("c", ms - 1_000, 9_999);
-        let later = file_name("c", ms, 1);
-        assert!(stamp_of(&earlier) < stamp_of(&later));
+        assert_eq!(
+            parse_name(&name),
+            Some(SnapshotName {
+                cluster: "001122334455".into(),
+                member: "2e657696fcccac71".into(),
+                stamp: "20261126T121500Z".into(),
+                index: 42,
+            })
+        );
+        // Anything else is not ours: an operator's backup, other files, near misses.
+        for other in [
+            "muster-pre-upgrade-2026-11-01.backup",
+            "cluster.backup",
+            "muster-0011-2e65-20261126T121500Z-i42.backup.tmp",
+            "muster-0011-2e65-20261126T121500Z-42.backup",
+            "muster-0011-2E65-20261126T121500Z-i42.backup",
+            "muster-0011-2e65-2026112612150Z-i42.backup",
+            "muster-0011-2e65-x-20261126T121500Z-i42.backup",
+        ] {
+            assert_eq!(parse_name(other), None, "{other}");
+        }
     }
 
     #[test]
-    fn pruning_keeps_the_newest_and_touches_nothing_else() {
-        let at = |s: u64| file_name("c", 1_795_695_300_000 + s * 1000, s);
+    fn pruning_keeps_this_members_newest_by_index_and_touches_nothing_else() {
+        let t0 = 1_795_695_300_000;
+        let ours = |index: u64| file_name("c1", "a1", t0 + index * 1000, index);
         let table: &[(&[u64], usize, &[u64])] = &[
-            // (snapshots present, keep, deleted)
+            // (our snapshots present, keep, deleted)
             (&[], 3, &[]),
             (&[1, 2], 3, &[]),
             (&[1, 2, 3], 3, &[]),
@@ -276,12 +374,33 @@ mod tests {
             (&[7], 1, &[]),
         ];
         for (present, keep, deleted) in table {
-            let mut names: Vec<String> = present.iter().map(|s| at(*s)).collect();
+            let mut names: Vec<String> = present.iter().map(|i| ours(*i)).collect();
+            // Never pruned: another member's, another cluster's, an operator's backup, a file
+            // with another name.
+            names.push(file_name("c1", "b2", t0, 0));
+            names.push(file_name("c2", "a1", t0, 0));
+            names.push("muster-pre-upgrade-2026-11-01.backup".into());
             names.push("notes.txt".into());
-            names.push("muster-c-other.tmp".into());
-            let got = to_prune(&names, *keep);
-            let want: Vec<String> = deleted.iter().map(|s| at(*s)).collect();
+            let newest = present.iter().max().map(|i| ours(*i)).unwrap_or_default();
+            let got = to_prune(&names, "c1", "a1", *keep, &newest);
+            let want: Vec<String> = deleted.iter().map(|i| ours(*i)).collect();
             assert_eq!(got, want, "present {present:?}, keep {keep}");
         }
+    }
+
+    #[test]
+    fn a_clock_that_was_ahead_once_does_not_make_new_snapshots_look_old() {
+        // A snapshot written while the clock was years ahead, at a lower index, is the oldest;
+        // the one just written is never deleted, whatever its time.
+        let t0 = 1_795_695_300_000;
+        let future = file_name("c1", "a1", t0 + 4 * 365 * 86_400_000, 5);
+        let now = file_name("c1", "a1", t0, 9);
+        let names = vec![future.clone(), now.clone()];
+        assert_eq!(to_prune(&names, "c1", "a1", 1, &now), vec![future]);
+        // Keep 1 with the file just written sorting first (a snapshot restored to a lower
+        // index): the just-written one stays.
+        let restored = file_name("c1", "a1", t0, 1);
+        let names = vec![restored.clone(), now.clone()];
+        assert!(to_prune(&names, "c1", "a1", 1, &restored).is_empty());
     }
 }

@@ -168,9 +168,27 @@ pub fn invocations(block: &str) -> Vec<Invocation> {
         }
         for simple in text.split('\u{0}') {
             let words: Vec<&str> = simple.split_whitespace().collect();
+            // `ExecStart=/opt/bin/muster agent …` (a unit file's line) starts with its program.
+            let words: Vec<&str> = words
+                .iter()
+                .map(|w| w.strip_prefix("ExecStart=").unwrap_or(w))
+                .collect();
             let start = words.iter().position(|w| {
                 !(w.contains('=') && !w.starts_with('-')
-                    || matches!(*w, "sudo" | "exec" | "do" | "then" | "else" | "time" | "!"))
+                    || matches!(
+                        *w,
+                        "sudo"
+                            | "exec"
+                            | "do"
+                            | "then"
+                            | "else"
+                            | "elif"
+                            | "if"
+                            | "while"
+                            | "until"
+                            | "time"
+                            | "!"
+                    ))
             });
             let Some(start) = start else { continue };
             let program = words[start].rsplit('/').next().unwrap_or(words[start]);
@@ -183,6 +201,34 @@ pub fn invocations(block: &str) -> Vec<Invocation> {
         }
     }
     out
+}
+
+/// The shell commands a block of another kind shows: a `console` block's `$ ` lines, a unit
+/// file's (`ini`, or YAML holding one) `ExecStart=` lines. Empty for anything else.
+pub fn shown_commands(block: &Block) -> String {
+    block
+        .text
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            if block.lang == "console" {
+                return line.strip_prefix("$ ").map(str::to_string);
+            }
+            line.find("ExecStart=").map(|at| line[at..].to_string())
+        })
+        .map(|l| l + "\n")
+        .collect()
+}
+
+/// Every block of README.md and docs/*.md under `root`, of any kind.
+pub fn all_blocks(root: &Path) -> Vec<Block> {
+    doc_files(root)
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(root.join(file)).unwrap_or_default();
+            blocks(file, &text)
+        })
+        .collect()
 }
 
 /// The subcommands a clap `--help` text lists under `Commands:` (without `help`).
@@ -210,14 +256,21 @@ pub fn subcommand_required(help: &str) -> bool {
     !lines.is_empty() && lines.iter().all(|l| l.trim_end().ends_with("<COMMAND>"))
 }
 
-/// Whether a `--help` text documents the long flag `flag` (`--data-dir`), as a whole word.
+/// Whether a `--help` text offers the long flag `flag` (`--data-dir`): as a whole word on one
+/// of its option lines (`      --data-dir <DATA_DIR>  …`), not merely named in a description.
 pub fn documents_flag(help: &str, flag: &str) -> bool {
-    help.match_indices(flag).any(|(at, _)| {
-        let before = help[..at].chars().next_back();
-        let after = help[at + flag.len()..].chars().next();
-        !matches!(before, Some(c) if c.is_ascii_alphanumeric() || c == '-')
-            && !matches!(after, Some(c) if c.is_ascii_alphanumeric() || c == '-')
-    })
+    help.lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .any(|line| {
+            let head = line.split("  ").next().unwrap_or(line);
+            head.match_indices(flag).any(|(at, _)| {
+                let before = head[..at].chars().next_back();
+                let after = head[at + flag.len()..].chars().next();
+                !matches!(before, Some(c) if c.is_ascii_alphanumeric() || c == '-')
+                    && !matches!(after, Some(c) if c.is_ascii_alphanumeric() || c == '-')
+            })
+        })
 }
 
 /// The long flags an invocation passes after its subcommand path (`--name=value` as `--name`),
@@ -290,7 +343,9 @@ mod tests {
                      MUSTER_OPERATOR_TOKEN=… muster backup f --server a:1   # over TCP\n\
                      sudo /opt/bin/muster status && muster-discovery serve --listen x\n\
                      muster-discovery serve --data-dir /var/lib/muster-discovery\n\
-                     journalctl -u muster | grep -v muster\n";
+                     journalctl -u muster | grep -v muster\n\
+                     if muster status --json; then :; fi\n\
+                     ExecStart=/opt/bin/muster agent --name %H\n";
         let found: Vec<String> = invocations(block)
             .iter()
             .map(|i| format!("{} {}", i.program, i.words.join(" ")))
@@ -304,6 +359,8 @@ mod tests {
                 "muster status",
                 "muster-discovery serve --listen x",
                 "muster-discovery serve --data-dir /var/lib/muster-discovery",
+                "muster status --json",
+                "muster agent --name %H",
             ]
         );
     }
@@ -322,6 +379,11 @@ mod tests {
         let help = "Usage: x\n\nCommands:\n  get    Read a key\n          more text\n  put    Write\n  help   Print\n\nOptions:\n      --data-dir <D>  where\n      --json-lines  x\n";
         assert_eq!(subcommands(help), vec!["get", "put"]);
         assert!(documents_flag(help, "--data-dir"));
+        // Named in a description only: not offered.
+        assert!(!documents_flag(
+            "Usage: x\n\nOptions:\n      --json  like --data-dir\n",
+            "--data-dir"
+        ));
         assert!(!documents_flag(help, "--data"));
         assert!(!documents_flag(help, "--json"));
         assert!(subcommand_required(

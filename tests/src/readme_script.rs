@@ -21,6 +21,9 @@ pub struct Step {
     pub text: String,
     /// The exit status the block's comment promises, as in `# … (exit 1)`; 0 when none.
     pub expect_exit: i32,
+    /// The error kind that comment shows (`{"kind":"not_found",…}`), which the output must
+    /// carry too: another failure with the same exit status is not the promised one.
+    pub expect_kind: Option<String>,
 }
 
 impl Step {
@@ -44,6 +47,12 @@ fn promised_exit(comment: &str) -> Option<i32> {
     after.split_once(')')?.0.trim().parse().ok()
 }
 
+/// The `"kind":"…"` a comment shows, if any.
+fn promised_kind(comment: &str) -> Option<String> {
+    let (_, after) = comment.split_once("\"kind\":\"")?;
+    Some(after.split_once('"')?.0.to_string())
+}
+
 /// How far a line opens (+) or closes (−) compound commands.
 fn nesting(line: &str) -> i32 {
     line.split(|c: char| c.is_whitespace() || c == ';')
@@ -62,6 +71,7 @@ pub fn steps(block: &str) -> Vec<Step> {
     let mut pending = String::new();
     let mut depth = 0;
     let mut expect_exit = 0;
+    let mut expect_kind = None;
     for line in block.lines() {
         // The docs' comments follow two or more spaces and a `#`; no command here has one.
         let (line, comment) = match line.find(" #") {
@@ -70,6 +80,7 @@ pub fn steps(block: &str) -> Vec<Step> {
         };
         if let Some(code) = promised_exit(comment) {
             expect_exit = code;
+            expect_kind = promised_kind(comment);
         }
         let line = line.trim_end();
         if line.trim_start().starts_with('#') || (line.trim().is_empty() && depth == 0) {
@@ -91,13 +102,18 @@ pub fn steps(block: &str) -> Vec<Step> {
             out.push(Step {
                 text,
                 expect_exit: std::mem::take(&mut expect_exit),
+                expect_kind: expect_kind.take(),
             });
         }
     }
     // An unbalanced block (a keyword counted that was not one) keeps its last command.
     let text = pending.trim().to_string();
     if !text.is_empty() {
-        out.push(Step { text, expect_exit });
+        out.push(Step {
+            text,
+            expect_exit,
+            expect_kind,
+        });
     }
     out
 }
@@ -128,10 +144,13 @@ pub fn polling_script(steps: &[Step], deadline_secs: u64) -> String {
         } else {
             command.clone()
         };
-        let test = if step.expect_exit == 0 {
-            run
-        } else {
-            format!("{run}\n[ $? -eq {} ]", step.expect_exit)
+        let test = match (step.expect_exit, &step.expect_kind) {
+            (0, _) => run,
+            (code, None) => format!("{run}\n[ $? -eq {code} ]"),
+            (code, Some(kind)) => format!(
+                "out=$({run})\nrc=$?\nprintf '%s\\n' \"$out\"\n[ $rc -eq {code} ] && printf '%s' \"$out\" | grep -qF {}",
+                shell_quote(&format!("\"kind\":\"{kind}\""))
+            ),
         };
         script.push_str(&format!(
             "step {q}\nend=$((SECONDS+{deadline_secs}))\nuntil {test}\ndo\n  \
@@ -200,7 +219,7 @@ mod tests {
 
     #[test]
     fn compound_commands_stay_whole_and_promised_exits_are_kept() {
-        let block = "muster kv get nope   # {...}  (exit 1)\nwhile :; do\n  a || exit\n\n  b && break\ndone\nfor i in 1 2; do\n  x &\ndone\nif y; then z; fi\n";
+        let block = "muster kv get nope   # {\"kind\":\"not_found\"}  (exit 1)\nwhile :; do\n  a || exit\n\n  b && break\ndone\nfor i in 1 2; do\n  x &\ndone\nif y; then z; fi\n";
         let s = steps(block);
         assert_eq!(s.len(), 4, "{s:?}");
         assert_eq!(
@@ -233,6 +252,31 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "after\n");
+    }
+
+    #[test]
+    fn a_promised_kind_must_show_in_the_output_not_just_the_exit_status() {
+        let shows = |kind: &str| {
+            format!(
+                "printf '%s\\n' '{{\"kind\":\"{kind}\"}}'; (exit 1)   # {{\"kind\":\"not_found\"}} (exit 1)\n"
+            )
+        };
+        let right = steps(&shows("not_found"));
+        assert_eq!(right[0].expect_kind.as_deref(), Some("not_found"));
+        let wrong = steps(&shows("unreachable"));
+        let run = |s: &[Step]| {
+            std::process::Command::new("bash")
+                .args(["-c", &polling_script(s, 2)])
+                .output()
+                .expect("bash")
+                .status
+                .success()
+        };
+        assert!(run(&right));
+        assert!(
+            !run(&wrong),
+            "another failure with the same exit status passed"
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use muster_tests::doc_blocks::{
-    Block, Invocation, Mark, documents_flag, invocations, long_flags, shell_blocks,
-    subcommand_required, subcommands, workspace_root,
+    Block, Invocation, Mark, all_blocks, documents_flag, invocations, long_flags, shell_blocks,
+    shown_commands, subcommand_required, subcommands, workspace_root,
 };
 use muster_tests::readme_script::{polling_script, run_script, steps};
 use muster_tests::*;
@@ -130,6 +130,15 @@ fn every_block_parses_and_uses_commands_and_flags_the_binaries_have() {
     let mut cache = BTreeMap::new();
     let mut problems = Vec::new();
     let mut checked = 0;
+    // The commands other blocks show (a console session's `$ ` lines, a unit's `ExecStart=`).
+    for b in all_blocks(&root).iter().filter(|b| b.lang != "sh") {
+        for inv in invocations(&shown_commands(b)) {
+            checked += 1;
+            if let Some(problem) = check(&mut cache, &inv) {
+                problems.push(format!("{}: {problem}", b.at()));
+            }
+        }
+    }
     for b in shell_blocks(&root) {
         let parse = std::process::Command::new("bash")
             .args(["-n", "-c", &b.text])

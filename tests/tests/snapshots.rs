@@ -29,6 +29,10 @@ async fn snapshots_are_taken_on_schedule_pruned_listed_and_restorable() {
     let tmp = tempfile::tempdir().expect("tmp");
     let snaps = tmp.path().join("snaps");
     let snaps_arg = snaps.display().to_string();
+    // An operator's own backup in the same directory, named much like a snapshot: never pruned.
+    std::fs::create_dir_all(&snaps).expect("snaps");
+    let operators = snaps.join("muster-pre-upgrade-2026-11-01.backup");
+    std::fs::write(&operators, b"kept").expect("operator's file");
     let mut agent = AgentProc::start(
         tmp.path(),
         "s1",
@@ -61,8 +65,8 @@ async fn snapshots_are_taken_on_schedule_pruned_listed_and_restorable() {
     );
     let files = list(&snaps).await;
     assert!(
-        (2..=3).contains(&files.len()),
-        "{} files kept, at most 3 (one may be between write and prune): {files:?}",
+        (3..=4).contains(&files.len()),
+        "{} files kept: 3, or 4 while a new one is between its write and the pruning: {files:?}",
         files.len()
     );
     assert!(files.iter().all(|f| f["verified"] == true), "{files:?}");
@@ -75,6 +79,7 @@ async fn snapshots_are_taken_on_schedule_pruned_listed_and_restorable() {
         "oldest first: {indexes:?}"
     );
 
+    assert!(operators.exists(), "pruning deleted an operator's backup");
     // A later write is in a later snapshot.
     let (code, _, err) = agent.cli(&["kv", "put", "k2", "v2"]).await.expect("put");
     assert_eq!(code, 0, "{err}");
@@ -174,8 +179,43 @@ async fn a_schedule_out_of_range_is_refused_before_anything_starts() {
             "{flag} {value}: {err}"
         );
     }
-    // Nothing was started: no data dir, no snapshot dir.
-    assert!(!Path::new(&dir).join("snapshots").exists());
+    // Nothing was started: no data dir.
+    assert!(!Path::new(&dir).exists(), "{dir} was created");
+
+    // A snapshot dir that is a file is refused at start, before any cluster is formed.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").expect("file");
+    let file_arg = file.join("snaps").display().to_string();
+    let (code, _, err) = run_muster(
+        &[
+            "agent",
+            "--name",
+            "x",
+            "--advertise",
+            &addr,
+            "--data-dir",
+            &dir,
+            "--config",
+            "/dev/null",
+            "--init",
+            "--snapshot-every",
+            "1h",
+            "--snapshot-dir",
+            &file_arg,
+        ],
+        &[],
+    )
+    .await
+    .expect("run");
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("snapshot-dir") && err.contains(&file_arg),
+        "{err}"
+    );
+    assert!(
+        !Path::new(&dir).join("cluster.json").exists(),
+        "a cluster was formed before the refusal"
+    );
 }
 
 #[tokio::test]
@@ -190,6 +230,12 @@ async fn backup_list_says_what_to_check_when_the_dir_is_missing() {
         err.contains(&missing) && err.contains("--snapshot-every"),
         "{err}"
     );
+    // Without --snapshot-dir, the agent's own MUSTER_SNAPSHOT_DIR is where it looks.
+    let (code, _, err) = run_muster(&["backup", "list"], &[("MUSTER_SNAPSHOT_DIR", &missing)])
+        .await
+        .expect("run");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&missing), "{err}");
     // `backup` with neither FILE nor `list` is a usage error that names both.
     let (code, _, err) = run_muster(&["backup"], &[]).await.expect("run");
     assert_eq!(code, 64, "{err}");

@@ -213,9 +213,10 @@ pub enum CaCommand {
 pub enum BackupCommand {
     /// List the scheduled snapshots in a snapshot dir, oldest first, each read back in full and
     /// checked as `muster restore` would (header, size, checksum). Reads the files only: the
-    /// agent need not run. Restore any of them with `muster restore FILE`.
+    /// agent need not run. Restore any of them with `muster restore FILE --name … --advertise …`.
     List {
-        /// The snapshot dir (the agent's --snapshot-dir) [default: <data-dir>/snapshots]
+        /// The snapshot dir (the agent's --snapshot-dir) [env: MUSTER_SNAPSHOT_DIR]
+        /// [default: <data-dir>/snapshots]
         #[arg(long)]
         snapshot_dir: Option<PathBuf>,
         /// The agent's data dir, whose snapshots/ is listed when --snapshot-dir is not given

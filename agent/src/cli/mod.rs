@@ -430,12 +430,16 @@ pub fn backup_list(
     data_dir: Option<PathBuf>,
     json: bool,
 ) -> Result<(), CliError> {
-    let dir = snapshot_dir.unwrap_or_else(|| {
-        data_dir
-            .or_else(|| std::env::var_os("MUSTER_DATA_DIR").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR))
-            .join("snapshots")
-    });
+    // As the agent resolves it: the flag, then MUSTER_SNAPSHOT_DIR, then <data-dir>/snapshots.
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let dir = snapshot_dir
+        .or_else(|| env("MUSTER_SNAPSHOT_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| {
+            data_dir
+                .or_else(|| env("MUSTER_DATA_DIR").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from(config::DEFAULT_DATA_DIR))
+                .join("snapshots")
+        });
     let listed = crate::snapshots::list(&dir).map_err(|e| {
         CliError::Failed(format!(
             "cannot read the snapshot dir {} ({e}): is `muster agent` running with \

@@ -219,6 +219,11 @@ pub async fn run(config: AgentConfig, restore: Option<RestoreAsked>) -> Result<(
     };
     let plan = decide(&config, Found::read(&config.data_dir)?, verified)?;
     let _lock = DataDirLock::acquire(&config.data_dir)?;
+    // Before any cluster is formed or joined: a snapshot dir that cannot be written is a
+    // setting to fix now, not a warning every interval for months.
+    if let Some(schedule) = &config.snapshots {
+        crate::snapshots::prepare(schedule)?;
+    }
     let listener = node::bind(&config).await?;
     let identity = Identity::load_or_create(&config.data_dir, &config.name)?;
     tracing::info!(name = %identity.name, id = %identity.member_id(), "node identity");

@@ -20,6 +20,12 @@ use super::NodeId;
 /// 0.6 MB in every snapshot, backup and `history` answer.
 pub const MAX_EVENTS: usize = 1_000;
 
+/// Of those, the most operator events (force-releases, auto-releases) kept. They are evicted
+/// only by each other, never by machines' locks and unlocks: the FleetLock port takes requests
+/// from anyone who can reach it, and a flood of lock/unlock pairs must not erase the record of
+/// an operator's force-release.
+pub const MAX_OPERATOR_EVENTS: usize = 100;
+
 /// What happened to a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -43,6 +49,11 @@ impl EventKind {
             EventKind::ForceRelease => "force_release",
             EventKind::AutoRelease => "auto_release",
         }
+    }
+
+    /// True for what an operator or the cluster did (not a machine's own request).
+    pub fn by_operator(self) -> bool {
+        matches!(self, EventKind::ForceRelease | EventKind::AutoRelease)
     }
 
     /// True for the kinds that give a slot back.
@@ -91,8 +102,24 @@ impl Trail {
             via,
             at_ms,
         });
+        // Operator events beyond their own bound go first (oldest of them), then the oldest
+        // machine events: the newest event is never the one dropped, so `seq` keeps counting.
+        while self.events.iter().filter(|e| e.kind.by_operator()).count() > MAX_OPERATOR_EVENTS {
+            self.drop_oldest(true);
+        }
         while self.events.len() > MAX_EVENTS {
-            self.events.pop_front();
+            self.drop_oldest(false);
+        }
+    }
+
+    /// Drops the oldest operator event (`operator`), or the oldest machine event.
+    fn drop_oldest(&mut self, operator: bool) {
+        if let Some(at) = self
+            .events
+            .iter()
+            .position(|e| e.kind.by_operator() == operator)
+        {
+            self.events.remove(at);
         }
     }
 
@@ -127,5 +154,37 @@ mod tests {
         assert_eq!(last.seq, MAX_EVENTS as u64 + 5);
         let seqs: Vec<u64> = t.events().map(|e| e.seq).collect();
         assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    }
+
+    #[test]
+    fn a_flood_of_locks_and_unlocks_never_erases_an_operators_force_release() {
+        let mut t = Trail::default();
+        t.record(EventKind::ForceRelease, "g", "stuck", 7, 1);
+        for i in 0..(2 * MAX_EVENTS as u64) {
+            let kind = if i % 2 == 0 {
+                EventKind::Lock
+            } else {
+                EventKind::Unlock
+            };
+            t.record(kind, &format!("g{}", i % 7), "m", 1, i);
+        }
+        assert_eq!(t.len(), MAX_EVENTS);
+        let first = t.events().next().expect("an event");
+        assert_eq!((first.seq, first.kind), (1, EventKind::ForceRelease));
+        let last = t.events().next_back().expect("an event");
+        assert_eq!(last.seq, 2 * MAX_EVENTS as u64 + 1);
+        // Operator events have their own bound, and drop only each other.
+        for i in 0..(MAX_OPERATOR_EVENTS as u64 + 3) {
+            t.record(EventKind::AutoRelease, "g", &format!("r{i}"), 2, i);
+        }
+        let operator: Vec<&Event> = t.events().filter(|e| e.kind.by_operator()).collect();
+        assert_eq!(operator.len(), MAX_OPERATOR_EVENTS);
+        assert_eq!(
+            operator[0].id, "r3",
+            "the oldest operator events went first"
+        );
+        assert_eq!(t.len(), MAX_EVENTS);
+        let seqs: Vec<u64> = t.events().map(|e| e.seq).collect();
+        assert!(seqs.windows(2).all(|w| w[1] > w[0]), "in order");
     }
 }
