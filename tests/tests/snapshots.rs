@@ -150,29 +150,35 @@ async fn a_schedule_out_of_range_is_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("d").display().to_string();
     let addr = format!("127.0.0.1:{}", free_port());
+    // `muster agent --init` on a fresh data dir with `extra` flags: (exit code, stderr).
+    let init_with = |extra: Vec<String>| {
+        let mut args: Vec<String> = [
+            "agent",
+            "--name",
+            "x",
+            "--advertise",
+            &addr,
+            "--data-dir",
+            &dir,
+            "--config",
+            "/dev/null",
+            "--init",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra);
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, _, err) = run_muster(&args, &[]).await.expect("run");
+            (code, err)
+        }
+    };
     for (flag, value, says) in [
         ("--snapshot-every", "500ms", "between 1s and 30d"),
         ("--snapshot-keep", "0", "from 1 to 10000"),
     ] {
-        let (code, _, err) = run_muster(
-            &[
-                "agent",
-                "--name",
-                "x",
-                "--advertise",
-                &addr,
-                "--data-dir",
-                &dir,
-                "--config",
-                "/dev/null",
-                "--init",
-                flag,
-                value,
-            ],
-            &[],
-        )
-        .await
-        .expect("run");
+        let (code, err) = init_with(vec![flag.into(), value.into()]).await;
         assert_eq!(code, 64, "{flag} {value}: {err}");
         assert!(
             err.contains(&flag[2..]) && err.contains(says),
@@ -186,27 +192,13 @@ async fn a_schedule_out_of_range_is_refused_before_anything_starts() {
     let file = tmp.path().join("a-file");
     std::fs::write(&file, b"x").expect("file");
     let file_arg = file.join("snaps").display().to_string();
-    let (code, _, err) = run_muster(
-        &[
-            "agent",
-            "--name",
-            "x",
-            "--advertise",
-            &addr,
-            "--data-dir",
-            &dir,
-            "--config",
-            "/dev/null",
-            "--init",
-            "--snapshot-every",
-            "1h",
-            "--snapshot-dir",
-            &file_arg,
-        ],
-        &[],
-    )
-    .await
-    .expect("run");
+    let (code, err) = init_with(vec![
+        "--snapshot-every".into(),
+        "1h".into(),
+        "--snapshot-dir".into(),
+        file_arg.clone(),
+    ])
+    .await;
     assert_eq!(code, 64, "{err}");
     assert!(
         err.contains("snapshot-dir") && err.contains(&file_arg),
