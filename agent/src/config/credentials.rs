@@ -1,37 +1,22 @@
 //! The credentials `muster agent` may start with: a join token, a pre-shared join secret, and a
 //! CA pin, each from its flag, variable or config file key.
 
-use std::collections::HashMap;
-
 use muster_shared::token::JoinSecret;
 
-use super::{
-    AgentFlags, ConfigError, FileConfig, JOIN_TOKEN_ENV, JoinSecretSetting, LEGACY_TOKEN_ENV,
-    empty_flag_hint,
-};
+use super::sources::Sources;
+use super::{ConfigError, JOIN_TOKEN_ENV, JoinSecretSetting, LEGACY_TOKEN_ENV, empty_flag_hint};
 
 /// The variable that may hold the join secret itself (a file is the better place).
 pub const JOIN_SECRET_ENV: &str = "MUSTER_JOIN_SECRET";
 
-/// True for the spellings of "yes" an environment variable or a unit file may use.
-pub(super) fn truthy(value: &str) -> bool {
-    matches!(
-        value.trim().to_ascii_lowercase().as_str(),
-        "1" | "true" | "yes" | "on"
-    )
-}
-
 /// The join secret: `--join-secret-file`, `MUSTER_JOIN_SECRET_FILE` or `join_secret_file` name
 /// a file holding it; `MUSTER_JOIN_SECRET` holds it directly.
-pub(super) fn join_secret(
-    flags: &AgentFlags,
-    env: &HashMap<String, String>,
-    file: &FileConfig,
-) -> Result<Option<JoinSecretSetting>, ConfigError> {
+pub(super) fn join_secret(src: &Sources) -> Result<Option<JoinSecretSetting>, ConfigError> {
     let invalid = |message: String| ConfigError::Invalid {
         setting: "join-secret-file",
         message,
     };
+    let (flags, env, file) = (src.flags, &src.env, &src.file);
     let path = flags
         .join_secret_file
         .clone()
@@ -108,11 +93,10 @@ pub(super) fn ca_pin(value: Option<String>) -> Result<Option<String>, ConfigErro
 /// one more release, with a warning, and ignored when it holds an operator token: operators
 /// export that one for the CLI), then the config file.
 pub(super) fn join_token(
-    flags: &AgentFlags,
-    env: &HashMap<String, String>,
-    file: &FileConfig,
+    src: &Sources,
     warnings: &mut Vec<String>,
 ) -> Result<Option<(&'static str, String)>, ConfigError> {
+    let (flags, env, file) = (src.flags, &src.env, &src.file);
     let set = |v: Option<&String>| v.filter(|s| !s.trim().is_empty()).cloned();
     if let Some(v) = &flags.token {
         if v.trim().is_empty() {

@@ -2,6 +2,7 @@
 
 use super::env_file::parse_env_file;
 use super::*;
+use std::path::Path;
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs
