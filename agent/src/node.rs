@@ -187,6 +187,11 @@ impl RunningNode {
         &self.agent
     }
 
+    /// Runs `task` as one of the node's own: stopped with the node, never left behind.
+    pub fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(task));
+    }
+
     pub fn refuser(&self) -> Refuser {
         Refuser(self.refuse.clone())
     }

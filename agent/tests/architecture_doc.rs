@@ -218,7 +218,7 @@ fn the_node_tasks_the_page_lists_are_the_ones_node_rs_spawns() {
     let node = read(&repo().join("agent/src/node.rs"));
     let page = page();
     let run = page
-        .split("4. **Run**")
+        .split(". **Run** (`node.rs`)")
         .nth(1)
         .and_then(|s| s.split("\n\n").next())
         .expect("the page's Run step");

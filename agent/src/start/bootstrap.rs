@@ -7,24 +7,18 @@
 
 use std::time::Duration;
 
-use crate::node::BoundPort;
-
+use super::admitted::Admitted;
 use super::initiate::{Origin, initiate};
 use super::secret::{join_with_secret, pin_by_secret};
 use crate::config::AgentConfig;
 use crate::datadir::Identity;
 use crate::error::{AgentError, ExitClass};
-use crate::node::RunningNode;
 
 /// One quick round: the first machine asks the others whether they already run a cluster
 /// before it creates one.
 const PROBE: Duration = Duration::ZERO;
 
-pub async fn start(
-    config: &AgentConfig,
-    identity: &Identity,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+pub async fn admit(config: &AgentConfig, identity: &Identity) -> Result<Admitted, AgentError> {
     let secret = &config
         .join_secret
         .as_ref()
@@ -50,23 +44,15 @@ pub async fn start(
                     "the other members of --initial-cluster already run cluster {}; joining it",
                     proof.cluster_id
                 );
-                join_with_secret(
-                    config,
-                    identity,
-                    secret,
-                    &others,
-                    Some(&proof.ca_pin),
-                    listener,
-                )
-                .await
+                join_with_secret(config, identity, secret, &others, Some(&proof.ca_pin)).await
             }
             Err(refused) if refused.class() == ExitClass::Refused => Err(refused),
-            Err(_) => initiate(config, identity, Origin::Static, listener).await,
+            Err(_) => initiate(config, identity, Origin::Static).await,
         }
     } else {
         // The first machine, then the rest (the cluster may be older than this machine).
         let mut peers = vec![first.addr.clone()];
         peers.extend(others.into_iter().filter(|a| *a != first.addr));
-        join_with_secret(config, identity, secret, &peers, None, listener).await
+        join_with_secret(config, identity, secret, &peers, None).await
     }
 }

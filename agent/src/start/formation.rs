@@ -9,10 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::node::BoundPort;
 use muster_shared::bootstrap::{BootstrapRecord, RECORD_KEY, RecordState, RegistrantMeta};
 use muster_shared::token::SecretToken;
 
+use super::admitted::Admitted;
 use super::foreign;
 use super::initiate::{Origin, initiate};
 use super::join::{Joiner, finish, join_with_token};
@@ -23,19 +23,17 @@ use crate::config::{AgentConfig, host_of};
 use crate::datadir::Identity;
 use crate::discovery::{DiscoveryClient, DiscoveryError, Listing, retrying};
 use crate::error::AgentError;
-use crate::node::RunningNode;
 
 /// How often a waiting registrant re-reads the registrations (it wakes at once when the
 /// record appears).
 const POLL_EVERY: Duration = Duration::from_secs(1);
 
-pub async fn start(
+pub async fn admit(
     config: &AgentConfig,
     identity: &Identity,
     url: &str,
     token: Option<&SecretToken>,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     let discovery = DiscoveryClient::new(url)?;
     let me = identity.member_id();
     let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
@@ -49,7 +47,7 @@ pub async fn start(
                 &found,
             )));
         }
-        return join_or_refuse(config, identity, &discovery, elsewhere, token, listener).await;
+        return join_or_refuse(config, identity, &discovery, elsewhere, token).await;
     }
     match retrying("registering", || {
         discovery.register(&me, &identity.name, &config.advertise)
@@ -83,7 +81,7 @@ pub async fn start(
     loop {
         let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
         if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
-            return join_or_refuse(config, identity, &discovery, elsewhere, token, listener).await;
+            return join_or_refuse(config, identity, &discovery, elsewhere, token).await;
         }
         // Waiting on a first registrant that is not a Muster agent would be forever: it never
         // writes the record.
@@ -104,7 +102,7 @@ pub async fn start(
                 discovery: &discovery,
                 size: listing.size,
             };
-            return initiate(config, identity, origin, listener).await;
+            return initiate(config, identity, origin).await;
         }
         // Progress first: a registrant that finds the record at once still says where it stands.
         if cohort.len() != last_progress {
@@ -119,7 +117,7 @@ pub async fn start(
         if let Some((record, _)) =
             retrying("reading the bootstrap record", || discovery.record()).await?
         {
-            return join_initiator(config, identity, &discovery, &listing, record, listener).await;
+            return join_initiator(config, identity, &discovery, &listing, record).await;
         }
         // Wake as soon as the record appears (a watch on the hidden key itself; watches on the
         // token directory never report hidden keys), and re-read registrations every second;
@@ -192,8 +190,7 @@ async fn join_or_refuse(
     discovery: &DiscoveryClient,
     elsewhere: FormedWithoutMe,
     token: Option<&SecretToken>,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     let state = if elsewhere.formed {
         "already formed a cluster"
     } else {
@@ -213,7 +210,7 @@ async fn join_or_refuse(
             token.id(),
             elsewhere.peers.join(", ")
         );
-        return join_with_token(config, identity, token, &elsewhere.peers, listener).await;
+        return join_with_token(config, identity, token, &elsewhere.peers).await;
     }
     if let Some(secret) = &config.join_secret {
         // The pin: --ca-pin when given (a plain-HTTP discovery service could lie about it),
@@ -238,7 +235,6 @@ async fn join_or_refuse(
             &secret.secret,
             &elsewhere.peers,
             pin.as_deref(),
-            listener,
         )
         .await;
     }
@@ -268,8 +264,7 @@ async fn join_initiator(
     discovery: &DiscoveryClient,
     listing: &Listing,
     record: BootstrapRecord,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     // Only the first registrant initiates. A record naming anyone else was written by someone
     // with the URL who wants the cohort to join them: refuse it (the formation then stalls,
     // which is all a URL holder can do).
@@ -318,19 +313,16 @@ async fn join_initiator(
     let (response, via) = Joiner::new(&record.ca_pin, &peers, paths::JOIN, &request)?
         .join()
         .await?;
-    let running = finish(
+    let admitted = finish(
         config,
         identity,
         &record.ca_pin,
         Some(&record.cluster_id),
         response,
         &via,
-        listener,
-    )
-    .await?;
-    println!(
+    )?;
+    Ok(admitted.announcing(format!(
         "joined cluster {} as a standby; the leader promotes the cohort once it has caught up",
         record.cluster_id
-    );
-    Ok(running)
+    )))
 }

@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::node::BoundPort;
 use muster_shared::bootstrap::{BootstrapRecord, RecordState};
 use muster_shared::tls::{self, ClusterCa};
 use muster_shared::token::random_hex;
 
+use super::admitted::{Admitted, FollowUp};
 use super::{print_operator_token, sign_own_certificate};
 use crate::agent::Agent;
 use crate::clock::now_ms;
@@ -20,7 +20,7 @@ use crate::datadir::{self, ClusterFile, Formation, Identity};
 use crate::discovery::{DiscoveryClient, DiscoveryError, retrying};
 use crate::error::AgentError;
 use crate::leader::new_operator_token;
-use crate::node::{self, NodeSpec, RunningNode};
+use crate::node::RunningNode;
 use crate::state::{
     CaMaterial, FormationRecord, JoinTokenRecord, Node, NodeId, NodeRecord, Request,
 };
@@ -102,13 +102,13 @@ impl Initiator {
     }
 }
 
-/// Creates the cluster on this node and starts it.
+/// Creates the cluster on this node: its id, CA and certificate, persisted before raft exists.
+/// `run` starts the node and then [`finish`]es the formation.
 pub async fn initiate(
     config: &AgentConfig,
     identity: &Identity,
     origin: Origin<'_>,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     let cluster_id = random_hex(16);
     let ca = ClusterCa::generate(&cluster_id)?;
     let cert = sign_own_certificate(&ca, identity, &cluster_id, config)?;
@@ -141,27 +141,34 @@ pub async fn initiate(
             "this node initiates the cluster (first of --initial-cluster); cluster id {cluster_id}"
         ),
     }
-    let running = node::start(NodeSpec {
-        config,
-        identity,
-        cluster_id: &cluster_id,
-        listener,
-        revoked_at_start: Default::default(),
+    Ok(Admitted {
+        then: FollowUp::Initiated(formation),
+        ..Admitted::start(&cluster_id)
     })
-    .await?;
-    let me = Initiator::new(config, identity, &formation);
-    init_raft_group(&me, running.agent(), &formation).await?;
-    if discovery.is_some() {
-        publish_record(&me, &cluster_id, &formation).await?;
-    } else if size == 1 {
+}
+
+/// Once the node runs: creates the raft group of this node and publishes the bootstrap record
+/// (a discovery URL) or says how many members are awaited.
+pub async fn finish(
+    config: &AgentConfig,
+    identity: &Identity,
+    formation: &Formation,
+    running: &RunningNode,
+) -> Result<(), AgentError> {
+    let me = Initiator::new(config, identity, formation);
+    init_raft_group(&me, running.agent(), formation).await?;
+    let cluster_id = running.agent().cluster_id();
+    if !formation.discovery_url.is_empty() {
+        publish_record(&me, cluster_id, formation).await?;
+    } else if formation.size == 1 {
         println!("cluster formed: 1 member");
     } else {
         println!(
             "cluster {cluster_id} created; waiting for the other {} members of --initial-cluster",
-            size - 1
+            formation.size - 1
         );
     }
-    Ok(running)
+    Ok(())
 }
 
 /// An initiator restarted mid-formation: creates the raft group if it crashed before that and
@@ -172,13 +179,13 @@ pub fn resume(
     identity: &Identity,
     cluster_id: &str,
     formation: &Formation,
-    running: &RunningNode,
-) -> Result<(), AgentError> {
+    running: &mut RunningNode,
+) {
     let agent = running.agent().clone();
     let refuser = running.refuser();
     let me = Initiator::new(config, identity, formation);
     let (formation, cluster_id) = (formation.clone(), cluster_id.to_string());
-    tokio::spawn(async move {
+    running.spawn(async move {
         loop {
             let step = async {
                 init_raft_group(&me, &agent, &formation).await?;
@@ -202,7 +209,6 @@ pub fn resume(
             }
         }
     });
-    Ok(())
 }
 
 /// Creates the raft group and records the cluster in it. Idempotent: a restarted initiator may

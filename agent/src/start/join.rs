@@ -8,11 +8,11 @@
 
 use std::time::Duration;
 
-use crate::node::BoundPort;
 use muster_shared::tls;
 use muster_shared::token::SecretToken;
 use serde::Serialize;
 
+use super::admitted::Admitted;
 use crate::api::ErrorKind;
 use crate::api::join::{JoinResponse, TokenJoinRequest};
 use crate::api::paths;
@@ -20,7 +20,6 @@ use crate::client::{self, CallError};
 use crate::config::{AgentConfig, host_of};
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::AgentError;
-use crate::node::{self, NodeSpec, RunningNode};
 use muster_shared::retry::RetryPolicy;
 
 /// How long a joiner keeps trying while no member answers (or none has a leader).
@@ -144,8 +143,7 @@ pub async fn join_with_token(
     identity: &Identity,
     token: &SecretToken,
     peers: &[String],
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     if peers.is_empty() {
         return Err(AgentError::Usage(
             "no member address to join through: give --join HOST:PORT[,HOST:PORT…] (any members of the cluster)".into(),
@@ -157,7 +155,7 @@ pub async fn join_with_token(
         token.id(),
         peers.join(", ")
     );
-    join_with_request(config, identity, token.ca_pin(), &request, peers, listener).await
+    join_with_request(config, identity, token.ca_pin(), &request, peers).await
 }
 
 /// Sends a token join `request` (a token's, or the join secret's signed one) through `peers`,
@@ -168,18 +166,17 @@ pub async fn join_with_request(
     ca_pin: &str,
     request: &TokenJoinRequest,
     peers: &[String],
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     crate::observe::starting::set_phase(&format!("joining through {}", peers.join(", ")));
     let (response, via) = Joiner::new(ca_pin, peers, paths::TOKEN_JOIN, request)?
         .join()
         .await?;
-    let running = finish(config, identity, ca_pin, None, response, &via, listener).await?;
-    println!(
+    let admitted = finish(config, identity, ca_pin, None, response, &via)?;
+    let joined = format!(
         "joined cluster {} through {via} as a standby; the leader promotes it when the voter table asks for another voter",
-        running.agent().cluster_id()
+        admitted.cluster_id
     );
-    Ok(running)
+    Ok(admitted.announcing(joined))
 }
 
 /// What a token joiner sends: the token, this node's name, address and key, and a CSR for it.
@@ -202,16 +199,15 @@ pub fn token_join_request(
     })
 }
 
-/// Checks an admission against what the joiner pinned, persists it, and starts the node.
-pub async fn finish(
+/// Checks an admission against what the joiner pinned and persists it; `run` starts the node.
+pub fn finish(
     config: &AgentConfig,
     identity: &Identity,
     ca_pin: &str,
     cluster_id: Option<&str>,
     response: JoinResponse,
     via: &str,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     if response.node_id != identity.member_id()
         || !tls::bundle_pins(&response.ca_cert_pem)?
             .iter()
@@ -230,12 +226,8 @@ pub async fn finish(
         .iter()
         .filter_map(|id| crate::state::parse_member_id(id))
         .collect();
-    node::start(NodeSpec {
-        config,
-        identity,
-        cluster_id: &response.cluster_id,
-        listener,
+    Ok(Admitted {
         revoked_at_start,
+        ..Admitted::start(&response.cluster_id)
     })
-    .await
 }

@@ -1,6 +1,10 @@
 //! How this node comes up. [`decide`] looks at the settings and at what the data dir holds and
 //! returns a typed [`Plan`] without touching anything; [`run`] then takes the data dir's lock,
-//! binds the node's port, and carries the plan out through one file per path:
+//! binds the node's port, and carries the plan out through one file per path. Each path ends
+//! with an [`admitted::Admitted`] (the cluster, the ids refused from the first handshake, and
+//! a follow-up); `run` starts the node from it in one place and carries out the follow-up
+//! (create the raft group, publish the record, restore the state, record a moved address),
+//! whose background tasks belong to the node. The paths:
 //!
 //! 1. the data dir belongs to a cluster → [`restart`]: static membership, discovery is never
 //!    contacted again (`--init` is refused here: it would not create what it promises);
@@ -15,6 +19,7 @@
 //! 6. `muster restore FILE` → [`restore`]: a one-node cluster from a backup;
 //! 7. nothing of these → an error naming every way to start.
 
+mod admitted;
 mod bootstrap;
 mod expired;
 mod foreign;
@@ -33,7 +38,8 @@ use muster_shared::token::{SecretToken, TokenKind};
 use crate::config::{AgentConfig, host_of};
 use crate::datadir::{self, ClusterFile, DataDirLock, Identity};
 use crate::error::AgentError;
-use crate::node;
+use crate::node::{self, NodeSpec, RunningNode};
+use admitted::{Admitted, FollowUp};
 
 /// What the data dir holds, read before deciding.
 #[derive(Debug, Clone, Default)]
@@ -227,10 +233,33 @@ pub async fn run(config: AgentConfig, restore: Option<RestoreAsked>) -> Result<(
     let listener = node::bind(&config).await?;
     let identity = Identity::load_or_create(&config.data_dir, &config.name)?;
     tracing::info!(name = %identity.name, id = %identity.member_id(), "node identity");
-    let running = match plan {
-        Plan::Restart(cluster) => restart::start(&config, &identity, cluster, listener).await?,
+    let admitted = admit(plan, &config, &identity).await?;
+    // The one place the node starts, whichever way it was admitted.
+    let mut running = node::start(NodeSpec {
+        config: &config,
+        identity: &identity,
+        cluster_id: &admitted.cluster_id,
+        listener,
+        revoked_at_start: admitted.revoked_at_start,
+    })
+    .await?;
+    if let Err(e) = follow_up(admitted.then, &config, &identity, &mut running).await {
+        running.stop().await;
+        return Err(e);
+    }
+    running.run_until_stopped().await
+}
+
+/// Carries the plan out up to admission: everything but starting the node.
+async fn admit(
+    plan: Plan,
+    config: &AgentConfig,
+    identity: &Identity,
+) -> Result<Admitted, AgentError> {
+    match plan {
+        Plan::Restart(cluster) => restart::admit(config, identity, cluster).await,
         Plan::TokenJoin { token, peers } => {
-            join::join_with_token(&config, &identity, &token, &peers, listener).await?
+            join::join_with_token(config, identity, &token, &peers).await
         }
         Plan::SecretJoin { peers } => {
             let secret = config
@@ -238,25 +267,49 @@ pub async fn run(config: AgentConfig, restore: Option<RestoreAsked>) -> Result<(
                 .as_ref()
                 .ok_or_else(|| AgentError::Usage("no join secret".into()))?;
             secret::join_with_secret(
-                &config,
-                &identity,
+                config,
+                identity,
                 &secret.secret,
                 &peers,
                 config.ca_pin.as_deref(),
-                listener,
             )
-            .await?
+            .await
         }
         Plan::Discovery { url, token } => {
-            formation::start(&config, &identity, &url, token.as_ref(), listener).await?
+            formation::admit(config, identity, &url, token.as_ref()).await
         }
-        Plan::Init => {
-            initiate::initiate(&config, &identity, initiate::Origin::Init, listener).await?
+        Plan::Init => initiate::initiate(config, identity, initiate::Origin::Init).await,
+        Plan::Static => bootstrap::admit(config, identity).await,
+        Plan::Restore(backup) => restore::admit(config, identity, *backup),
+    }
+}
+
+/// What is left once the node runs; tasks it leaves behind belong to the node.
+async fn follow_up(
+    then: FollowUp,
+    config: &AgentConfig,
+    identity: &Identity,
+    running: &mut RunningNode,
+) -> Result<(), AgentError> {
+    match then {
+        FollowUp::Announce(text) => {
+            if let Some(text) = text {
+                println!("{text}");
+            }
+            Ok(())
         }
-        Plan::Static => bootstrap::start(&config, &identity, listener).await?,
-        Plan::Restore(backup) => restore::start(&config, &identity, *backup, listener).await?,
-    };
-    running.run_until_stopped().await
+        FollowUp::Restarted {
+            moved_from,
+            unfinished,
+        } => {
+            restart::finish(config, identity, moved_from, unfinished, running);
+            Ok(())
+        }
+        FollowUp::Initiated(formation) => {
+            initiate::finish(config, identity, &formation, running).await
+        }
+        FollowUp::Restored(restored) => restore::finish(config, identity, *restored, running).await,
+    }
 }
 
 /// The certificate a node that holds the CA (the initiator, a restore) issues to itself.

@@ -3,28 +3,27 @@
 
 use std::time::Duration;
 
-use crate::node::BoundPort;
 use muster_shared::tls;
 
+use super::admitted::{Admitted, FollowUp};
 use super::initiate;
 use crate::api::paths;
 use crate::client::{self, CallError};
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Identity};
+use crate::datadir::{self, ClusterFile, Formation, Identity};
 use crate::error::AgentError;
 use crate::leader::{self, Authority, LeaderOp};
-use crate::node::{self, NodeSpec, RunningNode};
+use crate::node::RunningNode;
 use muster_shared::retry::RetryPolicy;
 
 /// How long a restart waits for a `--join` target to show its CA.
 const JOIN_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub async fn start(
+pub async fn admit(
     config: &AgentConfig,
     identity: &Identity,
     cluster: ClusterFile,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     if cluster.was_removed() {
         return Err(AgentError::Refused(format!(
             "this node ({}, id {}) was removed from cluster {} and never rejoins. To bring this \
@@ -68,29 +67,35 @@ pub async fn start(
             cluster.cluster_id()
         );
     }
-    let running = node::start(NodeSpec {
-        config,
-        identity,
-        cluster_id: cluster.cluster_id(),
-        listener,
-        revoked_at_start: Default::default(),
-    })
-    .await?;
-    if let Some(from) = moved_from {
-        tokio::spawn(move_here(
-            running.agent().clone(),
-            from,
-            config.advertise.clone(),
-        ));
-    }
     // An initiator restarted mid-formation finishes what it had not done yet: create the raft
     // group if it crashed before that, and make sure the record is published.
-    if let Some(formation) = cluster.formation()
-        && formation.initiator
-    {
-        initiate::resume(config, identity, cluster.cluster_id(), formation, &running)?;
+    let unfinished = cluster.formation().filter(|f| f.initiator).cloned();
+    Ok(Admitted {
+        then: FollowUp::Restarted {
+            moved_from,
+            unfinished,
+        },
+        ..Admitted::start(cluster.cluster_id())
+    })
+}
+
+/// Once the node runs: records a moved address and finishes an interrupted initiation, both in
+/// the node's own background tasks.
+pub fn finish(
+    config: &AgentConfig,
+    identity: &Identity,
+    moved_from: Option<String>,
+    unfinished: Option<Formation>,
+    running: &mut RunningNode,
+) {
+    if let Some(from) = moved_from {
+        let task = move_here(running.agent().clone(), from, config.advertise.clone());
+        running.spawn(task);
     }
-    Ok(running)
+    if let Some(formation) = unfinished {
+        let cluster_id = running.agent().cluster_id().to_string();
+        initiate::resume(config, identity, &cluster_id, &formation, running);
+    }
 }
 
 /// A restart with `--join` still set must not quietly serve this data dir's cluster when the

@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::node::BoundPort;
 use muster_shared::tls::ClusterCa;
 use muster_shared::token::random_hex;
 
+use super::admitted::{Admitted, FollowUp, Restored};
 use super::{print_operator_token, sign_own_certificate};
 use crate::backup_file::{self, BackupHeader, MAX_BACKUP_BYTES};
 use crate::clock::now_ms;
@@ -16,7 +16,7 @@ use crate::config::AgentConfig;
 use crate::datadir::{self, ClusterFile, Identity};
 use crate::error::{AgentError, Context};
 use crate::leader::new_operator_token;
-use crate::node::{self, NodeSpec, RunningNode};
+use crate::node::RunningNode;
 use crate::state::{ClusterState, Node, NodeRecord, Request};
 
 /// A backup that decoded and passed its checksum.
@@ -109,12 +109,11 @@ pub fn settings(config: AgentConfig) -> AgentConfig {
     }
 }
 
-pub async fn start(
+pub fn admit(
     config: &AgentConfig,
     identity: &Identity,
     backup: Verified,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     let Verified {
         file,
         header,
@@ -145,14 +144,35 @@ pub async fn start(
         now_ms(),
         (operator_token.id().to_string(), record),
     );
-    let running = node::start(NodeSpec {
-        config,
-        identity,
-        cluster_id: &cluster_id,
-        listener,
-        revoked_at_start: Default::default(),
+    // Written last, once the node holds the state (`finish`): until then the data dir counts
+    // as unfinished (see `decide`).
+    let summary = format!(
+        "restored cluster {} (backup of {} at index {}, {} keys) as new cluster {cluster_id}; \
+         this node is its only member. Join tokens from the backup are revoked: create new ones \
+         with `muster token create`.",
+        header.cluster_id,
+        file.display(),
+        header.applied_index,
+        header.keys
+    );
+    Ok(Admitted {
+        then: FollowUp::Restored(Box::new(Restored {
+            state: restored,
+            operator_token,
+            summary,
+        })),
+        ..Admitted::start(&cluster_id)
     })
-    .await?;
+}
+
+/// Once the node runs: a raft group of this node holding the backup's state, then the cluster
+/// file that marks the data dir finished.
+pub async fn finish(
+    config: &AgentConfig,
+    identity: &Identity,
+    restored: Restored,
+    running: &RunningNode,
+) -> Result<(), AgentError> {
     let raft = running.agent().raft();
     raft.initialize(Node {
         name: identity.name.clone(),
@@ -160,7 +180,7 @@ pub async fn start(
     })
     .await?;
     raft.write(Request::RestoreState {
-        state: Box::new(restored),
+        state: Box::new(restored.state),
     })
     .await?;
     raft.write(Request::UpsertNode {
@@ -179,17 +199,9 @@ pub async fn start(
     raft.compact_log(Duration::from_secs(60))
         .await
         .context("compacting the raft log after the restore")?;
-    // Written last: until it exists the data dir counts as unfinished (see `decide`).
-    ClusterFile::new(&cluster_id, &config.advertise, None).write(dir)?;
-    println!(
-        "restored cluster {} (backup of {} at index {}, {} keys) as new cluster {cluster_id}; \
-         this node is its only member. Join tokens from the backup are revoked: create new ones \
-         with `muster token create`.",
-        header.cluster_id,
-        file.display(),
-        header.applied_index,
-        header.keys
-    );
-    print_operator_token(&operator_token, &config.advertise);
-    Ok(running)
+    let cluster_id = running.agent().cluster_id();
+    ClusterFile::new(cluster_id, &config.advertise, None).write(&config.data_dir)?;
+    println!("{}", restored.summary);
+    print_operator_token(&restored.operator_token, &config.advertise);
+    Ok(())
 }

@@ -12,12 +12,12 @@
 
 use std::time::Duration;
 
-use crate::node::BoundPort;
 use muster_shared::tls;
 use muster_shared::token::{
     JoinSecret, SecretJoinClaim, random_hex, secret_hashes_match, secret_proof,
 };
 
+use super::admitted::Admitted;
 use super::join::{join_with_request, token_join_request};
 use crate::api::ErrorKind;
 use crate::api::join::{SecretHello, SecretProof};
@@ -26,7 +26,6 @@ use crate::client::{self, CallError};
 use crate::config::AgentConfig;
 use crate::datadir::Identity;
 use crate::error::AgentError;
-use crate::node::RunningNode;
 use muster_shared::retry::RetryPolicy;
 
 /// How long a machine keeps asking for a proof while no member answers (static bootstrap: the
@@ -43,8 +42,7 @@ pub async fn join_with_secret(
     secret: &JoinSecret,
     peers: &[String],
     pin: Option<&str>,
-    listener: BoundPort,
-) -> Result<RunningNode, AgentError> {
+) -> Result<Admitted, AgentError> {
     let pin = match pin {
         Some(pin) => pin.to_string(),
         None => pin_by_secret(secret, peers, PROOF_DEADLINE).await?.ca_pin,
@@ -70,7 +68,7 @@ pub async fn join_with_secret(
         addr: &request.addr,
         key_fingerprint: &request.key_fingerprint,
     }));
-    join_with_request(config, identity, &pin, &request, peers, listener).await
+    join_with_request(config, identity, &pin, &request, peers).await
 }
 
 /// Asks `peers` in turn to prove they know `secret` until one does; returns its proof. Gives
