@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 use crate::agent::{Agent, AgentInit};
 use crate::client::PeerClients;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Identity};
+use crate::datadir::{self, ClusterFile, Identity, TlsFiles};
 use crate::error::AgentError;
 use crate::raft::{RaftNode, Timing};
 use crate::serve::FleetLockListener;
@@ -24,6 +24,8 @@ pub struct NodeSpec<'a> {
     pub config: &'a AgentConfig,
     pub identity: &'a Identity,
     pub cluster_id: &'a str,
+    /// The CA and this node's certificate, as the start path wrote or found them.
+    pub tls: TlsFiles,
     /// The node's TLS port, bound before anything was registered or joined.
     pub listener: BoundPort,
     /// Removed members the node port refuses from its first handshake, before this node has
@@ -64,7 +66,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let config = spec.config;
     let dir = &config.data_dir;
     let (listener, fleetlock, metrics) = spec.listener.into_listeners().await?;
-    let files = datadir::read_tls(dir)?;
+    let files = spec.tls;
     let key_pem = spec.identity.key.to_pem();
     let revoked = tls::RevokedIds::default();
     revoked.replace(spec.revoked_at_start.clone());

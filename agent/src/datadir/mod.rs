@@ -97,7 +97,8 @@ impl DataDirLock {
     }
 }
 
-/// The cluster CA and this node's certificate, as PEM.
+/// The cluster CA and this node's certificate, as PEM (no key: the node key lives apart).
+#[derive(Debug, Clone)]
 pub struct TlsFiles {
     pub ca_pem: String,
     pub cert_pem: String,

@@ -8,12 +8,15 @@ use std::collections::BTreeSet;
 
 use muster_shared::token::SecretToken;
 
-use crate::datadir::Formation;
+use crate::datadir::{Formation, TlsFiles};
 use crate::state::{ClusterState, NodeId};
 
 /// A node admitted to a cluster, not started yet.
 pub struct Admitted {
     pub cluster_id: String,
+    /// The CA and this node's certificate, as written to the data dir: the node builds its
+    /// credentials from these, without reading the files again.
+    pub tls: TlsFiles,
     /// Removed members the node port refuses from its first handshake, before this node has
     /// the replicated state that lists them (a joiner gets them with its admission).
     pub revoked_at_start: BTreeSet<NodeId>,
@@ -22,9 +25,10 @@ pub struct Admitted {
 
 impl Admitted {
     /// A node that only has to start.
-    pub fn start(cluster_id: &str) -> Self {
+    pub fn start(cluster_id: &str, tls: TlsFiles) -> Self {
         Self {
             cluster_id: cluster_id.to_string(),
+            tls,
             revoked_at_start: BTreeSet::new(),
             then: FollowUp::Announce(None),
         }

@@ -10,20 +10,21 @@ use super::join::{Joiner, token_join_request};
 use crate::api::paths;
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Identity};
+use crate::datadir::{self, ClusterFile, Identity, TlsFiles};
 use crate::error::AgentError;
 
-/// Renews the certificate in the data dir if it has expired (true); does nothing otherwise.
+/// Renews the certificate in `files` (and in the data dir) if it has expired, returning the new
+/// files; does nothing otherwise.
 pub async fn renew_if_expired(
     config: &AgentConfig,
     identity: &Identity,
     cluster: &ClusterFile,
-) -> Result<bool, AgentError> {
-    let files = datadir::read_tls(&config.data_dir)?;
+    files: &TlsFiles,
+) -> Result<Option<TlsFiles>, AgentError> {
     let expires_ms = tls::cert_expires_ms(&files.cert_pem)?;
     let now = now_ms();
     if expires_ms > now {
-        return Ok(false);
+        return Ok(None);
     }
     let ago = muster_shared::duration::format_duration(std::time::Duration::from_secs(
         (now - expires_ms) / 1000,
@@ -60,5 +61,8 @@ pub async fn renew_if_expired(
     }
     datadir::write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
     println!("renewed this node's certificate through {via}");
-    Ok(true)
+    Ok(Some(TlsFiles {
+        ca_pem: response.ca_cert_pem,
+        cert_pem: response.cert_pem,
+    }))
 }

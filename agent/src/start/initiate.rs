@@ -16,7 +16,7 @@ use super::{print_operator_token, sign_own_certificate};
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Formation, Identity};
+use crate::datadir::{self, ClusterFile, Formation, Identity, TlsFiles};
 use crate::discovery::{DiscoveryClient, DiscoveryError, retrying};
 use crate::error::AgentError;
 use crate::leader::new_operator_token;
@@ -143,7 +143,13 @@ pub async fn initiate(
     }
     Ok(Admitted {
         then: FollowUp::Initiated(formation),
-        ..Admitted::start(&cluster_id)
+        ..Admitted::start(
+            &cluster_id,
+            TlsFiles {
+                ca_pem: ca.cert_pem().to_string(),
+                cert_pem: cert,
+            },
+        )
     })
 }
 

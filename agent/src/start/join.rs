@@ -18,7 +18,7 @@ use crate::api::join::{JoinResponse, TokenJoinRequest};
 use crate::api::paths;
 use crate::client::{self, CallError};
 use crate::config::{AgentConfig, host_of};
-use crate::datadir::{self, ClusterFile, Identity};
+use crate::datadir::{self, ClusterFile, Identity, TlsFiles};
 use crate::error::AgentError;
 use muster_shared::retry::RetryPolicy;
 
@@ -226,8 +226,12 @@ pub fn finish(
         .iter()
         .filter_map(|id| crate::state::parse_member_id(id))
         .collect();
+    let tls = TlsFiles {
+        ca_pem: response.ca_cert_pem,
+        cert_pem: response.cert_pem,
+    };
     Ok(Admitted {
         revoked_at_start,
-        ..Admitted::start(&response.cluster_id)
+        ..Admitted::start(&response.cluster_id, tls)
     })
 }

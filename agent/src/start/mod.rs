@@ -36,7 +36,7 @@ use muster_shared::tls::{self, ClusterCa};
 use muster_shared::token::{SecretToken, TokenKind};
 
 use crate::config::{AgentConfig, host_of};
-use crate::datadir::{self, ClusterFile, DataDirLock, Identity};
+use crate::datadir::{self, ClusterFile, DataDirLock, Identity, TlsFiles};
 use crate::error::AgentError;
 use crate::node::{self, NodeSpec, RunningNode};
 use admitted::{Admitted, FollowUp};
@@ -50,14 +50,21 @@ pub struct Found {
     /// The pins of the CAs in `<data-dir>/tls` (two during a CA rotation) and of those it
     /// trusted before a rotation, when the data dir belongs to a cluster.
     pub ca_pins: Vec<String>,
+    /// The CA and certificate files, when the data dir belongs to a cluster: read here once,
+    /// and handed to the node that restarts on them.
+    pub tls: Option<TlsFiles>,
 }
 
 impl Found {
     pub fn read(dir: &Path) -> Result<Self, AgentError> {
         let cluster = ClusterFile::read(dir)?;
-        let ca_pins = match &cluster {
-            Some(_) => {
-                let mut pins = tls::bundle_pins(&datadir::read_tls(dir)?.ca_pem)?;
+        let tls = match &cluster {
+            Some(_) => Some(datadir::read_tls(dir)?),
+            None => None,
+        };
+        let ca_pins = match &tls {
+            Some(files) => {
+                let mut pins = tls::bundle_pins(&files.ca_pem)?;
                 pins.extend(datadir::retired_pins(dir));
                 pins
             }
@@ -67,6 +74,7 @@ impl Found {
             cluster,
             raft_state: datadir::raft_dir(dir).exists(),
             ca_pins,
+            tls,
         })
     }
 }
@@ -74,8 +82,8 @@ impl Found {
 /// How this node starts, decided before anything is started.
 #[derive(Debug)]
 pub enum Plan {
-    /// The data dir belongs to a cluster: restart on static membership.
-    Restart(ClusterFile),
+    /// The data dir belongs to a cluster: restart on static membership, with its TLS files.
+    Restart { cluster: ClusterFile, tls: TlsFiles },
     /// Join an existing cluster through `peers` with a join token.
     TokenJoin {
         token: SecretToken,
@@ -143,7 +151,13 @@ pub fn decide(
                 cluster.cluster_id(),
             )));
         }
-        return Ok(Plan::Restart(cluster));
+        let tls = found.tls.ok_or_else(|| {
+            AgentError::failed(format!(
+                "{} holds cluster.json but no TLS files",
+                config.data_dir.display()
+            ))
+        })?;
+        return Ok(Plan::Restart { cluster, tls });
     }
     let token = token.transpose()?;
     if found.raft_state {
@@ -239,6 +253,7 @@ pub async fn run(config: AgentConfig, restore: Option<RestoreAsked>) -> Result<(
         config: &config,
         identity: &identity,
         cluster_id: &admitted.cluster_id,
+        tls: admitted.tls,
         listener,
         revoked_at_start: admitted.revoked_at_start,
     })
@@ -257,7 +272,7 @@ async fn admit(
     identity: &Identity,
 ) -> Result<Admitted, AgentError> {
     match plan {
-        Plan::Restart(cluster) => restart::admit(config, identity, cluster).await,
+        Plan::Restart { cluster, tls } => restart::admit(config, identity, cluster, tls).await,
         Plan::TokenJoin { token, peers } => {
             join::join_with_token(config, identity, &token, &peers).await
         }

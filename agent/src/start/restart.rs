@@ -10,7 +10,7 @@ use super::initiate;
 use crate::api::paths;
 use crate::client::{self, CallError};
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Formation, Identity};
+use crate::datadir::{ClusterFile, Formation, Identity, TlsFiles};
 use crate::error::AgentError;
 use crate::leader::{self, Authority, LeaderOp};
 use crate::node::RunningNode;
@@ -23,6 +23,7 @@ pub async fn admit(
     config: &AgentConfig,
     identity: &Identity,
     cluster: ClusterFile,
+    tls: TlsFiles,
 ) -> Result<Admitted, AgentError> {
     if cluster.was_removed() {
         return Err(AgentError::Refused(format!(
@@ -48,12 +49,14 @@ pub async fn admit(
         Some(recorded) if recorded != config.advertise => Some(recorded.to_string()),
         _ => None,
     };
-    refuse_join_targets_of_another_cluster(config, &cluster).await?;
-    let renewed = super::expired::renew_if_expired(config, identity, &cluster).await?;
+    refuse_join_targets_of_another_cluster(config, &cluster, &tls).await?;
+    let renewed = super::expired::renew_if_expired(config, identity, &cluster, &tls).await?;
+    let token_used = renewed.is_some();
+    let tls = renewed.unwrap_or(tls);
     tracing::info!(cluster_id = %cluster.cluster_id(), "restarting on static membership; discovery is not contacted");
     let ignored = match (
         config.discovery.is_some(),
-        config.token.is_some() && !renewed,
+        config.token.is_some() && !token_used,
     ) {
         (true, true) => Some("--discovery and --token are"),
         (true, false) => Some("--discovery is"),
@@ -75,7 +78,7 @@ pub async fn admit(
             moved_from,
             unfinished,
         },
-        ..Admitted::start(cluster.cluster_id())
+        ..Admitted::start(cluster.cluster_id(), tls)
     })
 }
 
@@ -105,12 +108,13 @@ pub fn finish(
 async fn refuse_join_targets_of_another_cluster(
     config: &AgentConfig,
     cluster: &ClusterFile,
+    files: &TlsFiles,
 ) -> Result<(), AgentError> {
     if config.join.is_empty() {
         return Ok(());
     }
     // The newest CA: after a CA rotation this member may not have seen finish, its peers have.
-    let pin = tls::newest_ca_pin(&datadir::read_tls(&config.data_dir)?.ca_pem)?;
+    let pin = tls::newest_ca_pin(&files.ca_pem)?;
     let http = client::pinned(&pin, JOIN_PROBE_TIMEOUT)?;
     for peer in &config.join {
         let req = http.get(format!("https://{peer}{}", paths::HEALTH));

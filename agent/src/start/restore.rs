@@ -13,7 +13,7 @@ use super::{print_operator_token, sign_own_certificate};
 use crate::backup_file::{self, BackupHeader, MAX_BACKUP_BYTES};
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Identity};
+use crate::datadir::{self, ClusterFile, Identity, TlsFiles};
 use crate::error::{AgentError, Context};
 use crate::leader::new_operator_token;
 use crate::node::RunningNode;
@@ -161,7 +161,13 @@ pub fn admit(
             operator_token,
             summary,
         })),
-        ..Admitted::start(&cluster_id)
+        ..Admitted::start(
+            &cluster_id,
+            TlsFiles {
+                ca_pem: ca.cert_pem().to_string(),
+                cert_pem: cert,
+            },
+        )
     })
 }
 

@@ -90,6 +90,10 @@ fn member() -> Found {
         cluster: Some(ClusterFile::new("c1", "10.0.0.1:7000", None)),
         raft_state: true,
         ca_pins: vec![PIN.into()],
+        tls: Some(TlsFiles {
+            ca_pem: String::new(),
+            cert_pem: String::new(),
+        }),
     }
 }
 
@@ -108,7 +112,7 @@ enum Outcome {
 
 fn outcome(result: Result<Plan, AgentError>) -> (Outcome, String) {
     match result {
-        Ok(Plan::Restart(_)) => (Outcome::Restart, String::new()),
+        Ok(Plan::Restart { .. }) => (Outcome::Restart, String::new()),
         Ok(Plan::TokenJoin { .. }) => (Outcome::TokenJoin, String::new()),
         Ok(Plan::SecretJoin { .. }) => (Outcome::SecretJoin, String::new()),
         Ok(Plan::Init) => (Outcome::Init, String::new()),
@@ -298,7 +302,7 @@ fn the_start_decision() {
             Found {
                 cluster: None,
                 raft_state: true,
-                ca_pins: Vec::new(),
+                ..Found::default()
             },
             Outcome::Failed(""),
             "damaged",
