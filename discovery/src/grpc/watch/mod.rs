@@ -1,6 +1,11 @@
 //! `etcdserverpb.Watch`: one bidirectional stream per client carries its watches. Each watch
 //! answers `created` (with a header) first, then replays the log from its start revision, then
 //! follows new revisions; a stream with no watch for [`STREAM_IDLE`] is closed.
+//!
+//! This module runs a stream: its create, cancel and progress requests and how it ends.
+//! [`follow`] runs each watch on it.
+
+mod follow;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,18 +18,12 @@ use tonic::{Request, Response, Status, Streaming};
 use super::proto::etcdserverpb::watch_request::RequestUnion;
 use super::proto::etcdserverpb::watch_server::Watch;
 use super::proto::etcdserverpb::{WatchCreateRequest, WatchRequest, WatchResponse};
-use super::proto::mvccpb::{Event, KeyValue};
-use super::status::{limited, no_v3, store_error};
+use super::status::no_v3;
 use super::{Grpc, MAX_WATCHES_PER_STREAM, STREAM_IDLE, client_of, header};
-use crate::limits::{ClientKey, LimitKind, Limited, Slot};
-use crate::store::v3::WatchItem;
-use crate::store::{Store, StoreError};
-use crate::v3::state::Record;
+use crate::limits::ClientKey;
+use crate::store::Store;
 
 type Outbound = mpsc::Sender<Result<WatchResponse, Status>>;
-
-/// etcd's `WatchCreateRequest.FilterType` NOPUT: the watcher wants no PUT events.
-const FILTER_NOPUT: i32 = 0;
 
 #[tonic::async_trait]
 impl<S: Store> Watch for Grpc<S> {
@@ -52,152 +51,140 @@ impl<S: Store> Grpc<S> {
         mut inbound: Streaming<WatchRequest>,
         tx: Outbound,
     ) {
-        let mut watches: HashMap<i64, JoinHandle<()>> = HashMap::new();
-        let mut next_id = 0i64;
+        let mut watches = Watches::default();
         let mut idle_since = tokio::time::Instant::now();
         let mut shutdown = self.app.shutdown.subscribe();
         loop {
-            watches.retain(|_, task| !task.is_finished());
-            if !watches.is_empty() {
+            watches.tasks.retain(|_, task| !task.is_finished());
+            if !watches.tasks.is_empty() {
                 idle_since = tokio::time::Instant::now();
             }
-            let request = tokio::select! {
-                m = inbound.message() => m,
-                _ = tokio::time::sleep_until(idle_since + STREAM_IDLE), if watches.is_empty() => {
-                    self.app.metrics.grpc_limited("idle_stream");
-                    let _ = tx.send(Err(Status::deadline_exceeded(format!(
-                        "no watch on this stream for {STREAM_IDLE:?}; closing it"
-                    )))).await;
-                    break;
-                }
-                _ = tx.closed() => break,
-                // SIGTERM: end the stream so the connection can drain; etcd's client
-                // reconnects and resumes its watch from the last revision it saw.
-                _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() } => {
-                    let _ = tx.send(Err(Status::unavailable("muster-discovery is shutting down"))).await;
-                    break;
-                }
+            let idle_until = watches.tasks.is_empty().then_some(idle_since + STREAM_IDLE);
+            let Some(request) = self
+                .next_request(&mut inbound, &tx, &mut shutdown, idle_until)
+                .await
+            else {
+                break;
             };
-            let union = match request {
-                Ok(Some(WatchRequest { request_union })) => request_union,
-                Ok(None) => break,
-                Err(status) => {
-                    if super::is_too_large(status.message()) {
-                        self.app.metrics.grpc_limited("message_too_large");
-                    }
-                    break;
-                }
-            };
-            match union {
-                Some(RequestUnion::CreateRequest(create)) => {
-                    if watches.len() >= MAX_WATCHES_PER_STREAM {
-                        self.app.metrics.grpc_limited("too_many_watches_per_stream");
-                        let _ = tx
-                            .send(Err(Status::resource_exhausted(format!(
-                                "a stream carries at most {MAX_WATCHES_PER_STREAM} watches"
-                            ))))
-                            .await;
-                        break;
-                    }
-                    let id = if create.watch_id > 0 {
-                        create.watch_id
-                    } else {
-                        next_id
-                    };
-                    if watches.contains_key(&id) {
-                        let _ = tx
-                            .send(Err(Status::already_exists(format!(
-                                "watch id {id} is in use on this stream"
-                            ))))
-                            .await;
-                        break;
-                    }
-                    next_id = next_id.max(id + 1);
-                    match self.start_watch(client, id, create, tx.clone()).await {
-                        Ok(task) => {
-                            watches.insert(id, task);
-                        }
-                        Err(status) => {
-                            let _ = tx.send(Err(status)).await;
-                            break;
-                        }
-                    }
-                }
-                Some(RequestUnion::CancelRequest(cancel)) => {
-                    if let Some(task) = watches.remove(&cancel.watch_id) {
-                        task.abort();
-                        let answer = WatchResponse {
-                            header: Some(header(self.current_revision().await)),
-                            watch_id: cancel.watch_id,
-                            canceled: true,
-                            ..Default::default()
-                        };
-                        if tx.send(Ok(answer)).await.is_err() {
-                            break;
-                        }
-                    }
-                }
-                Some(RequestUnion::ProgressRequest(_)) => {
-                    let answer = WatchResponse {
-                        header: Some(header(self.current_revision().await)),
-                        watch_id: -1,
-                        ..Default::default()
-                    };
-                    if tx.send(Ok(answer)).await.is_err() {
-                        break;
-                    }
-                }
-                None => {}
+            if !self.handle(client, request, &mut watches, &tx).await {
+                break;
             }
         }
-        for task in watches.into_values() {
+        for task in watches.tasks.into_values() {
             task.abort();
         }
     }
 
-    /// Checks a create request and starts its watch.
-    async fn start_watch(
+    /// The client's next request, or `None` when the stream is to end: the client closed it or
+    /// sent something unreadable, it carried no watch until `idle_until`, or the server is
+    /// stopping (the last two are told to the client).
+    async fn next_request(
+        &self,
+        inbound: &mut Streaming<WatchRequest>,
+        tx: &Outbound,
+        shutdown: &mut tokio::sync::watch::Receiver<bool>,
+        idle_until: Option<tokio::time::Instant>,
+    ) -> Option<WatchRequest> {
+        let idle = async {
+            match idle_until {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let request = tokio::select! {
+            m = inbound.message() => m,
+            _ = idle => {
+                self.app.metrics.grpc_limited("idle_stream");
+                let _ = tx.send(Err(Status::deadline_exceeded(format!(
+                    "no watch on this stream for {STREAM_IDLE:?}; closing it"
+                )))).await;
+                return None;
+            }
+            _ = tx.closed() => return None,
+            // SIGTERM: end the stream so the connection can drain; etcd's client
+            // reconnects and resumes its watch from the last revision it saw.
+            _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() } => {
+                let _ = tx.send(Err(Status::unavailable("muster-discovery is shutting down"))).await;
+                return None;
+            }
+        };
+        match request {
+            Ok(request) => request,
+            Err(status) => {
+                if super::is_too_large(status.message()) {
+                    self.app.metrics.grpc_limited("message_too_large");
+                }
+                None
+            }
+        }
+    }
+
+    /// Answers one request; false when the stream is to end.
+    async fn handle(
         self: &Arc<Self>,
         client: ClientKey,
-        id: i64,
-        create: WatchCreateRequest,
-        tx: Outbound,
-    ) -> Result<JoinHandle<()>, Status> {
-        let token = super::check::watch_create(&create)?;
-        self.app
-            .store
-            .read(&token, |_| ())
-            .await
-            .map_err(|e| store_error(&self.app.metrics, e))?;
-        let Some(slot) = self.app.watches_per_client.acquire(client) else {
-            let l = Limited::new(
-                LimitKind::TooManyWatches,
-                format!(
-                    "{client} holds {} watches, the most one client may (--max-watches-per-client)",
-                    self.app.watches_per_client.cap()
-                ),
-            );
-            return Err(limited(&self.app.metrics, &l));
-        };
-        // One global cap for the watches of both protocols (--max-watches).
-        let held = self.app.metrics.watch_started();
-        if held as usize > self.app.config.max_watches {
-            self.app.metrics.watch_ended();
-            let l = Limited::new(
-                LimitKind::TooManyWatches,
-                format!(
-                    "{} watches are held, the configured most (--max-watches)",
-                    self.app.config.max_watches
-                ),
-            );
-            return Err(limited(&self.app.metrics, &l));
+        request: WatchRequest,
+        watches: &mut Watches,
+        tx: &Outbound,
+    ) -> bool {
+        match request.request_union {
+            Some(RequestUnion::CreateRequest(create)) => {
+                self.create(client, create, watches, tx).await
+            }
+            Some(RequestUnion::CancelRequest(cancel)) => {
+                let Some(task) = watches.tasks.remove(&cancel.watch_id) else {
+                    return true;
+                };
+                task.abort();
+                let answer = WatchResponse {
+                    header: Some(header(self.current_revision().await)),
+                    watch_id: cancel.watch_id,
+                    canceled: true,
+                    ..Default::default()
+                };
+                tx.send(Ok(answer)).await.is_ok()
+            }
+            Some(RequestUnion::ProgressRequest(_)) => {
+                let answer = WatchResponse {
+                    header: Some(header(self.current_revision().await)),
+                    watch_id: -1,
+                    ..Default::default()
+                };
+                tx.send(Ok(answer)).await.is_ok()
+            }
+            None => true,
         }
-        let counted = Counted::new(self.app.clone());
-        let grpc = self.clone();
-        Ok(tokio::spawn(async move {
-            let _counted = counted;
-            grpc.follow(id, token, create, tx, slot).await;
-        }))
+    }
+
+    /// Starts the watch a create request asks for; a refusal ends the stream.
+    async fn create(
+        self: &Arc<Self>,
+        client: ClientKey,
+        create: WatchCreateRequest,
+        watches: &mut Watches,
+        tx: &Outbound,
+    ) -> bool {
+        let id = match watches.id_for(create.watch_id) {
+            Ok(id) => id,
+            Err(refused) => {
+                if matches!(refused, Refused::Full) {
+                    self.app.metrics.grpc_limited("too_many_watches_per_stream");
+                }
+                let _ = tx.send(Err(refused.status())).await;
+                return false;
+            }
+        };
+        watches.next_id = watches.next_id.max(id + 1);
+        match self.start_watch(client, id, create, tx.clone()).await {
+            Ok(task) => {
+                watches.tasks.insert(id, task);
+                true
+            }
+            Err(status) => {
+                let _ = tx.send(Err(status)).await;
+                false
+            }
+        }
     }
 
     /// The newest revision, for headers that report no data (0 if the store cannot say).
@@ -207,131 +194,52 @@ impl<S: Store> Grpc<S> {
             None => 0,
         }
     }
+}
 
-    /// Sends `created`, then every matching record from the start revision on, until the
-    /// stream closes or the token goes away.
-    async fn follow(
-        &self,
-        id: i64,
-        token: String,
-        create: WatchCreateRequest,
-        tx: Outbound,
-        _slot: Slot,
-    ) {
-        let Some(v3) = self.app.store.v3() else {
-            return;
-        };
-        let from = u64::try_from(create.start_revision).ok().filter(|r| *r > 0);
-        let wants_puts = !create.filters.contains(&FILTER_NOPUT);
-        let (current, mut feed) = match v3
-            .watch(token.clone(), create.key, create.range_end, from)
-            .await
-        {
-            Ok(started) => started,
-            Err(e) => {
-                let _ = tx.send(Err(Status::unavailable(e.to_string()))).await;
-                return;
-            }
-        };
-        let created = WatchResponse {
-            header: Some(header(current)),
-            watch_id: id,
-            created: true,
-            ..Default::default()
-        };
-        if tx.send(Ok(created)).await.is_err() {
-            return;
-        }
-        loop {
-            let item = tokio::select! {
-                item = feed.recv() => item,
-                _ = tx.closed() => return,
-            };
-            let answer = match item {
-                None => Err(Status::unavailable(
-                    "the store ended the watch; watch again",
-                )),
-                Some(Err(e)) => Err(Status::unavailable(e.to_string())),
-                Some(Ok(WatchItem::Compacted(compacted))) => {
-                    let _ = tx
-                        .send(Ok(WatchResponse {
-                            header: Some(header(self.current_revision().await)),
-                            watch_id: id,
-                            canceled: true,
-                            compact_revision: compacted as i64,
-                            cancel_reason: "mvcc: required revision has been compacted".into(),
-                            ..Default::default()
-                        }))
-                        .await;
-                    return;
-                }
-                Some(Ok(WatchItem::Records { records, revision })) => {
-                    if records.is_empty() || !wants_puts {
-                        // Nothing to send; the moment to notice an expired token.
-                        if let Err(StoreError::TokenNotFound) =
-                            self.app.store.read(&token, |_| ()).await
-                        {
-                            let _ = tx
-                                .send(Ok(WatchResponse {
-                                    header: Some(header(revision)),
-                                    watch_id: id,
-                                    canceled: true,
-                                    cancel_reason: "the discovery token expired".into(),
-                                    ..Default::default()
-                                }))
-                                .await;
-                            return;
-                        }
-                        continue;
-                    }
-                    Ok(WatchResponse {
-                        header: Some(header(revision)),
-                        watch_id: id,
-                        events: records.into_iter().map(event).collect(),
-                        ..Default::default()
-                    })
-                }
-            };
-            let ended = answer.is_err();
-            if tx.send(answer).await.is_err() || ended {
-                return;
+/// The watches of one stream, by id.
+#[derive(Default)]
+struct Watches {
+    tasks: HashMap<i64, JoinHandle<()>>,
+    /// The id a create request without one gets: past every id used on the stream.
+    next_id: i64,
+}
+
+/// Why a create request ends its stream.
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    /// The stream carries [`MAX_WATCHES_PER_STREAM`] watches already.
+    Full,
+    /// The id asked for names a live watch.
+    IdInUse(i64),
+}
+
+impl Refused {
+    fn status(&self) -> Status {
+        match self {
+            Self::Full => Status::resource_exhausted(format!(
+                "a stream carries at most {MAX_WATCHES_PER_STREAM} watches"
+            )),
+            Self::IdInUse(id) => {
+                Status::already_exists(format!("watch id {id} is in use on this stream"))
             }
         }
     }
 }
 
-/// Counts a watch in `/metrics` (the v3 gauge and the held watches of both protocols) for as
-/// long as it lives, however it ends: a watch task is aborted when its stream goes away, even
-/// before it first runs.
-struct Counted<S: Store>(Arc<crate::http::App<S>>);
-
-impl<S: Store> Counted<S> {
-    /// The watch was already counted as held by the cap check; this adds the v3 gauge.
-    fn new(app: Arc<crate::http::App<S>>) -> Self {
-        app.metrics.v3_watch_started();
-        Self(app)
-    }
-}
-
-impl<S: Store> Drop for Counted<S> {
-    fn drop(&mut self) {
-        self.0.metrics.v3_watch_ended();
-        self.0.metrics.watch_ended();
-    }
-}
-
-fn event(record: Record) -> Event {
-    let revision = record.revision();
-    Event {
-        r#type: 0,
-        kv: Some(KeyValue {
-            key: record.key.into_bytes(),
-            create_revision: record.entry.create_revision as i64,
-            mod_revision: revision as i64,
-            version: record.entry.version as i64,
-            value: record.entry.value.into_bytes(),
-            lease: 0,
-        }),
-        prev_kv: None,
+impl Watches {
+    /// The id a new watch gets: the one asked for (`requested > 0`), else the next free one.
+    fn id_for(&self, requested: i64) -> Result<i64, Refused> {
+        if self.tasks.len() >= MAX_WATCHES_PER_STREAM {
+            return Err(Refused::Full);
+        }
+        let id = if requested > 0 {
+            requested
+        } else {
+            self.next_id
+        };
+        if self.tasks.contains_key(&id) {
+            return Err(Refused::IdInUse(id));
+        }
+        Ok(id)
     }
 }
