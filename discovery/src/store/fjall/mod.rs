@@ -11,6 +11,7 @@ mod commit;
 mod tokens;
 mod usage;
 pub mod v3;
+mod v3commit;
 mod v3keys;
 
 use std::path::Path;
