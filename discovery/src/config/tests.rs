@@ -1,3 +1,6 @@
+//! Tests of the `serve` flags: the embedded defaults match the parsed ones, and the default
+//! data directory follows the platform convention.
+
 use super::data_dir::data_dir_for;
 use super::*;
 

@@ -23,10 +23,10 @@ type Places = (Slot, TotalSlot);
 
 /// What every connection is served with besides its socket.
 pub struct Connections<S: Store> {
-    pub app: Arc<App<S>>,
-    pub router: axum::Router,
-    pub tls: Option<tokio_rustls::TlsAcceptor>,
-    pub header_timeout: Duration,
+    app: Arc<App<S>>,
+    router: axum::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    header_timeout: Duration,
     per_client: PerClient,
     total: Total,
 }

@@ -1,5 +1,8 @@
 //! Listener, optional TLS, HTTP/1.1 or HTTP/2 per connection ([`h2`], for etcd v3's gRPC), the store chosen by `--store`, per-client connection caps, request
 //! timeouts, graceful shutdown and the background token GC.
+//!
+//! This module starts and stops the service and runs the accept loop; what one connection
+//! goes through, from the connection caps on, is in [`conn`].
 
 mod conn;
 mod h2;
