@@ -138,79 +138,21 @@ impl Metrics {
 
     pub fn render(&self, stats: &StoreStats) -> String {
         let mut out = String::new();
-        let gauge = |out: &mut String, name: &str, help: &str, kind: &str, value: f64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        gauge(
-            &mut out,
-            "muster_discovery_tokens",
-            "Live discovery tokens.",
-            "gauge",
-            stats.tokens as f64,
-        );
-        if let Some(registrations) = stats.registrations {
-            gauge(
-                &mut out,
-                "muster_discovery_registrations",
-                "Member registrations held by live tokens.",
-                "gauge",
-                registrations as f64,
-            );
+        let open_connections = self.open_connections.load(Ordering::Acquire);
+        for series in store_series(stats, open_connections) {
+            series.write(&mut out);
         }
-        gauge(
-            &mut out,
-            "muster_discovery_stored_bytes",
-            "Bytes counted against --max-stored-bytes.",
-            "gauge",
-            stats.stored_bytes as f64,
-        );
-        gauge(
-            &mut out,
-            "muster_discovery_cache_bytes",
-            "Estimated memory held by the token cache.",
-            "gauge",
-            stats.cache_bytes as f64,
-        );
-        gauge(
-            &mut out,
-            "muster_discovery_cached_tokens",
-            "Tokens in the memory cache.",
-            "gauge",
-            stats.cached_tokens as f64,
-        );
-        gauge(
-            &mut out,
-            "muster_discovery_open_connections",
-            "Client connections open right now.",
-            "gauge",
-            self.open_connections.load(Ordering::Acquire) as f64,
-        );
-        gauge(
-            &mut out,
-            "muster_discovery_tokens_created_total",
-            "Tokens created by this process.",
-            "counter",
-            stats.tokens_created_total as f64,
-        );
-        gauge(
-            &mut out,
-            "muster_discovery_registrations_total",
-            "Member registrations accepted by this process.",
-            "counter",
-            stats.registrations_total as f64,
-        );
-        if let Some(expired) = stats.tokens_expired_total {
-            gauge(
-                &mut out,
-                "muster_discovery_tokens_expired_total",
-                "Expired tokens deleted by this process.",
-                "counter",
-                expired as f64,
-            );
+        self.render_limited(&mut out);
+        for series in health_series(self.held_watches(), stats.healthy) {
+            series.write(&mut out);
         }
+        self.render_requests(&mut out);
+        self.render_grpc(&mut out);
+        out
+    }
+
+    /// Refusals by limit: every kind, refused or not, so that a dashboard sees zeros.
+    fn render_limited(&self, out: &mut String) {
         let name = "muster_discovery_limited_total";
         let _ = writeln!(
             out,
@@ -224,20 +166,10 @@ impl Metrics {
                 count.load(Ordering::Relaxed)
             );
         }
-        gauge(
-            &mut out,
-            "muster_discovery_held_watches",
-            "Watches currently held open.",
-            "gauge",
-            self.held_watches() as f64,
-        );
-        gauge(
-            &mut out,
-            "muster_discovery_storage_healthy",
-            "1 when storage accepts durable writes.",
-            "gauge",
-            if stats.healthy { 1.0 } else { 0.0 },
-        );
+    }
+
+    /// The latency histogram, one family by route and status.
+    fn render_requests(&self, out: &mut String) {
         let name = "muster_discovery_http_request_duration_seconds";
         let _ = writeln!(
             out,
@@ -258,9 +190,125 @@ impl Metrics {
                 let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
             }
         }
-        self.render_grpc(&mut out);
-        out
     }
+}
+
+/// One series with a single value and no labels.
+struct Scalar {
+    name: &'static str,
+    help: &'static str,
+    /// `gauge` or `counter`.
+    kind: &'static str,
+    value: f64,
+}
+
+impl Scalar {
+    fn new(name: &'static str, help: &'static str, kind: &'static str, value: f64) -> Self {
+        Self {
+            name,
+            help,
+            kind,
+            value,
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        let Self {
+            name,
+            help,
+            kind,
+            value,
+        } = self;
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+}
+
+/// The store's and the listener's series, in the order `/metrics` has always listed them; a
+/// store that does not count something leaves its series out rather than report a false zero.
+fn store_series(stats: &StoreStats, open_connections: i64) -> Vec<Scalar> {
+    let optional = |name, help, kind, value: Option<u64>| {
+        value.map(|v| Scalar::new(name, help, kind, v as f64))
+    };
+    [
+        Some(Scalar::new(
+            "muster_discovery_tokens",
+            "Live discovery tokens.",
+            "gauge",
+            stats.tokens as f64,
+        )),
+        optional(
+            "muster_discovery_registrations",
+            "Member registrations held by live tokens.",
+            "gauge",
+            stats.registrations,
+        ),
+        Some(Scalar::new(
+            "muster_discovery_stored_bytes",
+            "Bytes counted against --max-stored-bytes.",
+            "gauge",
+            stats.stored_bytes as f64,
+        )),
+        Some(Scalar::new(
+            "muster_discovery_cache_bytes",
+            "Estimated memory held by the token cache.",
+            "gauge",
+            stats.cache_bytes as f64,
+        )),
+        Some(Scalar::new(
+            "muster_discovery_cached_tokens",
+            "Tokens in the memory cache.",
+            "gauge",
+            stats.cached_tokens as f64,
+        )),
+        Some(Scalar::new(
+            "muster_discovery_open_connections",
+            "Client connections open right now.",
+            "gauge",
+            open_connections as f64,
+        )),
+        Some(Scalar::new(
+            "muster_discovery_tokens_created_total",
+            "Tokens created by this process.",
+            "counter",
+            stats.tokens_created_total as f64,
+        )),
+        Some(Scalar::new(
+            "muster_discovery_registrations_total",
+            "Member registrations accepted by this process.",
+            "counter",
+            stats.registrations_total as f64,
+        )),
+        optional(
+            "muster_discovery_tokens_expired_total",
+            "Expired tokens deleted by this process.",
+            "counter",
+            stats.tokens_expired_total,
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Held watches and storage health, listed after the refusals.
+fn health_series(held_watches: i64, healthy: bool) -> [Scalar; 2] {
+    [
+        Scalar::new(
+            "muster_discovery_held_watches",
+            "Watches currently held open.",
+            "gauge",
+            held_watches as f64,
+        ),
+        Scalar::new(
+            "muster_discovery_storage_healthy",
+            "1 when storage accepts durable writes.",
+            "gauge",
+            if healthy { 1.0 } else { 0.0 },
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -29,65 +29,15 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
     }
     let client = client_of(&req);
     if let Err(retry_after) = app.limiter.check(client.0) {
-        let l = crate::limits::Limited::new(
-            crate::limits::LimitKind::RateLimited,
-            format!("too many new tokens from {client}; retry in {retry_after}s"),
-        );
-        let mut response = limit_error(app, &l);
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-        return response;
+        return rate_limited(app, client, retry_after);
     }
     if declared_too_large(&req) {
-        return kind_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::PayloadTooLarge,
-            "request body over 64 KiB",
-        );
+        return body_too_large();
     }
     let base = public_base(app, &req);
-    let query = req.uri().query().unwrap_or("").to_string();
-    let body = match read_body(req.into_body(), app.config.body_timeout).await {
-        Ok(b) => b,
-        Err(BodyError::Timeout(l)) => return limit_error(app, &l),
-        Err(BodyError::TooLarge) => {
-            return kind_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                ErrorKind::PayloadTooLarge,
-                "request body over 64 KiB",
-            );
-        }
-        Err(BodyError::Read(why)) => {
-            return kind_error(StatusCode::BAD_REQUEST, ErrorKind::InvalidArgument, why);
-        }
-    };
-    let pairs = match parse_params(&[query.as_bytes(), &body], &["size"]) {
-        Ok(p) => p,
-        Err(why) => {
-            return kind_error(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::InvalidArgument,
-                why.to_string(),
-            );
-        }
-    };
-    let max = app.config.max_size;
-    let size = match pairs.first() {
-        None => DEFAULT_SIZE.min(max),
-        Some((_, v)) => match v.parse::<u32>() {
-            Ok(n) if (1..=max).contains(&n) => n,
-            _ => {
-                return kind_error(
-                    StatusCode::BAD_REQUEST,
-                    ErrorKind::InvalidArgument,
-                    format!(
-                        "size={:?} is not allowed: use a whole number from 1 to {max} (3, 5 or 7 for a consensus cluster)",
-                        super::truncate(v)
-                    ),
-                );
-            }
-        },
+    let size = match requested_size(app, req).await {
+        Ok(size) => size,
+        Err(refused) => return refused,
     };
     match app
         .store
@@ -111,6 +61,66 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
             ErrorKind::Unavailable,
             e.to_string(),
         ),
+    }
+}
+
+/// 429 for a client over `--new-rate`, saying when to come back.
+fn rate_limited<S: Store>(
+    app: &Arc<App<S>>,
+    client: crate::limits::ClientKey,
+    retry_after: u64,
+) -> Response {
+    let l = crate::limits::Limited::new(
+        crate::limits::LimitKind::RateLimited,
+        format!("too many new tokens from {client}; retry in {retry_after}s"),
+    );
+    let mut response = limit_error(app, &l);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
+}
+
+fn body_too_large() -> Response {
+    kind_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::PayloadTooLarge,
+        "request body over 64 KiB",
+    )
+}
+
+/// The size `/new` is asked for, from the query or a form body, or the answer that refuses it.
+async fn requested_size<S: Store>(app: &Arc<App<S>>, req: Request) -> Result<u32, Response> {
+    let query = req.uri().query().unwrap_or("").to_string();
+    let body = match read_body(req.into_body(), app.config.body_timeout).await {
+        Ok(b) => b,
+        Err(BodyError::Timeout(l)) => return Err(limit_error(app, &l)),
+        Err(BodyError::TooLarge) => return Err(body_too_large()),
+        Err(BodyError::Read(why)) => {
+            return Err(kind_error(
+                StatusCode::BAD_REQUEST,
+                ErrorKind::InvalidArgument,
+                why,
+            ));
+        }
+    };
+    let bad = |why: String| kind_error(StatusCode::BAD_REQUEST, ErrorKind::InvalidArgument, why);
+    let pairs =
+        parse_params(&[query.as_bytes(), &body], &["size"]).map_err(|why| bad(why.to_string()))?;
+    size_from(pairs.first().map(|(_, v)| v.as_str()), app.config.max_size).map_err(bad)
+}
+
+/// The size a `size` parameter asks for (`None`: not given), or why it is not allowed.
+fn size_from(given: Option<&str>, max: u32) -> Result<u32, String> {
+    let Some(v) = given else {
+        return Ok(DEFAULT_SIZE.min(max));
+    };
+    match v.parse::<u32>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "size={:?} is not allowed: use a whole number from 1 to {max} (3, 5 or 7 for a consensus cluster)",
+            super::truncate(v)
+        )),
     }
 }
 
@@ -340,5 +350,15 @@ mod tests {
         assert_eq!(humanize_ms(5_000), "5s");
         assert_eq!(humanize_ms(125_000), "2m 5s");
         assert_eq!(humanize_ms(7 * 86_400_000), "7d 0h");
+    }
+
+    #[test]
+    fn size_defaults_to_three_within_the_maximum() {
+        assert_eq!(size_from(None, 9), Ok(3));
+        assert_eq!(size_from(None, 1), Ok(1));
+        assert_eq!(size_from(Some("5"), 9), Ok(5));
+        for refused in ["0", "10", "-1", "x", ""] {
+            assert!(size_from(Some(refused), 9).is_err(), "{refused}");
+        }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
+use muster_shared::retry::{RetryPolicy, poll_until};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
@@ -30,28 +31,25 @@ const SNIFF_PAUSE: Duration = Duration::from_millis(5);
 /// HTTP/2 preface, `Some(false)` for anything else (HTTP/1.1), `None` if the client closed or
 /// sent nothing within `wait` (an idle connection, closed without a word as before).
 pub async fn opens_with_preface(stream: &TcpStream, wait: Duration) -> Option<bool> {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut buf = [0u8; PREFACE.len()];
-    loop {
-        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
-            Ok(Ok(n)) => n,
-            _ => return None,
-        };
-        if n == 0 {
-            return None;
-        }
-        if !PREFACE.starts_with(&buf[..n]) {
-            return Some(false);
-        }
-        if n == PREFACE.len() {
-            return Some(true);
-        }
-        if tokio::time::timeout_at(deadline, tokio::time::sleep(SNIFF_PAUSE))
-            .await
-            .is_err()
-        {
-            return None;
-        }
+    // A preface may arrive in pieces: look again until it is whole or `wait` is over.
+    let policy = RetryPolicy::constant(SNIFF_PAUSE).within(wait);
+    let looked = poll_until(&policy, || async {
+        let mut buf = [0u8; PREFACE.len()];
+        let peeked = stream.peek(&mut buf).await;
+        opening(peeked.ok().map(|n| &buf[..n]))
+    })
+    .await;
+    looked.ok().flatten()
+}
+
+/// What the bytes peeked so far say: `None` while they are a partial preface (look again),
+/// else the answer of [`opens_with_preface`]. `peeked` is `None` when the peek failed.
+fn opening(peeked: Option<&[u8]>) -> Option<Option<bool>> {
+    match peeked {
+        None | Some([]) => Some(None),
+        Some(bytes) if !PREFACE.starts_with(bytes) => Some(Some(false)),
+        Some(bytes) if bytes.len() == PREFACE.len() => Some(Some(true)),
+        Some(_) => None,
     }
 }
 
@@ -92,4 +90,19 @@ pub async fn serve<S, I>(
     let _ = watcher
         .watch(builder.serve_connection(TokioIo::new(io), service))
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opening_waits_only_on_a_partial_preface() {
+        assert_eq!(opening(None), Some(None), "a failed peek");
+        assert_eq!(opening(Some(b"")), Some(None), "closed");
+        assert_eq!(opening(Some(b"PRI * HT")), None, "partial: look again");
+        assert_eq!(opening(Some(PREFACE)), Some(Some(true)));
+        assert_eq!(opening(Some(b"GET / HTTP/1.1\r\n")), Some(Some(false)));
+        assert_eq!(opening(Some(b"PRX")), Some(Some(false)));
+    }
 }

@@ -1,6 +1,10 @@
 //! Listener, optional TLS, HTTP/1.1 or HTTP/2 per connection ([`h2`], for etcd v3's gRPC), the store chosen by `--store`, per-client connection caps, request
 //! timeouts, graceful shutdown and the background token GC.
+//!
+//! This module starts and stops the service and runs the accept loop; what one connection
+//! goes through, from the connection caps on, is in [`conn`].
 
+mod conn;
 mod h2;
 mod io;
 mod tls;
@@ -9,15 +13,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use muster_shared::retry::{RetryPolicy, retry};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tower::ServiceExt;
 
+use self::conn::Connections;
 use crate::config::ServeConfig;
-use crate::http::{self, App, ClientAddr, HttpConfig};
-use crate::limits::{ClientKey, LimitKind, PerClient, kind_json};
+use crate::http::{App, HttpConfig};
+use crate::limits::PerClient;
 use crate::metrics::Metrics;
 use crate::store::etcd::{EtcdConfig, EtcdStore};
 use crate::store::fjall::{FjallStore, OpenError};
@@ -28,6 +32,8 @@ use muster_shared::ratelimit::RateLimiter;
 /// How long in-flight requests may take to finish after SIGTERM.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The pause after a failed accept, for as long as accepts fail.
+const ACCEPT_PAUSE: RetryPolicy = RetryPolicy::constant(Duration::from_millis(50));
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -125,9 +131,42 @@ async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Resu
         })?;
     let local_addr = listener.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let app = Arc::new(new_app(store, &config, scheme, local_addr, v3_auth));
+    let connections = Connections::new(app.clone(), tls, &config);
+    let gc = tokio::spawn(gc_loop(app.clone(), config.token_ttl));
 
+    // Test harnesses and scripts read this line to learn the port when --listen ends in :0.
+    println!("muster-discovery listening on {scheme}://{local_addr}");
+    tracing::info!(%local_addr, scheme, store = %described, "serving");
+
+    let graceful = GracefulShutdown::new();
+    accept_until_stopped(&listener, &connections, &graceful).await;
+
+    tracing::info!("shutting down: ending held watches and draining connections");
+    app.shutdown.send_replace(true);
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections did not finish within {DRAIN_TIMEOUT:?}");
+    }
+    gc.abort();
+    app.store.close().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The state every request handler shares, from the flags.
+fn new_app<S: Store>(
+    store: S,
+    config: &ServeConfig,
+    scheme: &'static str,
+    local_addr: SocketAddr,
+    v3_auth: Option<Credentials>,
+) -> App<S> {
     let (shutdown, _) = watch::channel(false);
-    let app = Arc::new(App {
+    App {
         store,
         config: HttpConfig {
             public_url: config.public_url.clone(),
@@ -145,199 +184,44 @@ async fn run<S: Store>(store: S, config: ServeConfig, described: String) -> Resu
         write_limiter: RateLimiter::new(config.write_rate, config.write_burst),
         watches_per_client: PerClient::new(config.max_watches_per_client),
         shutdown,
-    });
-    let router = http::router(app.clone());
-    let connections = Arc::new(PerClient::new(config.max_connections_per_client));
-    let total =
-        crate::limits::Total::new(crate::limits::within_descriptors(config.max_connections));
+    }
+}
 
-    let gc = tokio::spawn(gc_loop(app.clone(), config.token_ttl));
-
-    // Test harnesses and scripts read this line to learn the port when --listen ends in :0.
-    println!("muster-discovery listening on {scheme}://{local_addr}");
-    tracing::info!(%local_addr, scheme, store = %described, "serving");
-
-    let graceful = GracefulShutdown::new();
+/// Takes connections until SIGTERM or SIGINT.
+async fn accept_until_stopped<S: Store>(
+    listener: &TcpListener,
+    connections: &Connections<S>,
+    graceful: &GracefulShutdown,
+) {
     let mut stop = Box::pin(shutdown_signal());
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = accept(listener) => match accepted {
                 Ok(c) => c,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+                // Only with a policy that gives up; ACCEPT_PAUSE does not.
+                Err(_) => continue,
             },
-            _ = &mut stop => break,
+            _ = &mut stop => return,
         };
-        let _ = stream.set_nodelay(true);
-        let client = ClientKey::of(peer.ip());
-        let Some(slot) = connections.acquire(client) else {
-            refuse_connection(
-                &app,
-                stream,
-                format!(
-                    "{client} has {} connections open, the most one client may (--max-connections-per-client)",
-                    connections.cap()
-                ),
-            );
-            continue;
-        };
-        let Some(place) = total.acquire() else {
-            refuse_connection(
-                &app,
-                stream,
-                format!(
-                    "the service has {} connections open, the most it takes (--max-connections); try again shortly",
-                    total.cap()
-                ),
-            );
-            continue;
-        };
-        let slot = (slot, place);
-        let app = app.clone();
-        app.metrics.connection_opened();
-        let router = router.clone();
-        let watcher = graceful.watcher();
-        let header_timeout = config.header_timeout;
-        match &tls {
-            None => {
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    match h2::opens_with_preface(&stream, header_timeout).await {
-                        Some(true) => h2::serve(stream, peer, app.clone(), router, watcher).await,
-                        Some(false) => {
-                            serve_plain_http1(&app, stream, peer, router, header_timeout, watcher)
-                                .await;
-                        }
-                        None => {}
-                    }
-                    app.metrics.connection_closed();
-                });
+        connections.take(stream, peer, graceful.watcher());
+    }
+}
+
+/// The next connection. A failed accept (out of file descriptors and the like) is tried again
+/// after a pause instead of spinning.
+async fn accept(listener: &TcpListener) -> std::io::Result<(TcpStream, SocketAddr)> {
+    retry(
+        &ACCEPT_PAUSE,
+        |_| true,
+        || async {
+            let accepted = listener.accept().await;
+            if let Err(e) = &accepted {
+                tracing::warn!(error = %e, "accept failed");
             }
-            Some(acceptor) => {
-                let acceptor = acceptor.clone();
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    serve_tls(
-                        &app,
-                        acceptor,
-                        stream,
-                        peer,
-                        router,
-                        header_timeout,
-                        watcher,
-                    )
-                    .await;
-                    app.metrics.connection_closed();
-                });
-            }
-        }
-    }
-
-    tracing::info!("shutting down: ending held watches and draining connections");
-    app.shutdown.send_replace(true);
-    drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("some connections did not finish within {DRAIN_TIMEOUT:?}");
-    }
-    gc.abort();
-    app.store.close().await;
-    tracing::info!("stopped");
-    Ok(())
-}
-
-/// hyper gave up on a client that did not send its request headers in time: say so (408).
-async fn answer_header_timeout<S: Store>(app: &App<S>, stream: &TcpStream, timeout: Duration) {
-    app.metrics.limited(LimitKind::RequestTimeout);
-    let body = kind_json(
-        LimitKind::RequestTimeout.as_str(),
-        &format!("the request headers did not arrive within {timeout:?} (--header-timeout)"),
-    );
-    io::answer_and_close(stream, "408 Request Timeout", &body).await;
-}
-
-/// The HTTP/1.1 service of one connection: the axum router, told the peer's address.
-fn http1_service(
-    router: axum::Router,
-    peer: SocketAddr,
-) -> impl hyper::service::Service<
-    hyper::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
-    Future = impl Send,
-> + Clone {
-    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-        req.extensions_mut().insert(ClientAddr(peer));
-        router.clone().oneshot(req.map(axum::body::Body::new))
-    })
-}
-
-fn http1_builder(header_timeout: Duration) -> hyper::server::conn::http1::Builder {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
-    builder
-}
-
-/// A plain HTTP/1.1 connection. An idle keep-alive connection is closed without a word; one cut
-/// in the middle of its request headers is told why.
-async fn serve_plain_http1<S: Store>(
-    app: &App<S>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    router: axum::Router,
-    header_timeout: Duration,
-    watcher: hyper_util::server::graceful::Watcher,
-) {
-    let stream = Arc::new(stream);
-    let mid_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let shared = io::SharedIo {
-        stream: stream.clone(),
-        mid_request: mid_request.clone(),
-    };
-    let conn = http1_builder(header_timeout)
-        .serve_connection(TokioIo::new(shared), http1_service(router, peer));
-    if let Err(e) = watcher.watch(conn).await
-        && e.is_timeout()
-        && mid_request.load(std::sync::atomic::Ordering::Relaxed)
-    {
-        answer_header_timeout(app, &stream, header_timeout).await;
-    }
-}
-
-/// A TLS connection: HTTP/2 if the client negotiated ALPN `h2` (gRPC), HTTP/1.1 otherwise.
-async fn serve_tls<S: Store>(
-    app: &Arc<App<S>>,
-    acceptor: tokio_rustls::TlsAcceptor,
-    stream: TcpStream,
-    peer: SocketAddr,
-    router: axum::Router,
-    header_timeout: Duration,
-    watcher: hyper_util::server::graceful::Watcher,
-) {
-    let tls_stream =
-        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                return;
-            }
-            Err(_) => return,
-        };
-    if tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-        h2::serve(tls_stream, peer, app.clone(), router, watcher).await;
-        return;
-    }
-    let conn = http1_builder(header_timeout)
-        .serve_connection(TokioIo::new(tls_stream), http1_service(router, peer));
-    let _ = watcher.watch(conn).await;
+            accepted
+        },
+    )
+    .await
 }
 
 async fn gc_loop<S: Store>(app: Arc<App<S>>, ttl: Duration) {
@@ -367,13 +251,4 @@ async fn shutdown_signal() {
         _ = term.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
     }
-}
-
-/// Answers a connection over a connection limit with 503 `too_many_connections` and closes it.
-fn refuse_connection<S: Store>(app: &App<S>, stream: TcpStream, message: String) {
-    app.metrics.limited(LimitKind::TooManyConnections);
-    let body = kind_json(LimitKind::TooManyConnections.as_str(), &message);
-    tokio::spawn(async move {
-        io::answer_and_close(&stream, "503 Service Unavailable", &body).await;
-    });
 }

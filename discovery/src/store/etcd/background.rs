@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Client, GetOptions, WatchOptions};
+use etcd_client::{Client, GetOptions, WatchOptions, WatchStream};
+use muster_shared::retry::RetryPolicy;
 
 use super::layout::Layout;
 use crate::store::notify::Notifier;
@@ -28,70 +29,79 @@ pub struct Probe {
 }
 
 const PROBE_EVERY: Duration = Duration::from_secs(1);
-const RETRY: Duration = Duration::from_millis(250);
+/// The pause before the shared watch reconnects, however its last stream ended.
+const RECONNECT: RetryPolicy = RetryPolicy::constant(Duration::from_millis(250));
 
 pub async fn shared_watch(client: Client, layout: Layout, notifier: Notifier) {
     let root = layout.tokens_root();
     // 0: from now (the first connection; every held watch reads its token anyway).
     let mut next_revision: i64 = 0;
+    let mut pause = RECONNECT.start();
     loop {
         let mut options = WatchOptions::new().with_prefix();
         if next_revision > 0 {
             options = options.with_start_revision(next_revision);
         }
-        let mut stream = match client
+        match client
             .watch_client()
             .watch(root.clone(), Some(options))
             .await
         {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::debug!(error = %e, "etcd watch could not start; retrying");
+            Ok(stream) => {
+                // Whatever happened while no stream was open is read by the held watches
+                // themselves.
                 notifier.notify_all();
-                tokio::time::sleep(RETRY).await;
-                continue;
+                next_revision = follow(stream, next_revision, &layout, &notifier).await;
             }
-        };
-        // Whatever happened while no stream was open is read by the held watches themselves.
-        notifier.notify_all();
-        loop {
-            match stream.message().await {
-                Ok(Some(resp)) => {
-                    if resp.compact_revision() > 0 {
-                        tracing::warn!(
-                            compacted = resp.compact_revision(),
-                            "etcd compacted past the shared watch; held watches read again"
-                        );
-                        next_revision = 0;
-                        notifier.notify_all();
-                        break;
-                    }
-                    for event in resp.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        next_revision = next_revision.max(kv.mod_revision() + 1);
-                        if let Some(token) = kv.key_str().ok().and_then(|k| layout.token_of(k)) {
-                            notifier.notify(token, kv.mod_revision() as u64);
-                        }
-                    }
-                    if let Some(h) = resp.header()
-                        && resp.events().is_empty()
-                        && next_revision > 0
-                    {
-                        next_revision = next_revision.max(h.revision() + 1);
-                    }
-                    if resp.canceled() {
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(error = %e, "etcd watch stream ended; reconnecting");
-                    break;
-                }
-            }
+            Err(e) => tracing::debug!(error = %e, "etcd watch could not start; retrying"),
         }
         notifier.notify_all();
-        tokio::time::sleep(RETRY).await;
+        pause.wait().await;
+    }
+}
+
+/// Wakes the held watches of every token the stream reports changed, until the stream ends;
+/// returns the revision to resume from (0 after a compaction: from now).
+async fn follow(
+    mut stream: WatchStream,
+    mut next_revision: i64,
+    layout: &Layout,
+    notifier: &Notifier,
+) -> i64 {
+    loop {
+        match stream.message().await {
+            Ok(Some(resp)) => {
+                if resp.compact_revision() > 0 {
+                    tracing::warn!(
+                        compacted = resp.compact_revision(),
+                        "etcd compacted past the shared watch; held watches read again"
+                    );
+                    notifier.notify_all();
+                    return 0;
+                }
+                for event in resp.events() {
+                    let Some(kv) = event.kv() else { continue };
+                    next_revision = next_revision.max(kv.mod_revision() + 1);
+                    if let Some(token) = kv.key_str().ok().and_then(|k| layout.token_of(k)) {
+                        notifier.notify(token, kv.mod_revision() as u64);
+                    }
+                }
+                if let Some(h) = resp.header()
+                    && resp.events().is_empty()
+                    && next_revision > 0
+                {
+                    next_revision = next_revision.max(h.revision() + 1);
+                }
+                if resp.canceled() {
+                    return next_revision;
+                }
+            }
+            Ok(None) => return next_revision,
+            Err(e) => {
+                tracing::debug!(error = %e, "etcd watch stream ended; reconnecting");
+                return next_revision;
+            }
+        }
     }
 }
 

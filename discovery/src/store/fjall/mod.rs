@@ -8,9 +8,11 @@
 //! from disk under its stripe lock, so a load never races a write of the same token.
 
 mod commit;
+mod load;
 mod tokens;
 mod usage;
 pub mod v3;
+mod v3commit;
 mod v3keys;
 
 use std::path::Path;
@@ -23,6 +25,8 @@ use muster_shared::token::new_discovery_token;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use self::commit::{CommitJob, Op, Tree, commit_loop};
+pub use self::load::LoadError;
+use self::load::{Cell, cached_size, live, load_state};
 use self::usage::Usage;
 use self::v3::V3Log;
 use super::cache::Cache;
@@ -30,13 +34,11 @@ use super::notify::Notifier;
 use super::v3::V3Keys;
 use super::{Adopted, Caps, Store, StoreError, StoreStats, WatchOutcome, now_ms, put_status};
 use crate::limits::ClientKey;
-use crate::model::{Event, PutPlan, PutRequest, TokenMeta, TokenState, event_bytes, is_member_key};
+use crate::model::{PutPlan, PutRequest, TokenMeta, TokenState, event_bytes, is_member_key};
 use crate::v2::Response;
 
 /// Write locks; a token's stripe is picked by its first two hex characters.
 const STRIPES: usize = 256;
-
-type Cell = RwLock<TokenState>;
 
 pub struct FjallStore {
     caps: Caps,
@@ -68,19 +70,6 @@ pub enum OpenError {
     V3(#[from] v3::V3OpenError),
 }
 
-/// Why a token's state could not be rebuilt from disk.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error(transparent)]
-    Storage(#[from] storage::StorageError),
-    #[error("{what} is not valid JSON: {source}")]
-    Json {
-        what: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
 fn event_key(token: &str, index: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(token.len() + 8);
     k.extend_from_slice(token.as_bytes());
@@ -90,11 +79,6 @@ fn event_key(token: &str, index: u64) -> Vec<u8> {
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
-}
-
-/// The memory a cached state is estimated to take.
-fn cached_size(state: &TokenState) -> usize {
-    2 * state.bytes() + 512
 }
 
 impl FjallStore {
@@ -235,32 +219,6 @@ impl FjallStore {
         self.notifier.notify(token, 0);
         Ok(true)
     }
-}
-
-fn live(cell: Arc<Cell>) -> Result<Arc<Cell>, StoreError> {
-    let expired = cell.read().map(|s| s.is_expired(now_ms())).unwrap_or(true);
-    if expired {
-        return Err(StoreError::TokenNotFound);
-    }
-    Ok(cell)
-}
-
-/// Rebuilds a token's state from its metadata and its events on disk.
-fn load_state(
-    events: &Keyspace,
-    token: &str,
-    meta: &[u8],
-    caps: Caps,
-) -> Result<TokenState, LoadError> {
-    let json = |what| move |source| LoadError::Json { what, source };
-    let meta: TokenMeta = serde_json::from_slice(meta).map_err(json("the token's metadata"))?;
-    let mut state = TokenState::new(token.to_string(), meta).with_byte_cap(caps.token_byte_cap());
-    for item in events.prefix(token.as_bytes()) {
-        let (_, v) = item.into_inner().map_err(storage::StorageError::from)?;
-        let event: Event = serde_json::from_slice(&v).map_err(json("an event"))?;
-        state.apply(event);
-    }
-    Ok(state)
 }
 
 impl Store for FjallStore {

@@ -1,27 +1,21 @@
 //! etcd v3 discovery's keys in the embedded store: one revision counter for the whole service,
 //! the current keys (`v3kv`) and a bounded revision log (`v3log`) that watches replay.
 //!
-//! One thread writes (the `v3-commit` thread): it takes every Put that is waiting, gives each
-//! the next revision, writes keys and log in one fjall batch, fsyncs once (group commit), and
-//! only then makes the group visible and answers it. Readers therefore see revisions in order
-//! and never one a crash could take back, and revisions stay monotonic across restarts (the
-//! newest log entry is never trimmed).
+//! One thread writes ([`super::v3commit`]); this module is the reading side and the way in.
+//! Readers see revisions in order and never one a crash could take back, and revisions stay
+//! monotonic across restarts (the newest log entry is never trimmed).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use muster_shared::storage::{self, Database, Keyspace, PersistMode};
+use muster_shared::storage::{self, Database, Keyspace};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::v3commit::{Job, PutJob, Writer};
 use crate::store::v3::V3StoreError;
 use crate::v3::keys::in_range;
 use crate::v3::state::{Entry, FIRST_REVISION, RangeResult, Record, V3State};
-
-/// Revisions the log keeps for watch replay; older ones answer `compact_revision` as etcd does.
-pub const HISTORY: u64 = 100_000;
-/// Largest number of waiting writes folded into one fsync.
-const MAX_GROUP: usize = 1024;
 
 /// What a watch finds after a revision.
 #[derive(Debug)]
@@ -33,23 +27,6 @@ pub enum LogRead {
     },
     /// The revisions asked for are gone; this is the newest revision dropped.
     Compacted(u64),
-}
-
-/// A Put to make durable, with the member cap of its token (`prefix`, most keys under it).
-struct PutJob {
-    key: String,
-    value: String,
-    cap: Option<(String, usize, usize)>,
-    done: oneshot::Sender<Result<Record, V3StoreError>>,
-}
-
-enum Job {
-    Put(PutJob),
-    /// Forget every key under this prefix (an expired token's).
-    Drop {
-        prefix: String,
-        done: oneshot::Sender<Result<(), V3StoreError>>,
-    },
 }
 
 pub struct V3Log {
@@ -305,138 +282,5 @@ impl V3Log {
             records,
             scanned_to,
         })
-    }
-}
-
-struct Writer {
-    db: Database,
-    kv: Keyspace,
-    log: Keyspace,
-    state: Arc<RwLock<V3State>>,
-    revision: watch::Sender<u64>,
-    compacted: Arc<AtomicU64>,
-    healthy: Arc<AtomicBool>,
-}
-
-/// Where a Put's answer goes, and the answer.
-type PutAnswer = (
-    oneshot::Sender<Result<Record, V3StoreError>>,
-    Result<Record, V3StoreError>,
-);
-
-/// A commit group's plan: records to apply, keys to forget, and who gets which answer.
-#[derive(Default)]
-struct Group {
-    records: Vec<Record>,
-    dropped: Vec<String>,
-    put_answers: Vec<PutAnswer>,
-    drop_answers: Vec<oneshot::Sender<Result<(), V3StoreError>>>,
-}
-
-impl Writer {
-    fn run(self, mut rx: mpsc::UnboundedReceiver<Job>) {
-        let mut jobs = Vec::new();
-        while super::commit::next_group(&mut rx, &mut jobs, MAX_GROUP) {
-            self.commit_group(&mut jobs);
-        }
-        let _ = self.db.persist(PersistMode::SyncAll);
-    }
-
-    fn commit_group(&self, jobs: &mut Vec<Job>) {
-        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-        let mut group = Group::default();
-        let newest = {
-            let state = match self.state.read() {
-                Ok(s) => s,
-                Err(p) => p.into_inner(),
-            };
-            let mut pending: BTreeMap<String, Entry> = BTreeMap::new();
-            let mut next = state.revision();
-            for job in jobs.drain(..) {
-                match job {
-                    Job::Put(put) => {
-                        if let Some((prefix, most, extra)) = &put.cap {
-                            let held = state.count_prefix(&pending, prefix);
-                            let exists =
-                                pending.contains_key(&put.key) || state.get(&put.key).is_some();
-                            if !exists && held >= *most {
-                                let refused = Err(V3StoreError::TooManyMembers {
-                                    held,
-                                    extra: *extra,
-                                });
-                                group.put_answers.push((put.done, refused));
-                                continue;
-                            }
-                        }
-                        next += 1;
-                        let record = state.plan_put(&pending, &put.key, put.value, next);
-                        let (Ok(entry), Ok(logged)) = (
-                            serde_json::to_vec(&record.entry),
-                            serde_json::to_vec(&record),
-                        ) else {
-                            next -= 1;
-                            group
-                                .put_answers
-                                .push((put.done, Err(unavailable("cannot encode record"))));
-                            continue;
-                        };
-                        batch.insert(&self.kv, record.key.as_bytes(), entry);
-                        batch.insert(&self.log, next.to_be_bytes(), logged);
-                        pending.insert(record.key.clone(), record.entry.clone());
-                        group.records.push(record.clone());
-                        group.put_answers.push((put.done, Ok(record)));
-                    }
-                    Job::Drop { prefix, done } => {
-                        let mut keys = state.keys_with_prefix(&prefix);
-                        keys.extend(pending.keys().filter(|k| k.starts_with(&prefix)).cloned());
-                        pending.retain(|k, _| !k.starts_with(&prefix));
-                        group.records.retain(|r| !r.key.starts_with(&prefix));
-                        for key in &keys {
-                            batch.remove(&self.kv, key.as_bytes());
-                        }
-                        group.dropped.extend(keys);
-                        group.drop_answers.push(done);
-                    }
-                }
-            }
-            next
-        };
-        // Trim the log to HISTORY revisions; the newest entry always stays, so the revision
-        // counter survives a restart.
-        let compacted_before = self.compacted.load(Ordering::Acquire);
-        let compacted_now = newest.saturating_sub(HISTORY).max(compacted_before);
-        for rev in compacted_before.max(FIRST_REVISION) + 1..=compacted_now {
-            batch.remove(&self.log, rev.to_be_bytes());
-        }
-        let result = batch.commit().map_err(unavailable);
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "v3 durable write failed; storage is now read-only");
-            self.healthy.store(false, Ordering::Release);
-            for (done, _) in group.put_answers {
-                let _ = done.send(Err(e.clone()));
-            }
-            for done in group.drop_answers {
-                let _ = done.send(Err(e.clone()));
-            }
-            return;
-        }
-        {
-            let mut state = match self.state.write() {
-                Ok(s) => s,
-                Err(p) => p.into_inner(),
-            };
-            state.remove(&group.dropped);
-            for record in group.records {
-                state.apply(record);
-            }
-        }
-        self.compacted.store(compacted_now, Ordering::Release);
-        self.revision.send_replace(newest);
-        for (done, answer) in group.put_answers {
-            let _ = done.send(answer);
-        }
-        for done in group.drop_answers {
-            let _ = done.send(Ok(()));
-        }
     }
 }

@@ -1,12 +1,21 @@
 //! `muster-discovery serve` flags. Every flag can also come from `MUSTER_DISCOVERY_<FLAG>`.
+//!
+//! This module declares the flags and their defaults; what a flag's value may be is in
+//! [`values`], the default data directory in [`data_dir`].
+
+mod data_dir;
+mod values;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use muster_shared::duration::parse_duration;
 
+pub use self::data_dir::default_data_dir;
+use self::values::{
+    parse_hold, parse_max_size, parse_public_url, parse_request_timeout, parse_ttl,
+};
 use crate::limits::parse_bytes;
 
 #[derive(Debug, Parser)]
@@ -277,89 +286,6 @@ pub struct ServeConfig {
     pub log_format: String,
 }
 
-/// Where the embedded database lives by default: the system's state directory when run as root
-/// (a service), the user's state directory otherwise (XDG), so that running the service from a
-/// checkout never writes into the checkout.
-pub fn default_data_dir() -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    // /proc/self belongs to the process's effective user.
-    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-    data_dir_for(
-        root,
-        std::env::var_os("XDG_STATE_HOME"),
-        std::env::var_os("HOME"),
-    )
-}
-
-fn data_dir_for(
-    root: bool,
-    xdg_state_home: Option<std::ffi::OsString>,
-    home: Option<std::ffi::OsString>,
-) -> PathBuf {
-    const NAME: &str = "muster-discovery";
-    let absolute = |v: Option<std::ffi::OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
-    if root {
-        return PathBuf::from("/var/lib").join(NAME);
-    }
-    if let Some(state) = absolute(xdg_state_home) {
-        return state.join(NAME);
-    }
-    if let Some(home) = absolute(home) {
-        return home.join(".local/state").join(NAME);
-    }
-    PathBuf::from("/var/lib").join(NAME)
-}
-
-/// `--max-size`: a whole number from 1 to 1000 (clap's own range check would print `1..=1000`).
-fn parse_max_size(s: &str) -> Result<u32, String> {
-    match s.trim().parse::<u32>() {
-        Ok(n) if (1..=1000).contains(&n) => Ok(n),
-        _ => Err(format!("{s:?} is not a whole number between 1 and 1000")),
-    }
-}
-
-fn parse_ttl(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_secs(1) {
-        return Err(
-            "a token must live at least 1s (etcd members need minutes; the default is 7d)".into(),
-        );
-    }
-    Ok(d)
-}
-
-fn parse_hold(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_secs(1) || d > Duration::from_secs(600) {
-        return Err(
-            "use 1s to 10m; keep it below your reverse proxy's idle timeout (30s suits nginx's 60s)"
-                .into(),
-        );
-    }
-    Ok(d)
-}
-
-fn parse_request_timeout(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s).map_err(|e| e.to_string())?;
-    if d < Duration::from_secs(1) || d > Duration::from_secs(300) {
-        return Err("use 1s to 5m (etcd gives every non-watch request 5s in all)".into());
-    }
-    Ok(d)
-}
-
-fn parse_public_url(s: &str) -> Result<String, String> {
-    let rest = s
-        .strip_prefix("http://")
-        .or_else(|| s.strip_prefix("https://"))
-        .ok_or(
-            "the public URL starts with http:// or https://, e.g. https://discovery.example.com",
-        )?;
-    if rest.is_empty() || rest.contains(['?', '#', ' ']) {
-        return Err("expected scheme://host[:port][/path] without query or fragment".into());
-    }
-    Ok(s.trim_end_matches('/').to_string())
-}
-
 impl ServeConfig {
     /// The flag defaults for a service embedded in another process (`muster demo`, tests),
     /// listening on `listen` with its database in `data_dir`. Unlike parsing, it reads no
@@ -408,58 +334,4 @@ impl ServeConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn embedded_defaults_are_the_flag_defaults() {
-        let parsed = Cli::try_parse_from([
-            "muster-discovery",
-            "serve",
-            "--listen",
-            "127.0.0.1:9",
-            "--data-dir",
-            "/tmp/x",
-        ])
-        .expect("defaults parse");
-        let Command::Serve(parsed) = parsed.command;
-        let embedded = ServeConfig::embedded("127.0.0.1:9".parse().expect("addr"), "/tmp/x".into());
-        // Debug covers every field, so a new flag whose default differs fails here.
-        assert_eq!(format!("{parsed:?}"), format!("{embedded:?}"));
-    }
-
-    #[test]
-    fn default_data_dir_follows_the_platform_convention() {
-        let os = |s: &str| Some(std::ffi::OsString::from(s));
-        let cases = [
-            (
-                true,
-                os("/x/state"),
-                os("/home/u"),
-                "/var/lib/muster-discovery",
-            ),
-            (
-                false,
-                os("/x/state"),
-                os("/home/u"),
-                "/x/state/muster-discovery",
-            ),
-            (
-                false,
-                None,
-                os("/home/u"),
-                "/home/u/.local/state/muster-discovery",
-            ),
-            (
-                false,
-                os("relative"),
-                os("/home/u"),
-                "/home/u/.local/state/muster-discovery",
-            ),
-            (false, None, None, "/var/lib/muster-discovery"),
-        ];
-        for (root, xdg, home, want) in cases {
-            assert_eq!(data_dir_for(root, xdg, home), PathBuf::from(want));
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,225 @@
+//! One accepted connection, from admission to close: the connection caps (a connection over
+//! one is answered 503 and closed), then plain HTTP/1.1, h2c or TLS. Apart from the accept loop
+//! so that the loop reads as accept, admit, serve, and what one connection goes through is in
+//! one place.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::Watcher;
+use tokio::net::TcpStream;
+use tower::ServiceExt;
+
+use super::{TLS_HANDSHAKE_TIMEOUT, h2, io};
+use crate::config::ServeConfig;
+use crate::http::{App, ClientAddr};
+use crate::limits::{ClientKey, LimitKind, PerClient, Slot, Total, TotalSlot, kind_json};
+use crate::store::Store;
+
+/// The places a connection holds under both caps; dropping them gives the places back.
+type Places = (Slot, TotalSlot);
+
+/// What every connection is served with besides its socket.
+pub struct Connections<S: Store> {
+    app: Arc<App<S>>,
+    router: axum::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    header_timeout: Duration,
+    per_client: PerClient,
+    total: Total,
+}
+
+impl<S: Store> Connections<S> {
+    pub fn new(
+        app: Arc<App<S>>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        config: &ServeConfig,
+    ) -> Self {
+        Self {
+            router: crate::http::router(app.clone()),
+            app,
+            tls,
+            header_timeout: config.header_timeout,
+            per_client: PerClient::new(config.max_connections_per_client),
+            total: Total::new(crate::limits::within_descriptors(config.max_connections)),
+        }
+    }
+
+    /// Admits `stream` and serves it on its own task, or refuses it.
+    pub fn take(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher) {
+        let _ = stream.set_nodelay(true);
+        match self.admit(ClientKey::of(peer.ip())) {
+            Ok(places) => self.spawn_serve(stream, peer, places, watcher),
+            Err(message) => refuse(&self.app, stream, message),
+        }
+    }
+
+    /// A place under both caps for a connection of `client`, or why there is none. The
+    /// per-client cap is asked first, so that one client's flood is named as such.
+    fn admit(&self, client: ClientKey) -> Result<Places, String> {
+        let Some(slot) = self.per_client.acquire(client) else {
+            return Err(format!(
+                "{client} has {} connections open, the most one client may (--max-connections-per-client)",
+                self.per_client.cap()
+            ));
+        };
+        let Some(place) = self.total.acquire() else {
+            return Err(format!(
+                "the service has {} connections open, the most it takes (--max-connections); try again shortly",
+                self.total.cap()
+            ));
+        };
+        Ok((slot, place))
+    }
+
+    fn spawn_serve(&self, stream: TcpStream, peer: SocketAddr, places: Places, watcher: Watcher) {
+        let app = self.app.clone();
+        app.metrics.connection_opened();
+        let router = self.router.clone();
+        let header_timeout = self.header_timeout;
+        match &self.tls {
+            None => {
+                tokio::spawn(async move {
+                    let _places = places;
+                    serve_plain(&app, stream, peer, router, header_timeout, watcher).await;
+                    app.metrics.connection_closed();
+                });
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let _places = places;
+                    serve_tls(
+                        &app,
+                        acceptor,
+                        stream,
+                        peer,
+                        router,
+                        header_timeout,
+                        watcher,
+                    )
+                    .await;
+                    app.metrics.connection_closed();
+                });
+            }
+        }
+    }
+}
+
+/// A plain connection: HTTP/2 if it opens with the preface (h2c, etcd v3's gRPC), HTTP/1.1
+/// otherwise; one that sends nothing in time is closed without a word.
+async fn serve_plain<S: Store>(
+    app: &Arc<App<S>>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: axum::Router,
+    header_timeout: Duration,
+    watcher: Watcher,
+) {
+    match h2::opens_with_preface(&stream, header_timeout).await {
+        Some(true) => h2::serve(stream, peer, app.clone(), router, watcher).await,
+        Some(false) => {
+            serve_plain_http1(app, stream, peer, router, header_timeout, watcher).await;
+        }
+        None => {}
+    }
+}
+
+/// Answers a connection over a connection limit with 503 `too_many_connections` and closes it.
+fn refuse<S: Store>(app: &App<S>, stream: TcpStream, message: String) {
+    app.metrics.limited(LimitKind::TooManyConnections);
+    let body = kind_json(LimitKind::TooManyConnections.as_str(), &message);
+    tokio::spawn(async move {
+        io::answer_and_close(&stream, "503 Service Unavailable", &body).await;
+    });
+}
+
+/// hyper gave up on a client that did not send its request headers in time: say so (408).
+async fn answer_header_timeout<S: Store>(app: &App<S>, stream: &TcpStream, timeout: Duration) {
+    app.metrics.limited(LimitKind::RequestTimeout);
+    let body = kind_json(
+        LimitKind::RequestTimeout.as_str(),
+        &format!("the request headers did not arrive within {timeout:?} (--header-timeout)"),
+    );
+    io::answer_and_close(stream, "408 Request Timeout", &body).await;
+}
+
+/// The HTTP/1.1 service of one connection: the axum router, told the peer's address.
+fn http1_service(
+    router: axum::Router,
+    peer: SocketAddr,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone {
+    hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ClientAddr(peer));
+        router.clone().oneshot(req.map(axum::body::Body::new))
+    })
+}
+
+fn http1_builder(header_timeout: Duration) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    builder
+}
+
+/// A plain HTTP/1.1 connection. An idle keep-alive connection is closed without a word; one cut
+/// in the middle of its request headers is told why.
+async fn serve_plain_http1<S: Store>(
+    app: &App<S>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: axum::Router,
+    header_timeout: Duration,
+    watcher: Watcher,
+) {
+    let stream = Arc::new(stream);
+    let mid_request = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shared = io::SharedIo {
+        stream: stream.clone(),
+        mid_request: mid_request.clone(),
+    };
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(shared), http1_service(router, peer));
+    if let Err(e) = watcher.watch(conn).await
+        && e.is_timeout()
+        && mid_request.load(std::sync::atomic::Ordering::Relaxed)
+    {
+        answer_header_timeout(app, &stream, header_timeout).await;
+    }
+}
+
+/// A TLS connection: HTTP/2 if the client negotiated ALPN `h2` (gRPC), HTTP/1.1 otherwise.
+async fn serve_tls<S: Store>(
+    app: &Arc<App<S>>,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: axum::Router,
+    header_timeout: Duration,
+    watcher: Watcher,
+) {
+    let tls_stream =
+        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => return,
+        };
+    if tls_stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        h2::serve(tls_stream, peer, app.clone(), router, watcher).await;
+        return;
+    }
+    let conn = http1_builder(header_timeout)
+        .serve_connection(TokioIo::new(tls_stream), http1_service(router, peer));
+    let _ = watcher.watch(conn).await;
+}
