@@ -33,6 +33,9 @@ pub struct NodeSpec<'a> {
     pub revoked_at_start: BTreeSet<NodeId>,
 }
 
+/// The node port, FleetLock's listener and the metrics listener, as the node serves them.
+type Listeners = (TcpListener, Option<FleetLockListener>, Option<TcpListener>);
+
 /// Handles of a started node.
 pub struct RunningNode {
     agent: Arc<Agent>,
@@ -64,48 +67,98 @@ enum Stop {
 /// Starts raft, the peer listener, the operator socket, the reconciler and the removal watch.
 pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
     let config = spec.config;
-    let dir = &config.data_dir;
-    let (listener, fleetlock, metrics) = spec.listener.into_listeners().await?;
-    let files = spec.tls;
+    let listeners = spec.listener.into_listeners().await?;
     let key_pem = spec.identity.key.to_pem();
-    let revoked = tls::RevokedIds::default();
-    revoked.replace(spec.revoked_at_start.clone());
-    // Built once; a renewed certificate goes into `credentials` and is used from the next
-    // handshake on, by the listener and by every client.
-    let credentials = tls::NodeCredentials::new(&files.ca_pem, &files.cert_pem, &key_pem)?;
-    let server_tls = tls::server_config_for(&credentials, revoked.clone(), spec.cluster_id)?;
-    let client_tls = tls::client_config_for(&credentials)?;
-    let peers = PeerClients::new(client_tls, spec.cluster_id);
-    let timing = Timing {
-        heartbeat: config.heartbeat,
-        election_timeout: config.election_timeout,
-    };
+    let trust = Trust::build(&spec.tls, &key_pem, spec.cluster_id, &spec.revoked_at_start)?;
     let raft = RaftNode::start(
         spec.identity.node_id,
-        &datadir::raft_dir(dir),
-        peers.clone(),
-        timing,
+        &datadir::raft_dir(&config.data_dir),
+        trust.peers.clone(),
+        Timing {
+            heartbeat: config.heartbeat,
+            election_timeout: config.election_timeout,
+        },
     )
     .await?;
     let agent = Arc::new(Agent::new(
         raft,
         AgentInit {
-            data_dir: dir.clone(),
+            data_dir: config.data_dir.clone(),
             node_id: spec.identity.node_id,
             name: spec.identity.name.clone(),
             cluster_id: spec.cluster_id.to_string(),
-            ca_pin: tls::spki_pin(&files.ca_pem)?,
-            peers,
+            ca_pin: tls::spki_pin(&spec.tls.ca_pem)?,
+            peers: trust.peers,
             promote_after: config.promote_after,
             automation: config.automation,
-            revoked,
+            revoked: trust.revoked,
             revoked_at_start: spec.revoked_at_start,
-            credentials,
+            credentials: trust.credentials,
             cert_validity: config.cert_validity,
         },
     ));
     agent.refresh_revoked();
     let (stop, stop_rx) = watch::channel(false);
+    let tasks = spawn_tasks(
+        &agent,
+        config,
+        listeners,
+        trust.server_tls,
+        key_pem,
+        stop_rx,
+    );
+    tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
+    let (refuse, refusals) = mpsc::unbounded_channel();
+    Ok(RunningNode {
+        agent,
+        stop,
+        tasks,
+        refusals,
+        refuse,
+    })
+}
+
+/// What the node proves itself with and whom it refuses, built once from the start path's TLS
+/// files: a renewed certificate later goes into `credentials` and is used from the next
+/// handshake on, by the listener and by every client.
+struct Trust {
+    credentials: tls::NodeCredentials,
+    server_tls: Arc<rustls::ServerConfig>,
+    peers: PeerClients,
+    revoked: tls::RevokedIds,
+}
+
+impl Trust {
+    fn build(
+        files: &TlsFiles,
+        key_pem: &str,
+        cluster_id: &str,
+        revoked_at_start: &BTreeSet<NodeId>,
+    ) -> Result<Self, AgentError> {
+        let revoked = tls::RevokedIds::default();
+        revoked.replace(revoked_at_start.clone());
+        let credentials = tls::NodeCredentials::new(&files.ca_pem, &files.cert_pem, key_pem)?;
+        let server_tls = tls::server_config_for(&credentials, revoked.clone(), cluster_id)?;
+        let client_tls = tls::client_config_for(&credentials)?;
+        Ok(Self {
+            peers: PeerClients::new(client_tls, cluster_id),
+            credentials,
+            server_tls,
+            revoked,
+        })
+    }
+}
+
+/// The node's tasks, each given the agent; all of them end when the node stops.
+fn spawn_tasks(
+    agent: &Arc<Agent>,
+    config: &AgentConfig,
+    (listener, fleetlock, metrics): Listeners,
+    server_tls: Arc<rustls::ServerConfig>,
+    key_pem: String,
+    stop_rx: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let dir = &config.data_dir;
     let tasks = vec![
         tokio::spawn(crate::serve::serve_peers(
             agent.clone(),
@@ -152,7 +205,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             }
         }),
         tokio::spawn(crate::notify::readiness_loop(agent.clone())),
-        tokio::spawn(crate::renew::renewal_loop(agent.clone(), key_pem.clone())),
+        tokio::spawn(crate::renew::renewal_loop(agent.clone(), key_pem)),
         tokio::spawn({
             let (agent, schedule) = (agent.clone(), config.snapshots.clone());
             async move {
@@ -173,15 +226,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             }
         }),
     ];
-    tracing::info!(listen = %config.listen, advertise = %config.advertise, "serving");
-    let (refuse, refusals) = mpsc::unbounded_channel();
-    Ok(RunningNode {
-        agent,
-        stop,
-        tasks,
-        refusals,
-        refuse,
-    })
+    tasks
 }
 
 impl RunningNode {
@@ -419,9 +464,7 @@ impl BoundPort {
     }
 
     /// The listeners, for the node's servers: its TLS port, FleetLock's and the metrics one.
-    pub async fn into_listeners(
-        self,
-    ) -> Result<(TcpListener, Option<FleetLockListener>, Option<TcpListener>), AgentError> {
+    pub async fn into_listeners(self) -> Result<Listeners, AgentError> {
         let _ = self.stop.send(());
         let listener = self
             .task

@@ -49,6 +49,18 @@ pub async fn admit(
         }
         return join_or_refuse(config, identity, &discovery, elsewhere, token).await;
     }
+    register(config, identity, &discovery).await?;
+    wait_for_formation(config, identity, &discovery, token).await
+}
+
+/// Registers this node (again, after a restart: an existing registration is ours) and
+/// publishes its key's fingerprint.
+async fn register(
+    config: &AgentConfig,
+    identity: &Identity,
+    discovery: &DiscoveryClient,
+) -> Result<(), AgentError> {
+    let me = identity.member_id();
     match retrying("registering", || {
         discovery.register(&me, &identity.name, &config.advertise)
     })
@@ -75,19 +87,31 @@ pub async fn admit(
     }
     // The discovery URL is a credential: log only the service, not the token.
     tracing::info!(url = %discovery.shown(), member = %me, "registered");
+    Ok(())
+}
+
+/// Waits, registered, until this node initiates (it registered first), finds the initiator's
+/// record and joins it, or finds the URL formed without it.
+async fn wait_for_formation(
+    config: &AgentConfig,
+    identity: &Identity,
+    discovery: &DiscoveryClient,
+    token: Option<&SecretToken>,
+) -> Result<Admitted, AgentError> {
+    let me = identity.member_id();
     let mut last_progress = 0;
     // The first registrant checked for a Muster key: once per registrant, not every round.
     let mut checked_first: Option<String> = None;
     loop {
         let listing = retrying("reading the discovery URL", || discovery.listing()).await?;
-        if let Some(elsewhere) = formed_without_me(&discovery, &listing, &me).await {
-            return join_or_refuse(config, identity, &discovery, elsewhere, token).await;
+        if let Some(elsewhere) = formed_without_me(discovery, &listing, &me).await {
+            return join_or_refuse(config, identity, discovery, elsewhere, token).await;
         }
         // Waiting on a first registrant that is not a Muster agent would be forever: it never
         // writes the record.
         let first = listing.cohort().first().map(|r| r.id.clone());
         if first != checked_first {
-            if let Some(found) = foreign::confirm(&discovery, &listing, &me).await {
+            if let Some(found) = foreign::confirm(discovery, &listing, &me).await {
                 return Err(AgentError::Refused(foreign::refusal(
                     &discovery.shown(),
                     listing.size,
@@ -99,7 +123,7 @@ pub async fn admit(
         let cohort = listing.cohort();
         if cohort.first().is_some_and(|r| r.id == me) {
             let origin = Origin::Discovery {
-                discovery: &discovery,
+                discovery,
                 size: listing.size,
             };
             return initiate(config, identity, origin).await;
@@ -117,7 +141,7 @@ pub async fn admit(
         if let Some((record, _)) =
             retrying("reading the bootstrap record", || discovery.record()).await?
         {
-            return join_initiator(config, identity, &discovery, &listing, record).await;
+            return join_initiator(config, identity, discovery, &listing, record).await;
         }
         // Wake as soon as the record appears (a watch on the hidden key itself; watches on the
         // token directory never report hidden keys), and re-read registrations every second;

@@ -126,40 +126,8 @@ pub fn decide(
             .map_err(|e| AgentError::Usage(format!("{}: {e}", t.source)))
     });
     if let Some(cluster) = found.cluster {
-        if config.init {
-            return Err(AgentError::Usage(format!(
-                "{} already holds cluster {}: --init creates a new cluster, and only on an \
-                 empty data dir. To restart this member, start it without --init; to create \
-                 another cluster, give this machine an empty --data-dir",
-                config.data_dir.display(),
-                cluster.cluster_id()
-            )));
-        }
-        // A restart never needs the token; only one that is surely for another cluster stops
-        // it (a malformed one left in the settings does not).
-        if let Some(Ok(token)) = &token
-            && !found.ca_pins.is_empty()
-            && !found.ca_pins.iter().any(|pin| pin == token.ca_pin())
-        {
-            return Err(AgentError::Refused(format!(
-                "{} belongs to cluster {}, but the join token from {} is for another cluster (its \
-                 CA differs). To join that cluster, start this machine with an empty --data-dir \
-                 (move this one aside); to restart this member of {}, drop the token",
-                config.data_dir.display(),
-                cluster.cluster_id(),
-                config.token.as_ref().map_or("--token", |t| t.source),
-                cluster.cluster_id(),
-            )));
-        }
-        let tls = found.tls.ok_or_else(|| {
-            AgentError::failed(format!(
-                "{} holds cluster.json but no TLS files",
-                config.data_dir.display()
-            ))
-        })?;
-        return Ok(Plan::Restart { cluster, tls });
+        return restart_plan(config, cluster, found.tls, &found.ca_pins, token.as_ref());
     }
-    let token = token.transpose()?;
     if found.raft_state {
         return Err(AgentError::Failed(format!(
             "{} holds raft state but no cluster.json: the data dir is damaged, or a `muster restore` \
@@ -168,6 +136,54 @@ pub fn decide(
             config.data_dir.display()
         )));
     }
+    fresh_plan(config, token.transpose()?)
+}
+
+/// The data dir belongs to a cluster: restart on it, unless the settings surely mean another
+/// cluster or a new one.
+fn restart_plan(
+    config: &AgentConfig,
+    cluster: ClusterFile,
+    tls: Option<TlsFiles>,
+    ca_pins: &[String],
+    token: Option<&Result<SecretToken, AgentError>>,
+) -> Result<Plan, AgentError> {
+    if config.init {
+        return Err(AgentError::Usage(format!(
+            "{} already holds cluster {}: --init creates a new cluster, and only on an \
+             empty data dir. To restart this member, start it without --init; to create \
+             another cluster, give this machine an empty --data-dir",
+            config.data_dir.display(),
+            cluster.cluster_id()
+        )));
+    }
+    // A restart never needs the token; only one that is surely for another cluster stops
+    // it (a malformed one left in the settings does not).
+    if let Some(Ok(token)) = token
+        && !ca_pins.is_empty()
+        && !ca_pins.iter().any(|pin| pin == token.ca_pin())
+    {
+        return Err(AgentError::Refused(format!(
+            "{} belongs to cluster {}, but the join token from {} is for another cluster (its \
+             CA differs). To join that cluster, start this machine with an empty --data-dir \
+             (move this one aside); to restart this member of {}, drop the token",
+            config.data_dir.display(),
+            cluster.cluster_id(),
+            config.token.as_ref().map_or("--token", |t| t.source),
+            cluster.cluster_id(),
+        )));
+    }
+    let tls = tls.ok_or_else(|| {
+        AgentError::failed(format!(
+            "{} holds cluster.json but no TLS files",
+            config.data_dir.display()
+        ))
+    })?;
+    Ok(Plan::Restart { cluster, tls })
+}
+
+/// A data dir of no cluster: how to come up from the settings alone.
+fn fresh_plan(config: &AgentConfig, token: Option<SecretToken>) -> Result<Plan, AgentError> {
     if config.init {
         return Ok(Plan::Init);
     }
