@@ -154,80 +154,116 @@ impl Leases {
                 clock_ms,
                 key_sha256,
                 new_key_sha256,
-            } => {
-                check_name("lease", name)?;
-                check_name("holder", holder)?;
-                check_ttl(*ttl_ms)?;
-                self.advance(*clock_ms);
-                let now = self.clock_ms;
-                self.held.retain(|_, l| l.expires_ms > now);
-                let extended = match self.held.get(name) {
-                    Some(l) if !owns(l, holder, key_sha256.as_deref()) => {
-                        return Err(Refusal::new(
-                            ErrorKind::LeaseHeld,
-                            format!(
-                                "lease {name} is held by {} for another {} ms",
-                                l.holder,
-                                l.expires_ms - now
-                            ),
-                        ));
-                    }
-                    Some(_) => true,
-                    None => false,
-                };
-                if !extended && self.held.len() >= MAX_LEASES {
-                    return Err(Refusal::new(
-                        ErrorKind::InvalidArgument,
-                        format!("{MAX_LEASES} leases are held; release unused ones first"),
-                    ));
-                }
-                let expires_ms = now.saturating_add(*ttl_ms);
-                let lease = match self.held.get_mut(name) {
-                    Some(l) => {
-                        l.expires_ms = expires_ms;
-                        l.clone()
-                    }
-                    None => {
-                        self.last_token += 1;
-                        let l = Lease {
-                            holder: holder.clone(),
-                            token: self.last_token,
-                            granted_ms: now,
-                            expires_ms,
-                            key_sha256: new_key_sha256.clone(),
-                        };
-                        self.held.insert(name.clone(), l.clone());
-                        l
-                    }
-                };
-                Ok(Outcome {
-                    lease: Some(lease),
-                    extended,
-                    released: false,
-                    clock_ms: now,
-                })
-            }
+            } => self.claim(
+                name,
+                holder,
+                *ttl_ms,
+                *clock_ms,
+                key_sha256.as_deref(),
+                new_key_sha256,
+            ),
             Command::Release {
                 name,
                 holder,
                 key_sha256,
                 clock_ms,
-            } => {
-                self.advance(*clock_ms);
-                let released = self
-                    .held
-                    .get(name)
-                    .is_some_and(|l| owns(l, holder, Some(key_sha256)));
-                if released {
-                    self.held.remove(name);
-                }
-                Ok(Outcome {
-                    lease: None,
-                    extended: false,
-                    released,
-                    clock_ms: self.clock_ms,
-                })
+            } => Ok(self.release(name, holder, key_sha256, *clock_ms)),
+        }
+    }
+
+    /// Takes or extends `name` for `holder`. The clock moves and expired leases go even when
+    /// the claim is refused (both are as true after a refusal as before it).
+    fn claim(
+        &mut self,
+        name: &str,
+        holder: &str,
+        ttl_ms: u64,
+        clock_ms: u64,
+        key_sha256: Option<&str>,
+        new_key_sha256: &str,
+    ) -> Result<Outcome, Refusal> {
+        check_name("lease", name)?;
+        check_name("holder", holder)?;
+        check_ttl(ttl_ms)?;
+        self.advance(clock_ms);
+        let now = self.clock_ms;
+        self.held.retain(|_, l| l.expires_ms > now);
+        let extended = self.may_claim(name, holder, key_sha256, now)?;
+        let expires_ms = now.saturating_add(ttl_ms);
+        let lease = match self.held.get_mut(name) {
+            Some(l) => {
+                l.expires_ms = expires_ms;
+                l.clone()
             }
+            None => {
+                self.last_token += 1;
+                let l = Lease {
+                    holder: holder.to_string(),
+                    token: self.last_token,
+                    granted_ms: now,
+                    expires_ms,
+                    key_sha256: new_key_sha256.to_string(),
+                };
+                self.held.insert(name.to_string(), l.clone());
+                l
+            }
+        };
+        Ok(Outcome {
+            lease: Some(lease),
+            extended,
+            released: false,
+            clock_ms: now,
+        })
+    }
+
+    /// Whether `holder` (with key hash `key`) may claim `name` at `now` among the leases held
+    /// then: `Ok(true)` extends its own lease, `Ok(false)` is a new grant.
+    fn may_claim(
+        &self,
+        name: &str,
+        holder: &str,
+        key: Option<&str>,
+        now: u64,
+    ) -> Result<bool, Refusal> {
+        let extended = match self.held.get(name) {
+            Some(l) if !owns(l, holder, key) => {
+                return Err(Refusal::new(
+                    ErrorKind::LeaseHeld,
+                    format!(
+                        "lease {name} is held by {} for another {} ms",
+                        l.holder,
+                        l.expires_ms - now
+                    ),
+                ));
+            }
+            Some(_) => true,
+            None => false,
+        };
+        if !extended && self.held.len() >= MAX_LEASES {
+            return Err(Refusal::new(
+                ErrorKind::InvalidArgument,
+                format!("{MAX_LEASES} leases are held; release unused ones first"),
+            ));
+        }
+        Ok(extended)
+    }
+
+    /// Gives `name` up if `holder` holds it with key hash `key`; anything else changes nothing
+    /// but the clock.
+    fn release(&mut self, name: &str, holder: &str, key: &str, clock_ms: u64) -> Outcome {
+        self.advance(clock_ms);
+        let released = self
+            .held
+            .get(name)
+            .is_some_and(|l| owns(l, holder, Some(key)));
+        if released {
+            self.held.remove(name);
+        }
+        Outcome {
+            lease: None,
+            extended: false,
+            released,
+            clock_ms: self.clock_ms,
         }
     }
 
