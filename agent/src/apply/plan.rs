@@ -7,6 +7,11 @@
 //! (the quorum); with `H` of them healthy it survives `H − quorum` more failures (the failure
 //! tolerance). Removing an unreachable voter never lowers it; removing a healthy one may, and
 //! is refused when it would take the tolerance below zero.
+//!
+//! [`plan`] only orders the steps; each kind is worked out in `plan/`: the members' checks and
+//! removals (`removals.rs`, the only steps that move the tolerance), the settings, FleetLock
+//! and joins (`changes.rs`), the upgrades (`upgrades.rs`), the probe table (`probes.rs`) and
+//! the advice for a lost quorum (`recovery.rs`).
 
 mod changes;
 mod probes;

@@ -2,6 +2,11 @@
 //!
 //! Plain data and pure functions: nothing here knows openraft or HTTP. `raft/` persists and
 //! replicates these types; the leader's operations (`leader/`) build the commands.
+//!
+//! [`ClusterState::apply`] hands each command to its family: the cluster's life, its members
+//! and its tokens are carried out in `lifecycle.rs`, `membership.rs` and `tokens.rs`; the
+//! domains with rules of their own (`kv.rs`, `lease.rs`, `fleetlock.rs`, `settings.rs`,
+//! `ca_rotation.rs`) judge theirs.
 
 mod admission;
 pub mod ca_rotation;
