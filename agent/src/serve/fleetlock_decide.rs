@@ -322,4 +322,60 @@ mod tests {
             Ok(("m1".to_string(), "default".to_string()))
         );
     }
+
+    #[test]
+    fn leader_refusals_keep_the_protocol_s_kinds() {
+        for (kind, status, want) in [
+            (
+                ErrorKind::SemaphoreFull,
+                StatusCode::CONFLICT,
+                "failed_lock_semaphore_full",
+            ),
+            (
+                ErrorKind::UnknownGroup,
+                StatusCode::BAD_REQUEST,
+                "unknown_group",
+            ),
+            (
+                ErrorKind::TooManyGroups,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "failed_too_many_groups",
+            ),
+            (
+                ErrorKind::NoLeader,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_leader",
+            ),
+            (
+                ErrorKind::QuorumLost,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_quorum",
+            ),
+            (
+                ErrorKind::InvalidArgument,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+            ),
+        ] {
+            let r = leader_refusal(ApiError::new(kind, "why"));
+            assert_eq!(
+                (r.status, r.kind, r.value.as_str()),
+                (status, want, "why"),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decided_requests_answer_with_their_outcome() {
+        let kind = |o| outcome_answer(&o, "m1", "workers").0;
+        assert_eq!(kind(Outcome::Locked), "lock_acquired");
+        assert_eq!(kind(Outcome::AlreadyHeld), "lock_already_held");
+        assert_eq!(kind(Outcome::Unlocked), "unlocked");
+        assert_eq!(kind(Outcome::NotHeld), "not_held");
+        assert_eq!(
+            outcome_answer(&Outcome::Locked, "m1", "workers").1,
+            "m1 holds a reboot slot of group workers"
+        );
+    }
 }
