@@ -5,9 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 
-use muster_shared::duration::{format_duration, parse_duration};
+use muster_shared::duration::parse_duration;
 use serde::Deserialize;
 use toml::Spanned;
+
+mod export;
 
 use crate::config::{validate_host_port, validate_name};
 use crate::state::fleetlock::{MAX_GROUPS, valid_group};
@@ -126,10 +128,6 @@ impl Manifest {
     /// Parses and checks `text`: unknown keys, wrong types, duplicate names or addresses, bad
     /// addresses and out-of-range settings are refused with their line.
     pub fn parse(text: &str) -> Result<Self, ManifestError> {
-        let refuse = |span: Range<usize>, message: &dyn std::fmt::Display| ManifestError {
-            line: line_of(text, span.start),
-            message: message.to_string(),
-        };
         let raw: RawManifest = toml::from_str(text).map_err(|e| ManifestError {
             line: e.span().map_or(1, |s| line_of(text, s.start)),
             message: format!(
@@ -139,249 +137,172 @@ impl Manifest {
                 e.message()
             ),
         })?;
-        let (default_dir, default_given) = match &raw.defaults {
-            Some(RawDefaults {
-                data_dir: Some(dir),
-            }) => (checked_dir(dir).map_err(|m| refuse(dir.span(), &m))?, true),
-            _ => (DEFAULT_DATA_DIR.to_string(), false),
-        };
-        let mut members = Vec::new();
-        let mut names = BTreeSet::new();
-        let mut addresses = BTreeMap::new();
-        for m in &raw.member {
-            let name = m.name.get_ref();
-            validate_name(name).map_err(|e| refuse(m.name.span(), &format!("member name: {e}")))?;
-            if !names.insert(name.clone()) {
-                return Err(refuse(
-                    m.name.span(),
-                    &format!("member {name:?} is listed twice; every member needs its own name"),
-                ));
-            }
-            let address = m.address.get_ref();
-            validate_host_port("address", address)
-                .map_err(|e| refuse(m.address.span(), &format!("member {name}: {e}")))?;
-            if let Some(other) = addresses.insert(address.clone(), name.clone()) {
-                return Err(refuse(
-                    m.address.span(),
-                    &format!("members {other} and {name} both have address {address}"),
-                ));
-            }
-            let (data_dir, data_dir_given) = match &m.data_dir {
-                Some(dir) => (checked_dir(dir).map_err(|e| refuse(dir.span(), &e))?, true),
-                None => (default_dir.clone(), default_given),
-            };
-            members.push(DesiredMember {
-                name: name.clone(),
-                address: address.clone(),
-                data_dir,
-                data_dir_given,
-            });
-        }
-        if members.is_empty() {
-            return Err(ManifestError {
-                line: line_of(text, text.len()),
-                message: "the file lists no member; add a [[member]] table with name and \
-                          address for each machine (`muster config export` writes one)"
-                    .into(),
-            });
-        }
+        let members = members(text, &raw)?;
         let settings = match &raw.cluster {
-            Some(c) => DesiredSettings {
-                replace_after_ms: c
-                    .replace_after
-                    .as_ref()
-                    .map(|d| delay(d).map_err(|m| refuse(d.span(), &m)))
-                    .transpose()?,
-                cleanup_dead_after_ms: c
-                    .cleanup_dead_after
-                    .as_ref()
-                    .map(|d| delay(d).map_err(|m| refuse(d.span(), &m)))
-                    .transpose()?,
-                min_voters: c
-                    .min_voters
-                    .as_ref()
-                    .map(|n| {
-                        count(n, MIN_MIN_VOTERS, MAX_MIN_VOTERS, "min_voters")
-                            .map_err(|m| refuse(n.span(), &m))
-                    })
-                    .transpose()?,
-                standbys: c
-                    .standbys
-                    .as_ref()
-                    .map(|n| {
-                        count(n, 0, MAX_STANDBYS, "standbys").map_err(|m| refuse(n.span(), &m))
-                    })
-                    .transpose()?,
-            },
+            Some(c) => settings(text, c)?,
             None => DesiredSettings::default(),
         };
-        let fleetlock = match &raw.fleetlock {
-            None => None,
-            Some(f) => {
-                let unknown_groups = match &f.unknown_groups {
-                    Some(mode) if ["create", "reject"].contains(&mode.get_ref().as_str()) => {
-                        Some(mode.get_ref().clone())
-                    }
-                    Some(mode) => {
-                        return Err(refuse(
-                            mode.span(),
-                            &format!(
-                                "unknown_groups = {:?}: write \"create\" (a group nobody \
-                                 configured is created on first use) or \"reject\"",
-                                mode.get_ref()
-                            ),
-                        ));
-                    }
-                    None => None,
-                };
-                let mut groups = BTreeMap::new();
-                for g in &f.group {
-                    let name = g.name.get_ref();
-                    if !valid_group(name) {
-                        return Err(refuse(
-                            g.name.span(),
-                            &format!(
-                                "group name {name:?}: use 1 to 253 characters of [a-zA-Z0-9.-] \
-                                 (Zincati's group names)"
-                            ),
-                        ));
-                    }
-                    let slots = count(&g.slots, 1, MAX_SLOTS, "slots")
-                        .map_err(|m| refuse(g.slots.span(), &m))?;
-                    if groups.insert(name.clone(), slots).is_some() {
-                        return Err(refuse(
-                            g.name.span(),
-                            &format!("group {name:?} is listed twice"),
-                        ));
-                    }
-                }
-                if groups.len() > MAX_GROUPS {
-                    return Err(ManifestError {
-                        line: 1,
-                        message: format!("at most {MAX_GROUPS} FleetLock groups"),
-                    });
-                }
-                Some(DesiredFleetLock {
-                    unknown_groups,
-                    groups,
-                })
-            }
-        };
+        let fleetlock = raw
+            .fleetlock
+            .as_ref()
+            .map(|f| fleetlock(text, f))
+            .transpose()?;
         Ok(Manifest {
             members,
             settings,
             fleetlock,
         })
     }
+}
 
-    /// The file `muster config export` writes: what `parse` reads back to the same manifest.
-    /// `cluster_notes` are comment lines under `[cluster]` (where its values come from).
-    pub fn to_toml(&self, cluster_notes: &[String]) -> String {
-        let mut out = String::from(
-            "# The desired cluster, for `muster plan -f` and `muster apply -f` (docs/apply.md).\n\n",
-        );
-        let s = &self.settings;
-        out.push_str("[cluster]\n");
-        for note in cluster_notes {
-            out.push_str(&format!("# {note}\n"));
-        }
-        if let Some(ms) = s.replace_after_ms {
-            out.push_str(&format!(
-                "replace_after = {:?}        # a silent voter is replaced after this; \"0\" turns it off\n",
-                delay_text(ms)
-            ));
-        }
-        if let Some(ms) = s.cleanup_dead_after_ms {
-            out.push_str(&format!(
-                "cleanup_dead_after = {:?}   # a silent member is removed after this; \"0\" turns it off\n",
-                delay_text(ms)
-            ));
-        }
-        if let Some(n) = s.min_voters {
-            out.push_str(&format!(
-                "min_voters = {n}               # cleanup never leaves fewer members\n"
-            ));
-        }
-        if let Some(n) = s.standbys {
-            out.push_str(&format!(
-                "standbys = {n}                 # nonvoters kept replicating, ready to be promoted\n"
-            ));
-        }
-        if let Some(f) = &self.fleetlock {
-            out.push_str("\n[fleetlock]\n");
-            if let Some(mode) = &f.unknown_groups {
-                out.push_str(&format!("unknown_groups = {mode:?}\n"));
-            }
-            for (name, slots) in &f.groups {
-                out.push_str(&format!(
-                    "\n[[fleetlock.group]]\nname = {name:?}\nslots = {slots}\n"
-                ));
-            }
-        }
-        let dirs: BTreeSet<&str> = self.members.iter().map(|m| m.data_dir.as_str()).collect();
-        let common_dir = match dirs.iter().collect::<Vec<_>>().as_slice() {
-            [one] => Some(**one),
-            _ => None,
-        };
-        if let Some(dir) = common_dir.filter(|d| *d != DEFAULT_DATA_DIR) {
-            out.push_str(&format!("\n[defaults]\ndata_dir = {dir:?}\n"));
-        }
-        for m in &self.members {
-            out.push_str(&format!(
-                "\n[[member]]\nname = {:?}\naddress = {:?}\n",
-                m.name, m.address
-            ));
-            if common_dir.is_none() && m.data_dir != DEFAULT_DATA_DIR {
-                out.push_str(&format!("data_dir = {:?}\n", m.data_dir));
-            }
-        }
-        out
+/// A refusal of the value at `span` of `text`, with its line.
+fn refuse(text: &str, span: Range<usize>, message: &dyn std::fmt::Display) -> ManifestError {
+    ManifestError {
+        line: line_of(text, span.start),
+        message: message.to_string(),
     }
 }
 
-impl Manifest {
-    /// The file as JSON, in the TOML's own shape and keys (`cluster`, `fleetlock.group`,
-    /// `member`; durations as the same text), for scripts.
-    pub fn to_json(&self) -> serde_json::Value {
-        let s = &self.settings;
-        let mut cluster = serde_json::Map::new();
-        if let Some(ms) = s.replace_after_ms {
-            cluster.insert("replace_after".into(), delay_text(ms).into());
+/// The `[[member]]` tables, each with its data dir (its own, `[defaults]`' or the default):
+/// names and addresses unique, at least one member.
+fn members(text: &str, raw: &RawManifest) -> Result<Vec<DesiredMember>, ManifestError> {
+    let (default_dir, default_given) = match &raw.defaults {
+        Some(RawDefaults {
+            data_dir: Some(dir),
+        }) => (
+            checked_dir(dir).map_err(|m| refuse(text, dir.span(), &m))?,
+            true,
+        ),
+        _ => (DEFAULT_DATA_DIR.to_string(), false),
+    };
+    let mut members = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut addresses = BTreeMap::new();
+    for m in &raw.member {
+        let name = m.name.get_ref();
+        validate_name(name)
+            .map_err(|e| refuse(text, m.name.span(), &format!("member name: {e}")))?;
+        if !names.insert(name.clone()) {
+            return Err(refuse(
+                text,
+                m.name.span(),
+                &format!("member {name:?} is listed twice; every member needs its own name"),
+            ));
         }
-        if let Some(ms) = s.cleanup_dead_after_ms {
-            cluster.insert("cleanup_dead_after".into(), delay_text(ms).into());
+        let address = m.address.get_ref();
+        validate_host_port("address", address)
+            .map_err(|e| refuse(text, m.address.span(), &format!("member {name}: {e}")))?;
+        if let Some(other) = addresses.insert(address.clone(), name.clone()) {
+            return Err(refuse(
+                text,
+                m.address.span(),
+                &format!("members {other} and {name} both have address {address}"),
+            ));
         }
-        if let Some(n) = s.min_voters {
-            cluster.insert("min_voters".into(), n.into());
-        }
-        if let Some(n) = s.standbys {
-            cluster.insert("standbys".into(), n.into());
-        }
-        let mut file = serde_json::Map::new();
-        file.insert("cluster".into(), cluster.into());
-        if let Some(f) = &self.fleetlock {
-            let mut fleetlock = serde_json::Map::new();
-            if let Some(mode) = &f.unknown_groups {
-                fleetlock.insert("unknown_groups".into(), mode.clone().into());
-            }
-            let groups: Vec<serde_json::Value> = f
-                .groups
-                .iter()
-                .map(|(name, slots)| serde_json::json!({ "name": name, "slots": slots }))
-                .collect();
-            fleetlock.insert("group".into(), groups.into());
-            file.insert("fleetlock".into(), fleetlock.into());
-        }
-        let members: Vec<serde_json::Value> = self
-            .members
-            .iter()
-            .map(|m| {
-                serde_json::json!({ "name": m.name, "address": m.address, "data_dir": m.data_dir })
-            })
-            .collect();
-        file.insert("member".into(), members.into());
-        file.into()
+        let (data_dir, data_dir_given) = match &m.data_dir {
+            Some(dir) => (
+                checked_dir(dir).map_err(|e| refuse(text, dir.span(), &e))?,
+                true,
+            ),
+            None => (default_dir.clone(), default_given),
+        };
+        members.push(DesiredMember {
+            name: name.clone(),
+            address: address.clone(),
+            data_dir,
+            data_dir_given,
+        });
     }
+    if members.is_empty() {
+        return Err(ManifestError {
+            line: line_of(text, text.len()),
+            message: "the file lists no member; add a [[member]] table with name and \
+                      address for each machine (`muster config export` writes one)"
+                .into(),
+        });
+    }
+    Ok(members)
+}
+
+/// The `[cluster]` settings, each in its range.
+fn settings(text: &str, c: &RawCluster) -> Result<DesiredSettings, ManifestError> {
+    let delay_at = |d: &Spanned<String>| delay(d).map_err(|m| refuse(text, d.span(), &m));
+    let count_at = |n: &Spanned<i64>, min, max, what| {
+        count(n, min, max, what).map_err(|m| refuse(text, n.span(), &m))
+    };
+    Ok(DesiredSettings {
+        replace_after_ms: c.replace_after.as_ref().map(delay_at).transpose()?,
+        cleanup_dead_after_ms: c.cleanup_dead_after.as_ref().map(delay_at).transpose()?,
+        min_voters: c
+            .min_voters
+            .as_ref()
+            .map(|n| count_at(n, MIN_MIN_VOTERS, MAX_MIN_VOTERS, "min_voters"))
+            .transpose()?,
+        standbys: c
+            .standbys
+            .as_ref()
+            .map(|n| count_at(n, 0, MAX_STANDBYS, "standbys"))
+            .transpose()?,
+    })
+}
+
+/// The `[fleetlock]` table: the rule for unknown groups, and the groups with their slots.
+fn fleetlock(text: &str, f: &RawFleetLock) -> Result<DesiredFleetLock, ManifestError> {
+    let unknown_groups = match &f.unknown_groups {
+        Some(mode) if ["create", "reject"].contains(&mode.get_ref().as_str()) => {
+            Some(mode.get_ref().clone())
+        }
+        Some(mode) => {
+            return Err(refuse(
+                text,
+                mode.span(),
+                &format!(
+                    "unknown_groups = {:?}: write \"create\" (a group nobody \
+                     configured is created on first use) or \"reject\"",
+                    mode.get_ref()
+                ),
+            ));
+        }
+        None => None,
+    };
+    Ok(DesiredFleetLock {
+        unknown_groups,
+        groups: groups(text, &f.group)?,
+    })
+}
+
+/// The `[[fleetlock.group]]` tables: valid, unique names, slots in range, not too many.
+fn groups(text: &str, raw: &[RawGroup]) -> Result<BTreeMap<String, u32>, ManifestError> {
+    let mut groups = BTreeMap::new();
+    for g in raw {
+        let name = g.name.get_ref();
+        if !valid_group(name) {
+            return Err(refuse(
+                text,
+                g.name.span(),
+                &format!(
+                    "group name {name:?}: use 1 to 253 characters of [a-zA-Z0-9.-] \
+                     (Zincati's group names)"
+                ),
+            ));
+        }
+        let slots =
+            count(&g.slots, 1, MAX_SLOTS, "slots").map_err(|m| refuse(text, g.slots.span(), &m))?;
+        if groups.insert(name.clone(), slots).is_some() {
+            return Err(refuse(
+                text,
+                g.name.span(),
+                &format!("group {name:?} is listed twice"),
+            ));
+        }
+    }
+    if groups.len() > MAX_GROUPS {
+        return Err(ManifestError {
+            line: 1,
+            message: format!("at most {MAX_GROUPS} FleetLock groups"),
+        });
+    }
+    Ok(groups)
 }
 
 /// A value in `cluster.toml` that parses but cannot be used; [`Manifest::parse`] puts its line
@@ -436,16 +357,6 @@ fn delay(text: &Spanned<String>) -> Result<u64, FieldError> {
         return Err(FieldError::DelayOutOfRange(t.to_string()));
     }
     Ok(ms)
-}
-
-fn delay_text(ms: u64) -> String {
-    if ms == 0 {
-        "0".into()
-    } else if !ms.is_multiple_of(1000) {
-        format!("{ms}ms")
-    } else {
-        format_duration(std::time::Duration::from_millis(ms))
-    }
 }
 
 fn count(n: &Spanned<i64>, min: u32, max: u32, what: &'static str) -> Result<u32, FieldError> {

@@ -7,6 +7,7 @@
 pub mod accept;
 mod fleetlock;
 mod fleetlock_access;
+mod fleetlock_decide;
 mod http;
 pub mod limits;
 mod observe;

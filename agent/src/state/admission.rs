@@ -3,7 +3,7 @@
 
 #[cfg(doc)]
 use super::Request;
-use super::{ClusterState, NodeId, NodeRecord, Refusal};
+use super::{ClusterState, JoinTokenRecord, NodeId, NodeRecord, Refusal};
 use crate::api::ErrorKind;
 
 impl ClusterState {
@@ -82,68 +82,89 @@ impl ClusterState {
                     "the join token is not valid for this cluster; create one with `muster token create` on a member",
                 )
             })?;
-        // A retry by a node already admitted (its answer was lost), perhaps with a new token,
-        // or a member renewing a certificate that expired while it was down: admit it again
-        // without taking a use (a used-up token still counts). Its key proves it is the same
-        // node (the leader signs only a CSR made with that key). A revoked or expired token
-        // does not.
         if let Some(existing) = self.nodes.get(&id) {
-            if existing.key_fingerprint == node.key_fingerprint {
-                if token.revoked_ms.is_some() || now_ms >= token.expires_ms {
-                    return Err(Refusal::new(
-                        if token.revoked_ms.is_some() {
-                            ErrorKind::TokenRevoked
-                        } else {
-                            ErrorKind::TokenExpired
-                        },
-                        format!(
-                            "join token {token_id} is no longer valid; create a new one with \
-                             `muster token create`"
-                        ),
-                    ));
-                }
-                return Ok(Admission::AlreadyMember);
-            }
-            return Err(Refusal::new(
-                ErrorKind::Unauthorized,
-                format!(
-                    "node id {id:x} belongs to another member; this machine's data dir was copied \
-                     from a member: wipe it and join again"
-                ),
-            ));
+            return readmission(token, token_id, now_ms, id, existing, node);
         }
-        if let Some(revoked) = token.revoked_ms {
-            return Err(Refusal::new(
-                ErrorKind::TokenRevoked,
-                format!(
-                    "join token {token_id} was revoked ({} ago); create a new one with `muster token create`",
-                    ago(now_ms, revoked)
-                ),
-            ));
-        }
-        if token.uses_left == 0 {
-            return Err(Refusal::new(
-                ErrorKind::TokenConsumed,
-                format!(
-                    "join token {token_id} has been used up ({} of {} uses, last by {}); create a new one with `muster token create`",
-                    token.uses_total,
-                    token.uses_total,
-                    token.last_used_by.as_deref().unwrap_or("?")
-                ),
-            ));
-        }
-        if now_ms >= token.expires_ms {
-            return Err(Refusal::new(
-                ErrorKind::TokenExpired,
-                format!(
-                    "join token {token_id} expired {} ago; create a new one with `muster token create --ttl …`",
-                    ago(now_ms, token.expires_ms)
-                ),
-            ));
-        }
+        usable_for_a_new_member(token, token_id, now_ms)?;
         self.check_node(id, node)?;
         Ok(Admission::New)
     }
+}
+
+/// A retry by a node already admitted (its answer was lost), perhaps with a new token, or a
+/// member renewing a certificate that expired while it was down: admit it again without taking
+/// a use (a used-up token still counts). Its key proves it is the same node (the leader signs
+/// only a CSR made with that key). A revoked or expired token does not.
+fn readmission(
+    token: &JoinTokenRecord,
+    token_id: &str,
+    now_ms: u64,
+    id: NodeId,
+    existing: &NodeRecord,
+    node: &NodeRecord,
+) -> Result<Admission, Refusal> {
+    if existing.key_fingerprint != node.key_fingerprint {
+        return Err(Refusal::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "node id {id:x} belongs to another member; this machine's data dir was copied \
+                 from a member: wipe it and join again"
+            ),
+        ));
+    }
+    if token.revoked_ms.is_some() || now_ms >= token.expires_ms {
+        return Err(Refusal::new(
+            if token.revoked_ms.is_some() {
+                ErrorKind::TokenRevoked
+            } else {
+                ErrorKind::TokenExpired
+            },
+            format!(
+                "join token {token_id} is no longer valid; create a new one with \
+                 `muster token create`"
+            ),
+        ));
+    }
+    Ok(Admission::AlreadyMember)
+}
+
+/// A token a new member may take a use of: not revoked, not used up, not expired (checked in
+/// that order, so the message names the first reason).
+fn usable_for_a_new_member(
+    token: &JoinTokenRecord,
+    token_id: &str,
+    now_ms: u64,
+) -> Result<(), Refusal> {
+    if let Some(revoked) = token.revoked_ms {
+        return Err(Refusal::new(
+            ErrorKind::TokenRevoked,
+            format!(
+                "join token {token_id} was revoked ({} ago); create a new one with `muster token create`",
+                ago(now_ms, revoked)
+            ),
+        ));
+    }
+    if token.uses_left == 0 {
+        return Err(Refusal::new(
+            ErrorKind::TokenConsumed,
+            format!(
+                "join token {token_id} has been used up ({} of {} uses, last by {}); create a new one with `muster token create`",
+                token.uses_total,
+                token.uses_total,
+                token.last_used_by.as_deref().unwrap_or("?")
+            ),
+        ));
+    }
+    if now_ms >= token.expires_ms {
+        return Err(Refusal::new(
+            ErrorKind::TokenExpired,
+            format!(
+                "join token {token_id} expired {} ago; create a new one with `muster token create --ttl …`",
+                ago(now_ms, token.expires_ms)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The outcome of [`ClusterState::check_admission`].

@@ -2,6 +2,11 @@
 //!
 //! Plain data and pure functions: nothing here knows openraft or HTTP. `raft/` persists and
 //! replicates these types; the leader's operations (`leader/`) build the commands.
+//!
+//! [`ClusterState::apply`] hands each command to its family: the cluster's life, its members
+//! and its tokens are carried out in `lifecycle.rs`, `membership.rs` and `tokens.rs`; the
+//! domains with rules of their own (`kv.rs`, `lease.rs`, `fleetlock.rs`, `settings.rs`,
+//! `ca_rotation.rs`) judge theirs.
 
 mod admission;
 pub mod ca_rotation;
@@ -9,6 +14,8 @@ pub mod fleetlock;
 pub mod fleetlock_trail;
 pub mod kv;
 pub mod lease;
+mod lifecycle;
+mod membership;
 mod records;
 mod request;
 pub mod scope;
@@ -16,6 +23,7 @@ pub mod settings;
 #[cfg(test)]
 mod tests;
 pub mod token_retirement;
+mod tokens;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -134,18 +142,6 @@ impl FormationRecord {
     }
 }
 
-/// Marks a token revoked at `now` (kept if it already was); `slot` is its `revoked_ms`, if
-/// the token exists.
-fn revoke(slot: Option<&mut Option<u64>>, now: u64, kind: &str, id: &str) -> Response {
-    match slot {
-        Some(revoked_ms) => {
-            revoked_ms.get_or_insert(now);
-            Response::default()
-        }
-        None => Response::refused(ErrorKind::NotFound, format!("no {kind} token with id {id}")),
-    }
-}
-
 impl ClusterState {
     /// The cluster's time for an entry carrying this leader reading: never behind a reading
     /// committed before.
@@ -170,6 +166,9 @@ impl ClusterState {
         response
     }
 
+    /// One command, handed to the step of its family: the cluster's life (`lifecycle.rs`), its
+    /// members (`membership.rs`), its tokens (`tokens.rs`), and the domains that judge their
+    /// own commands (the key-value space, leases, FleetLock, settings, the CA rotation).
     fn apply_command(&mut self, request: &Request) -> Response {
         match request {
             Request::InitCluster {
@@ -178,198 +177,106 @@ impl ClusterState {
                 operator_token,
                 formation,
                 join_secret,
-            } => {
-                if self.cluster_id.is_some() {
-                    return Response::refused(
-                        ErrorKind::InvalidArgument,
-                        "cluster already initialized",
-                    );
-                }
-                self.cluster_id = Some(cluster_id.clone());
-                self.ca = Some(ca.clone());
-                self.formation = formation.clone();
-                if let Some((id, record)) = join_secret {
-                    self.join_tokens.insert(id.clone(), record.clone());
-                }
-                if let Some((id, token)) = operator_token {
-                    self.operator_tokens.insert(id.clone(), token.clone());
-                }
-                Response::default()
-            }
-            Request::BeginCaRotation {
-                ca,
-                pin,
-                cross_pems,
-                now_ms,
-            } => match self.begin_ca_rotation(ca, pin, cross_pems, *now_ms) {
-                Ok(()) => Response::default(),
-                Err(refused) => Response::refusal(refused),
-            },
-            Request::AckCaRotation { id, pin, stage } => {
-                match self.ack_ca_rotation(*id, pin, *stage) {
-                    Ok(()) => Response::default(),
-                    Err(refused) => Response::refusal(refused),
-                }
-            }
-            Request::FinishCaRotation {
-                pin,
-                force,
-                now_ms,
-                new_join_secret,
-            } => match self.finish_ca_rotation(pin, *force) {
-                Ok(()) => {
-                    let now = self.observe_wall_clock(*now_ms);
-                    Response {
-                        retired: Some(self.retire_tokens(pin, now, new_join_secret.as_ref())),
-                        ..Response::default()
-                    }
-                }
-                Err(refused) => Response::refusal(refused),
-            },
-            Request::FleetLock(command) => match self.fleetlock.apply(command) {
-                Ok(outcome) => Response {
-                    fleetlock: Some(outcome),
-                    ..Response::default()
-                },
-                Err(refused) => Response::refusal(refused),
-            },
-            Request::EndFormation => {
-                self.formation = None;
-                Response::default()
-            }
-            Request::RestoreState { state } => {
-                if self.cluster_id.is_some() {
-                    return Response::refused(
-                        ErrorKind::InvalidArgument,
-                        "cluster already initialized",
-                    );
-                }
-                *self = (**state).clone();
-                Response::default()
-            }
-            Request::UpsertNode { id, node } => {
-                if let Err(refused) = self.check_node(*id, node) {
-                    return Response::refusal(refused);
-                }
-                self.nodes.insert(*id, node.clone());
-                Response::default()
-            }
-            Request::RemoveNode { id, force, now_ms } => {
-                self.nodes.remove(id);
-                self.removed.insert(*id);
-                // Slots the removed machine took through its own endpoint go with it (logged on
-                // every member as it applies the removal, and recorded in FleetLock's trail).
-                for (group, holder) in self.fleetlock.release_member(*id, *now_ms) {
-                    tracing::info!(%group, %holder, member = %member_id(*id), "released the FleetLock slot of a removed member");
-                }
-                if *force {
-                    self.forced_removals.insert(*id);
-                }
-                Response::default()
-            }
+            } => self.init_cluster(cluster_id, ca, operator_token, formation, join_secret),
+            Request::EndFormation => self.end_formation(),
+            Request::RestoreState { state } => self.restore_state(state),
+            Request::UpsertNode { id, node } => self.upsert_node(*id, node),
+            Request::RemoveNode { id, force, now_ms } => self.remove_node(*id, *force, *now_ms),
             Request::AdmitWithToken {
                 token_id,
                 secret_sha256,
                 now_ms,
                 id,
                 node,
-            } => {
-                // Judged on the cluster's clock, not only this entry's reading: see
-                // `wall_clock_ms`.
-                let now = self.wall_clock_at(*now_ms);
-                match self.check_admission(token_id, secret_sha256, now, *id, node) {
-                    Err(refused) => Response::refusal(refused),
-                    Ok(Admission::AlreadyMember) => Response::default(),
-                    Ok(Admission::New) => {
-                        self.observe_wall_clock(now);
-                        if let Some(token) = self.join_tokens.get_mut(token_id) {
-                            if !token.unlimited() {
-                                token.uses_left -= 1;
-                            }
-                            token.consumed_ms = Some(now);
-                            token.last_used_by = Some(node.name.clone());
-                        }
-                        self.nodes.insert(*id, node.clone());
-                        Response::default()
-                    }
-                }
-            }
-            Request::CreateJoinToken { id, token } => {
-                if self.join_tokens.contains_key(id) {
-                    return Response::refused(
-                        ErrorKind::InvalidArgument,
-                        format!("token {id} exists"),
-                    );
-                }
-                let now = self.observe_wall_clock(token.created_ms);
-                self.join_tokens
-                    .retain(|_, t| t.dead_since().saturating_add(DEAD_TOKEN_RETENTION_MS) > now);
-                self.join_tokens.insert(id.clone(), token.clone());
-                Response::default()
-            }
-            Request::RevokeJoinToken { id, now_ms } => {
-                let now = self.wall_clock_at(*now_ms);
-                let slot = self.join_tokens.get_mut(id).map(|t| &mut t.revoked_ms);
-                let answer = revoke(slot, now, "join", id);
-                if answer.refused.is_none() {
-                    self.observe_wall_clock(now);
-                }
-                answer
-            }
-            Request::CreateOperatorToken { id, token } => {
-                if self.operator_tokens.contains_key(id) {
-                    return Response::refused(
-                        ErrorKind::InvalidArgument,
-                        format!("token {id} exists"),
-                    );
-                }
-                self.observe_wall_clock(token.created_ms);
-                self.operator_tokens.insert(id.clone(), token.clone());
-                Response::default()
-            }
-            Request::RevokeOperatorToken { id, now_ms } => {
-                let now = self.wall_clock_at(*now_ms);
-                let slot = self.operator_tokens.get_mut(id).map(|t| &mut t.revoked_ms);
-                let answer = revoke(slot, now, "operator", id);
-                if answer.refused.is_none() {
-                    self.observe_wall_clock(now);
-                }
-                answer
-            }
-            Request::KvPut { key, value, expect } => match self.kv.put(key, value, *expect) {
-                Ok((previous, revision)) => Response {
-                    previous,
-                    revision: Some(revision),
-                    ..Response::default()
-                },
-                Err(refused) => Response::refusal(refused),
-            },
-            Request::KvDel { key, expect } => match self.kv.del(key, *expect) {
-                Ok((previous, revision)) => Response {
-                    previous,
-                    revision: Some(revision),
-                    ..Response::default()
-                },
-                Err(refused) => Response::refusal(refused),
-            },
-            Request::SetSettings { settings } => match settings.check() {
-                Ok(()) => {
-                    self.settings = Some(*settings);
-                    Response::default()
-                }
-                Err(e) => Response::refused(ErrorKind::InvalidArgument, e.to_string()),
-            },
+            } => self.admit_with_token(token_id, secret_sha256, *now_ms, *id, node),
+            Request::CreateJoinToken { id, token } => self.create_join_token(id, token),
+            Request::RevokeJoinToken { id, now_ms } => self.revoke_join_token(id, *now_ms),
+            Request::CreateOperatorToken { id, token } => self.create_operator_token(id, token),
+            Request::RevokeOperatorToken { id, now_ms } => self.revoke_operator_token(id, *now_ms),
+            Request::KvPut { key, value, expect } => kv_answer(self.kv.put(key, value, *expect)),
+            Request::KvDel { key, expect } => kv_answer(self.kv.del(key, *expect)),
             Request::KvUpgrade => {
                 self.kv.upgrade();
                 Response::default()
             }
-            Request::Lease(command) => match self.leases.apply(command) {
-                Ok(outcome) => Response {
-                    lease: Some(outcome),
+            Request::Lease(command) => answer(self.leases.apply(command), |outcome| Response {
+                lease: Some(outcome),
+                ..Response::default()
+            }),
+            Request::FleetLock(command) => {
+                answer(self.fleetlock.apply(command), |outcome| Response {
+                    fleetlock: Some(outcome),
                     ..Response::default()
-                },
-                Err(refused) => Response::refusal(refused),
-            },
+                })
+            }
+            Request::SetSettings { settings } => self.set_settings(settings),
+            Request::BeginCaRotation {
+                ca,
+                pin,
+                cross_pems,
+                now_ms,
+            } => answer(self.begin_ca_rotation(ca, pin, cross_pems, *now_ms), |()| {
+                Response::default()
+            }),
+            Request::AckCaRotation { id, pin, stage } => {
+                answer(self.ack_ca_rotation(*id, pin, *stage), |()| {
+                    Response::default()
+                })
+            }
+            Request::FinishCaRotation {
+                pin,
+                force,
+                now_ms,
+                new_join_secret,
+            } => self.finish_ca_rotation_now(pin, *force, *now_ms, new_join_secret.as_ref()),
         }
     }
+
+    /// The settings, checked before they are written.
+    fn set_settings(&mut self, settings: &settings::MembershipSettings) -> Response {
+        match settings.check() {
+            Ok(()) => {
+                self.settings = Some(*settings);
+                Response::default()
+            }
+            Err(e) => Response::refused(ErrorKind::InvalidArgument, e.to_string()),
+        }
+    }
+
+    /// Ends a CA rotation and retires the tokens the old CA's members held.
+    fn finish_ca_rotation_now(
+        &mut self,
+        pin: &str,
+        force: bool,
+        now_ms: u64,
+        new_join_secret: Option<&SecretReplacement>,
+    ) -> Response {
+        match self.finish_ca_rotation(pin, force) {
+            Ok(()) => {
+                let now = self.observe_wall_clock(now_ms);
+                Response {
+                    retired: Some(self.retire_tokens(pin, now, new_join_secret)),
+                    ..Response::default()
+                }
+            }
+            Err(refused) => Response::refusal(refused),
+        }
+    }
+}
+
+/// The answer to a command a domain judged: `fill` puts its outcome in, or the refusal.
+fn answer<T>(result: Result<T, Refusal>, fill: impl FnOnce(T) -> Response) -> Response {
+    match result {
+        Ok(outcome) => fill(outcome),
+        Err(refused) => Response::refusal(refused),
+    }
+}
+
+/// The answer to a key-value write: the value it replaced and the new revision.
+fn kv_answer(result: Result<(Option<String>, u64), Refusal>) -> Response {
+    answer(result, |(previous, revision)| Response {
+        previous,
+        revision: Some(revision),
+        ..Response::default()
+    })
 }

@@ -1,0 +1,119 @@
+//! The cluster's shape in the reconciler's plan: the formation cohort voted in together, the
+//! voter table followed, the standbys kept at their number. Separate from the repairs
+//! (`repairs.rs`): these steps only move healthy members between roles.
+
+use std::collections::BTreeSet;
+
+use super::view::promotable;
+use super::{Change, ClusterView, FormationView, MemberView, Why, voter_target};
+use crate::state::NodeId;
+
+pub(super) enum FormationStep {
+    /// Still forming: the voter table waits.
+    Forming(Option<Change>),
+    Done,
+}
+
+pub(super) fn formation_step(view: &ClusterView, formation: &FormationView) -> FormationStep {
+    let in_config = |id: &NodeId| view.member(*id).is_some();
+    if formation.cohort.len() < formation.size
+        || !formation
+            .cohort
+            .iter()
+            .all(|id| in_config(id) || formation.removed.contains(id))
+    {
+        // Registrations or joins are still missing.
+        return FormationStep::Forming(None);
+    }
+    // A registrant removed meanwhile counts as present but is never voted in.
+    let cohort: BTreeSet<NodeId> = formation
+        .cohort
+        .difference(&formation.removed)
+        .copied()
+        .collect();
+    // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
+    // lexicographically-first nonvoters, all in one membership change.
+    let voters = view.voters();
+    let wanted = voter_target(cohort.len()).saturating_sub(voters.len());
+    let mut nonvoters: Vec<&MemberView> = view
+        .members
+        .iter()
+        .filter(|m| cohort.contains(&m.id) && !m.voter)
+        .collect();
+    nonvoters.sort_by(|a, b| a.name.cmp(&b.name));
+    let promote: Vec<&MemberView> = nonvoters.into_iter().take(wanted).collect();
+    if promote.is_empty() {
+        return FormationStep::Done;
+    }
+    if promote.iter().all(|m| m.caught_up) {
+        let ids = promote.iter().map(|m| m.id).collect();
+        return FormationStep::Forming(Some(Change::Promote(ids, Why::Formation)));
+    }
+    FormationStep::Forming(None)
+}
+
+pub(super) fn voter_table_step(view: &ClusterView) -> Option<Change> {
+    let voters = view.voters();
+    let target = voter_target(view.member_count());
+    if voters.len() < target {
+        let mut eligible: Vec<&MemberView> = view
+            .members
+            .iter()
+            .filter(|m| promotable(view, m))
+            .collect();
+        eligible.sort_by(|a, b| a.name.cmp(&b.name));
+        return eligible
+            .first()
+            .map(|m| Change::Promote(BTreeSet::from([m.id]), Why::VoterTable));
+    }
+    if voters.len() > target {
+        let mut demotable: Vec<&MemberView> = view
+            .members
+            .iter()
+            .filter(|m| m.voter && m.id != view.leader)
+            .collect();
+        // Reachable ones last, so an unreachable voter goes first.
+        demotable.sort_by(|a, b| {
+            a.reachable
+                .cmp(&b.reachable)
+                .reverse()
+                .then(a.name.cmp(&b.name))
+        });
+        return demotable
+            .last()
+            .map(|m| Change::Demote(m.id, Why::VoterTable));
+    }
+    None
+}
+
+/// Keeps the standbys at their target. Who stays a standby is a fixed order, so that any
+/// leader keeps the same ones: reachable before unreachable, caught up before lagging, then by
+/// name. Waits while the voter table is short (a new nonvoter may be about to become a voter),
+/// while a surplus nonvoter is newer than `--promote-after`, and while it is still catching up.
+pub(super) fn standby_step(view: &ClusterView) -> Option<Change> {
+    if view.voters().len() < voter_target(view.member_count()) {
+        return None;
+    }
+    let target = view.standby_target();
+    let mut standbys = view.standbys();
+    if standbys.len() > target {
+        standbys.sort_by(|a, b| {
+            b.reachable
+                .cmp(&a.reachable)
+                .then(b.caught_up.cmp(&a.caught_up))
+                .then(a.name.cmp(&b.name))
+        });
+        let surplus = standbys.last()?;
+        // A reachable one first catches up: a spare knows the cluster only from its own log
+        // until it checks in, and a new one may not have received the membership yet.
+        let settled = surplus.caught_up || !surplus.reachable;
+        return (surplus.in_config_for >= view.promote_after && settled)
+            .then_some(Change::MakeSpare(surplus.id));
+    }
+    if standbys.len() < target {
+        let mut spares: Vec<&MemberView> = view.spares.iter().filter(|s| s.reachable).collect();
+        spares.sort_by(|a, b| a.name.cmp(&b.name));
+        return spares.first().map(|s| Change::MakeStandby(s.id));
+    }
+    None
+}
