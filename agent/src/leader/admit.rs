@@ -17,7 +17,7 @@ use crate::api::join::{JoinRequest, JoinResponse, SecretHello, SecretProof, Toke
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::config;
-use crate::discovery::DiscoveryClient;
+use crate::discovery::{DiscoveryClient, Registration};
 use crate::leading::{Leader, Replica};
 use crate::state::{
     FormationRecord, Node, NodeId, NodeRecord, Request, member_id, parse_member_id,
@@ -113,32 +113,47 @@ async fn admit_node(
     })
 }
 
+/// Where the leader checks a registrant's registration: the discovery URL the cluster formed
+/// through. A small interface so that the admission rules are tested without a discovery
+/// service (`leader/tests.rs`); [`DiscoveryRegistrations`] asks the real one.
+pub trait Registrations: Sync {
+    /// The URL's first-N registrations, the members of the cohort.
+    fn cohort(&self, url: &str)
+    -> impl Future<Output = Result<Vec<Registration>, ApiError>> + Send;
+}
+
+/// The discovery service itself, over HTTP(S).
+pub struct DiscoveryRegistrations;
+
+impl Registrations for DiscoveryRegistrations {
+    async fn cohort(&self, url: &str) -> Result<Vec<Registration>, ApiError> {
+        let unavailable = |e: crate::discovery::DiscoveryError| {
+            ApiError::new(ErrorKind::Unavailable, e.to_string())
+        };
+        let discovery = DiscoveryClient::new(url).map_err(unavailable)?;
+        let listing = discovery.listing().await.map_err(unavailable)?;
+        Ok(listing.cohort().to_vec())
+    }
+}
+
 /// Admits a first-N registrant of this cluster's discovery URL (on the leader).
 pub async fn admit_registrant(
     leader: Leader<'_, impl Replica>,
     req: JoinRequest,
 ) -> Result<JoinResponse, ApiError> {
-    let id = parse_member_id(&req.member_id)
-        .ok_or_else(|| ApiError::invalid("member id is not lowercase hex without leading zeros"))?;
-    // The registration is bound to a key: the member id is derived from it. Whoever sends a
-    // CSR for this id must hold that key, so nobody who merely read the URL can be admitted
-    // under someone else's registration.
-    let key_fingerprint = muster_shared::tls::csr_key_fingerprint(&req.csr_pem).map_err(|e| {
-        ApiError::new(
-            ErrorKind::Unauthorized,
-            format!("certificate request refused: {e}"),
-        )
-    })?;
-    if muster_shared::tls::member_id_of_key(&key_fingerprint) != Some(id) {
-        return Err(ApiError::new(
-            ErrorKind::Unauthorized,
-            format!(
-                "member {} is registered for another key: a registrant's member id is derived \
-                 from its key, and the key in this request does not give that id",
-                req.member_id
-            ),
-        ));
-    }
+    admit_registrant_from(leader, &DiscoveryRegistrations, req).await
+}
+
+/// Admits a registrant whose registration `registrations` confirms: its key gives its member
+/// id; a member of the cohort asking again gets its certificate again; anyone else must be one
+/// of the URL's first registrants, with the name and address it registered, while the
+/// formation through that URL is in progress.
+pub async fn admit_registrant_from(
+    leader: Leader<'_, impl Replica>,
+    registrations: &impl Registrations,
+    req: JoinRequest,
+) -> Result<JoinResponse, ApiError> {
+    let (id, key_fingerprint) = registrant_key(&req)?;
     // A member of the cohort whose answer was lost asks again, perhaps after the formation
     // ended: its key proves it is that member, so it gets its certificate again.
     let existing = leader.replica.read(|s| s.nodes.get(&id).cloned()).await?;
@@ -169,48 +184,9 @@ pub async fn admit_registrant(
         )
         .await;
     }
-    let Some(FormationRecord::Discovery {
-        url: formation_url, ..
-    }) = leader.replica.read_local(|s| s.formation.clone())?
-    else {
-        return Err(ApiError::new(
-            ErrorKind::Unauthorized,
-            "this cluster is not admitting discovery registrants; use a join token",
-        ));
-    };
-    if req.discovery_url.trim_end_matches('/') != formation_url.trim_end_matches('/') {
-        return Err(ApiError::new(
-            ErrorKind::Unauthorized,
-            "this cluster formed through another discovery URL",
-        ));
-    }
-    // Check the registration and the key it registered, straight from the discovery service.
-    let unavailable =
-        |e: crate::discovery::DiscoveryError| ApiError::new(ErrorKind::Unavailable, e.to_string());
-    let discovery = DiscoveryClient::new(&formation_url).map_err(unavailable)?;
-    let listing = discovery.listing().await.map_err(unavailable)?;
-    let registered = listing
-        .cohort()
-        .iter()
-        .find(|r| r.id == req.member_id)
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorKind::Unauthorized,
-                format!(
-                    "member {} is not one of the first registrants of the discovery URL",
-                    req.member_id
-                ),
-            )
-        })?;
-    if registered.name != req.name || registered.addr != req.addr {
-        return Err(ApiError::new(
-            ErrorKind::Unauthorized,
-            format!(
-                "registration says {}@{}, request says {}@{}",
-                registered.name, registered.addr, req.name, req.addr
-            ),
-        ));
-    }
+    let formation_url = formation_url(leader, &req)?;
+    let cohort = registrations.cohort(&formation_url).await?;
+    check_registration(&cohort, &req)?;
     let record = NodeRecord {
         name: req.name.clone(),
         addr: req.addr.clone(),
@@ -232,6 +208,77 @@ pub async fn admit_registrant(
     .await?;
     tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as a standby");
     Ok(response)
+}
+
+/// The registrant's member id and the fingerprint of the key in its CSR, which must give that
+/// id. The registration is bound to a key: whoever sends a CSR for this id must hold that key,
+/// so nobody who merely read the URL can be admitted under someone else's registration.
+fn registrant_key(req: &JoinRequest) -> Result<(NodeId, String), ApiError> {
+    let id = parse_member_id(&req.member_id)
+        .ok_or_else(|| ApiError::invalid("member id is not lowercase hex without leading zeros"))?;
+    let key_fingerprint = muster_shared::tls::csr_key_fingerprint(&req.csr_pem).map_err(|e| {
+        ApiError::new(
+            ErrorKind::Unauthorized,
+            format!("certificate request refused: {e}"),
+        )
+    })?;
+    if muster_shared::tls::member_id_of_key(&key_fingerprint) != Some(id) {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "member {} is registered for another key: a registrant's member id is derived \
+                 from its key, and the key in this request does not give that id",
+                req.member_id
+            ),
+        ));
+    }
+    Ok((id, key_fingerprint))
+}
+
+/// The discovery URL of the formation in progress, which must be the one the registrant used.
+fn formation_url(leader: Leader<'_, impl Replica>, req: &JoinRequest) -> Result<String, ApiError> {
+    let Some(FormationRecord::Discovery {
+        url: formation_url, ..
+    }) = leader.replica.read_local(|s| s.formation.clone())?
+    else {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "this cluster is not admitting discovery registrants; use a join token",
+        ));
+    };
+    if req.discovery_url.trim_end_matches('/') != formation_url.trim_end_matches('/') {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            "this cluster formed through another discovery URL",
+        ));
+    }
+    Ok(formation_url)
+}
+
+/// The registrant is one of the cohort, registered with the name and address it asks for.
+fn check_registration(cohort: &[Registration], req: &JoinRequest) -> Result<(), ApiError> {
+    let registered = cohort
+        .iter()
+        .find(|r| r.id == req.member_id)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorKind::Unauthorized,
+                format!(
+                    "member {} is not one of the first registrants of the discovery URL",
+                    req.member_id
+                ),
+            )
+        })?;
+    if registered.name != req.name || registered.addr != req.addr {
+        return Err(ApiError::new(
+            ErrorKind::Unauthorized,
+            format!(
+                "registration says {}@{}, request says {}@{}",
+                registered.name, registered.addr, req.name, req.addr
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Proves to a machine holding the join secret `hello.secret_id` names that this member knows
@@ -462,3 +509,6 @@ pub fn signing_ca(leader: Leader<'_, impl Replica>) -> Result<(ClusterCa, String
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok((ca, trusted))
 }
+
+#[cfg(test)]
+mod tests;

@@ -130,6 +130,20 @@ impl FakeReplica {
         self.view.lock().expect("fake view").term += 1;
     }
 
+    /// The formation the replicated state records (a discovery URL's, say) as in progress.
+    pub fn set_formation(&self, formation: Option<crate::state::FormationRecord>) {
+        self.state.lock().expect("fake state").formation = formation;
+    }
+
+    /// Records a join token or join secret, as formation or `token create` would.
+    pub fn set_join_token(&self, id: &str, record: crate::state::JoinTokenRecord) {
+        self.state
+            .lock()
+            .expect("fake state")
+            .join_tokens
+            .insert(id.to_string(), record);
+    }
+
     pub fn fail_reads(&self, fail: bool) {
         self.reads_fail.store(fail, Ordering::SeqCst);
     }
