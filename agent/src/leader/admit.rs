@@ -157,42 +157,35 @@ pub async fn admit_registrant_from(
     // A member of the cohort whose answer was lost asks again, perhaps after the formation
     // ended: its key proves it is that member, so it gets its certificate again.
     let existing = leader.replica.read(|s| s.nodes.get(&id).cloned()).await?;
-    if let Some(existing) = existing {
-        if existing.key_fingerprint != key_fingerprint
-            || existing.name != req.name
-            || existing.addr != req.addr
-        {
-            return Err(ApiError::new(
-                ErrorKind::Unauthorized,
-                format!(
-                    "member {} is already in this cluster with another key, name or address",
-                    req.member_id
-                ),
-            ));
+    let node = match existing {
+        Some(existing) => {
+            if existing.key_fingerprint != key_fingerprint
+                || existing.name != req.name
+                || existing.addr != req.addr
+            {
+                return Err(ApiError::new(
+                    ErrorKind::Unauthorized,
+                    format!(
+                        "member {} is already in this cluster with another key, name or address",
+                        req.member_id
+                    ),
+                ));
+            }
+            tracing::info!(node = %req.name, id = %req.member_id, "a member of the cohort asked again; re-issuing its certificate");
+            existing
         }
-        tracing::info!(node = %req.name, id = %req.member_id, "a member of the cohort asked again; re-issuing its certificate");
-        return admit_node(
-            leader,
-            Candidate {
-                id,
+        None => {
+            let formation_url = formation_url(leader, &req)?;
+            let cohort = registrations.cohort(&formation_url).await?;
+            check_registration(&cohort, &req)?;
+            NodeRecord {
                 name: req.name.clone(),
                 addr: req.addr.clone(),
-                key_fingerprint,
-                csr_pem: req.csr_pem,
-                record: Request::UpsertNode { id, node: existing },
-            },
-        )
-        .await;
-    }
-    let formation_url = formation_url(leader, &req)?;
-    let cohort = registrations.cohort(&formation_url).await?;
-    check_registration(&cohort, &req)?;
-    let record = NodeRecord {
-        name: req.name.clone(),
-        addr: req.addr.clone(),
-        key_fingerprint: key_fingerprint.clone(),
-        joined_ms: now_ms(),
-        joined_with: None,
+                key_fingerprint: key_fingerprint.clone(),
+                joined_ms: now_ms(),
+                joined_with: None,
+            }
+        }
     };
     let response = admit_node(
         leader,
@@ -202,7 +195,7 @@ pub async fn admit_registrant_from(
             addr: req.addr.clone(),
             key_fingerprint,
             csr_pem: req.csr_pem,
-            record: Request::UpsertNode { id, node: record },
+            record: Request::UpsertNode { id, node },
         },
     )
     .await?;

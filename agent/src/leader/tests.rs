@@ -10,7 +10,7 @@ use super::tokens::NewToken;
 use super::*;
 use crate::api::ErrorKind;
 use crate::api::probe::SettingsUpdate;
-use crate::leading::fake::{Fixture, LEADER};
+use crate::leading::fake::{Fixture, LEADER, block_on};
 use crate::state::NodeId;
 use crate::state::ca_rotation::CaStage;
 use crate::state::fleetlock::{Command, Outcome};
@@ -21,14 +21,6 @@ const T0: u64 = 1_700_000_000_000;
 
 fn kind<T: std::fmt::Debug>(r: Result<T, ApiError>) -> ErrorKind {
     r.expect_err("refused").kind
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(f)
 }
 
 fn put(key: &str, value: &str, expect: Option<Expect>) -> Request {

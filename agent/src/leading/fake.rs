@@ -21,6 +21,16 @@ use crate::state::{CaMaterial, ClusterState, Node, NodeId, NodeRecord, Request, 
 pub const LEADER: NodeId = 1;
 pub const CLUSTER_ID: &str = "fake-cluster";
 
+/// Runs a leader action to completion on a runtime of its own (the tests are plain `#[test]`s,
+/// so a failure shows the action's own panic, not a runtime's).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(f)
+}
+
 pub struct FakeReplica {
     state: Mutex<ClusterState>,
     view: Mutex<RaftView>,

@@ -4,19 +4,11 @@
 use muster_shared::tls::NodeKey;
 
 use super::*;
-use crate::leading::fake::{CLUSTER_ID, Fixture};
+use crate::leading::fake::{CLUSTER_ID, Fixture, block_on};
 use crate::state::member_id;
 
 const T0: u64 = 1_700_000_000_000;
 const URL: &str = "https://discovery.example/abc123";
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(f)
-}
 
 /// The cohort as the discovery service would list it, or the service down.
 struct Cohort(Option<Vec<Registration>>);
