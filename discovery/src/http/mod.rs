@@ -99,7 +99,6 @@ pub fn router<S: Store>(app: Arc<App<S>>) -> Router {
 async fn method_not_allowed(req: Request) -> Response {
     labelled(
         kind_error(
-            StatusCode::METHOD_NOT_ALLOWED,
             ErrorKind::MethodNotAllowed,
             format!(
                 "{} is not supported on {}; use GET",
@@ -174,9 +173,10 @@ fn etcd_limit<S: Store>(app: &App<S>, l: &Limited, index: u64) -> Response {
     etcd_error(&V2Error::limited(l, index))
 }
 
-/// A `{kind, message}` JSON error for the non-etcd routes.
-fn kind_error(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -> Response {
+/// A `{kind, message}` JSON error for the non-etcd routes, with the kind's own status.
+fn kind_error(kind: ErrorKind, message: impl Into<String>) -> Response {
     let body = serde_json::to_string(&ErrorBody::new(kind, message)).unwrap_or_default();
+    let status = StatusCode::from_u16(kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (
         status,
         [(

@@ -21,11 +21,7 @@ pub async fn new_token<S: Store>(State(app): State<Arc<App<S>>>, req: Request) -
 
 async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
     if !matches!(*req.method(), Method::GET | Method::POST) {
-        return kind_error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            ErrorKind::MethodNotAllowed,
-            "use GET or POST /new?size=N",
-        );
+        return kind_error(ErrorKind::MethodNotAllowed, "use GET or POST /new?size=N");
     }
     let client = client_of(&req);
     if let Err(retry_after) = app.limiter.check(client.0) {
@@ -56,11 +52,7 @@ async fn mint<S: Store>(app: &Arc<App<S>>, req: Request) -> Response {
                 .into_response()
         }
         Err(StoreError::Limited(l)) => limit_error(app, &l),
-        Err(e) => kind_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Unavailable,
-            e.to_string(),
-        ),
+        Err(e) => kind_error(ErrorKind::Unavailable, e.to_string()),
     }
 }
 
@@ -82,11 +74,7 @@ fn rate_limited<S: Store>(
 }
 
 fn body_too_large() -> Response {
-    kind_error(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorKind::PayloadTooLarge,
-        "request body over 64 KiB",
-    )
+    kind_error(ErrorKind::PayloadTooLarge, "request body over 64 KiB")
 }
 
 /// The size `/new` is asked for, from the query or a form body, or the answer that refuses it.
@@ -97,14 +85,10 @@ async fn requested_size<S: Store>(app: &Arc<App<S>>, req: Request) -> Result<u32
         Err(BodyError::Timeout(l)) => return Err(limit_error(app, &l)),
         Err(BodyError::TooLarge) => return Err(body_too_large()),
         Err(BodyError::Read(why)) => {
-            return Err(kind_error(
-                StatusCode::BAD_REQUEST,
-                ErrorKind::InvalidArgument,
-                why,
-            ));
+            return Err(kind_error(ErrorKind::InvalidArgument, why));
         }
     };
-    let bad = |why: String| kind_error(StatusCode::BAD_REQUEST, ErrorKind::InvalidArgument, why);
+    let bad = |why: String| kind_error(ErrorKind::InvalidArgument, why);
     let pairs =
         parse_params(&[query.as_bytes(), &body], &["size"]).map_err(|why| bad(why.to_string()))?;
     size_from(pairs.first().map(|(_, v)| v.as_str()), app.config.max_size).map_err(bad)
@@ -198,7 +182,6 @@ pub async fn health<S: Store>(State(app): State<Arc<App<S>>>) -> Response {
             .into_response()
     } else {
         kind_error(
-            StatusCode::SERVICE_UNAVAILABLE,
             ErrorKind::Unavailable,
             "storage does not accept durable writes (see the service log), or the service is shutting down",
         )
@@ -300,7 +283,7 @@ pub async fn token_page<S: Store>(app: &Arc<App<S>>, token: &str, more: &str) ->
             )),
         )
             .into_response(),
-        Err(e) => kind_error(StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Unavailable, e.to_string()),
+        Err(e) => kind_error(ErrorKind::Unavailable, e.to_string()),
     }
 }
 

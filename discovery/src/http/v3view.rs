@@ -5,7 +5,6 @@
 
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
@@ -149,15 +148,10 @@ pub async fn json<S: Store>(app: &Arc<App<S>>, token: &str, base: &str) -> Respo
                 .into_response()
         }
         Err(StoreError::TokenNotFound) => super::kind_error(
-            StatusCode::NOT_FOUND,
             muster_shared::error::ErrorKind::NotFound,
             "unknown or expired discovery token".to_string(),
         ),
-        Err(e) => super::kind_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            muster_shared::error::ErrorKind::Unavailable,
-            e.to_string(),
-        ),
+        Err(e) => super::kind_error(muster_shared::error::ErrorKind::Unavailable, e.to_string()),
     }
 }
 
