@@ -131,6 +131,13 @@ impl Action {
     }
 }
 
+/// What a step of the plan came to: the step, or why it cannot be taken now (shown to the
+/// operator under "blocked"; not an error of the planner's).
+pub(super) enum Decided {
+    Step(Step),
+    Blocked(String),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Step {
     #[serde(flatten)]
@@ -244,8 +251,8 @@ pub fn plan(desired: &Manifest, observed: &Observed) -> Plan {
     // Every later step leaves the voters as the removals left them.
     let q = removals.after;
     match changes::settings(desired, observed, q) {
-        Some(Ok(step)) => plan.steps.push(step),
-        Some(Err(why)) => plan.blocked.push(why),
+        Some(Decided::Step(step)) => plan.steps.push(step),
+        Some(Decided::Blocked(why)) => plan.blocked.push(why),
         None => {}
     }
     plan.steps.extend(changes::fleetlock(desired, observed, q));

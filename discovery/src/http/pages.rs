@@ -91,20 +91,31 @@ async fn requested_size<S: Store>(app: &Arc<App<S>>, req: Request) -> Result<u32
     let bad = |why: String| kind_error(ErrorKind::InvalidArgument, why);
     let pairs =
         parse_params(&[query.as_bytes(), &body], &["size"]).map_err(|why| bad(why.to_string()))?;
-    size_from(pairs.first().map(|(_, v)| v.as_str()), app.config.max_size).map_err(bad)
+    size_from(pairs.first().map(|(_, v)| v.as_str()), app.config.max_size)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// A `size` parameter out of range or not a number.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "size={given:?} is not allowed: use a whole number from 1 to {max} (3, 5 or 7 for a consensus cluster)"
+)]
+struct SizeNotAllowed {
+    given: String,
+    max: u32,
 }
 
 /// The size a `size` parameter asks for (`None`: not given), or why it is not allowed.
-fn size_from(given: Option<&str>, max: u32) -> Result<u32, String> {
+fn size_from(given: Option<&str>, max: u32) -> Result<u32, SizeNotAllowed> {
     let Some(v) = given else {
         return Ok(DEFAULT_SIZE.min(max));
     };
     match v.parse::<u32>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "size={:?} is not allowed: use a whole number from 1 to {max} (3, 5 or 7 for a consensus cluster)",
-            super::truncate(v)
-        )),
+        _ => Err(SizeNotAllowed {
+            given: super::truncate(v),
+            max,
+        }),
     }
 }
 

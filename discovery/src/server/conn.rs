@@ -21,6 +21,19 @@ use crate::store::Store;
 /// The places a connection holds under both caps; dropping them gives the places back.
 type Places = (Slot, TotalSlot);
 
+/// Why a connection found no place: one client's cap, or the service's.
+#[derive(Debug, thiserror::Error)]
+enum Full {
+    #[error(
+        "{client} has {cap} connections open, the most one client may (--max-connections-per-client)"
+    )]
+    Client { client: ClientKey, cap: usize },
+    #[error(
+        "the service has {cap} connections open, the most it takes (--max-connections); try again shortly"
+    )]
+    Service { cap: usize },
+}
+
 /// What every connection is served with besides its socket.
 pub struct Connections<S: Store> {
     app: Arc<App<S>>,
@@ -52,24 +65,23 @@ impl<S: Store> Connections<S> {
         let _ = stream.set_nodelay(true);
         match self.admit(ClientKey::of(peer.ip())) {
             Ok(places) => self.spawn_serve(stream, peer, places, watcher),
-            Err(message) => refuse(&self.app, stream, message),
+            Err(full) => refuse(&self.app, stream, full.to_string()),
         }
     }
 
     /// A place under both caps for a connection of `client`, or why there is none. The
     /// per-client cap is asked first, so that one client's flood is named as such.
-    fn admit(&self, client: ClientKey) -> Result<Places, String> {
+    fn admit(&self, client: ClientKey) -> Result<Places, Full> {
         let Some(slot) = self.per_client.acquire(client) else {
-            return Err(format!(
-                "{client} has {} connections open, the most one client may (--max-connections-per-client)",
-                self.per_client.cap()
-            ));
+            return Err(Full::Client {
+                client,
+                cap: self.per_client.cap(),
+            });
         };
         let Some(place) = self.total.acquire() else {
-            return Err(format!(
-                "the service has {} connections open, the most it takes (--max-connections); try again shortly",
-                self.total.cap()
-            ));
+            return Err(Full::Service {
+                cap: self.total.cap(),
+            });
         };
         Ok((slot, place))
     }

@@ -2,16 +2,12 @@
 //! groups, and join tokens for the machines the file adds. Separate from the removals because
 //! none of them moves the failure tolerance; each only compares the file with what is in force.
 
-use super::{Action, Observed, Quorum, Step, steady};
+use super::{Action, Decided, Observed, Quorum, Step, steady};
 use crate::api::probe::SettingsUpdate;
 use crate::apply::manifest::Manifest;
 
-/// The `[cluster]` settings step: none when they match, `Err` (why) when it cannot be written.
-pub(super) fn settings(
-    desired: &Manifest,
-    observed: &Observed,
-    q: Quorum,
-) -> Option<Result<Step, String>> {
+/// The `[cluster]` settings step: none when they match, blocked (why) when it cannot be written.
+pub(super) fn settings(desired: &Manifest, observed: &Observed, q: Quorum) -> Option<Decided> {
     let from = observed.settings?;
     let s = desired.settings;
     let to = SettingsUpdate {
@@ -34,13 +30,13 @@ pub(super) fn settings(
         .map(|m| m.name.as_str())
         .collect();
     if !older.is_empty() {
-        return Some(Err(format!(
+        return Some(Decided::Blocked(format!(
             "the [cluster] settings are not written while older agents run ({}): they \
              could not read the entry; upgrade them first",
             older.join(", ")
         )));
     }
-    Some(Ok(steady(
+    Some(Decided::Step(steady(
         Action::SetSettings { from, to },
         "[cluster] differs from the settings in force".into(),
         q,

@@ -3,7 +3,7 @@
 //! order that keeps the quorum. Separate because it is the one part of the plan that changes
 //! the voters, so the only one that moves the failure tolerance.
 
-use super::{Action, Observed, ObservedMember, Quorum, Step, why_unreachable};
+use super::{Action, Decided, Observed, ObservedMember, Quorum, Step, why_unreachable};
 use crate::apply::manifest::Manifest;
 
 /// The removals, in the order they are made, and what is refused.
@@ -78,8 +78,8 @@ pub(super) fn removals(desired: &Manifest, observed: &Observed, quorum: Quorum) 
     leaving.sort_by_key(|m| (m.reachable, m.voter(), observed.leads(m), m.name.clone()));
     for m in leaving {
         let step = match removal(observed, m, out.after) {
-            Ok(step) => step,
-            Err(why) => {
+            Decided::Step(step) => step,
+            Decided::Blocked(why) => {
                 out.blocked.push(why);
                 continue;
             }
@@ -95,9 +95,9 @@ pub(super) fn removals(desired: &Manifest, observed: &Observed, quorum: Quorum) 
 }
 
 /// Removing `m` from the voters `q`, or why it is refused.
-fn removal(observed: &Observed, m: &ObservedMember, q: Quorum) -> Result<Step, String> {
+fn removal(observed: &Observed, m: &ObservedMember, q: Quorum) -> Decided {
     if m.name == observed.asked {
-        return Err(format!(
+        return Decided::Blocked(format!(
             "{} is the member asked, and the file removes it: run plan and apply against a \
              member that stays (--data-dir on it, or --server HOST:PORT)",
             m.name
@@ -105,7 +105,7 @@ fn removal(observed: &Observed, m: &ObservedMember, q: Quorum) -> Result<Step, S
     }
     let after = q.without(m);
     if m.voter() && m.reachable && after.tolerance() < 0 {
-        return Err(format!(
+        return Decided::Blocked(format!(
             "removing {} would leave {} healthy of {} voters, fewer than the {} a quorum \
              needs; start the file's new machines first, then apply again",
             m.name,
@@ -121,7 +121,7 @@ fn removal(observed: &Observed, m: &ObservedMember, q: Quorum) -> Result<Step, S
     } else {
         "not in the file".into()
     };
-    Ok(Step {
+    Decided::Step(Step {
         action: Action::RemoveMember {
             name: m.name.clone(),
             address: m.address.clone(),
