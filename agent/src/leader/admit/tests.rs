@@ -4,8 +4,12 @@
 use muster_shared::tls::NodeKey;
 
 use super::*;
+use crate::api::ErrorKind;
+use crate::api::join::{JoinRequest, SecretHello};
+use crate::discovery::Registration;
 use crate::leading::fake::{CLUSTER_ID, Fixture, block_on};
 use crate::state::member_id;
+use crate::state::{FormationRecord, NodeId};
 
 const T0: u64 = 1_700_000_000_000;
 const URL: &str = "https://discovery.example/abc123";
