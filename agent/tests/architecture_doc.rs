@@ -266,3 +266,39 @@ fn the_node_tasks_the_page_lists_are_the_ones_node_rs_spawns() {
         "found {started} tasks in node.rs: the parser is broken"
     );
 }
+
+/// The start path as the page tells it: every path ends with an `Admitted`, `start::run` starts
+/// the node in its one call of `node::start`, and a task a path leaves running belongs to the
+/// node (`RunningNode::spawn`), never to a bare `tokio::spawn` in start/.
+#[test]
+fn the_start_path_starts_the_node_in_one_place_and_spawns_nothing_of_its_own() {
+    let dir = repo().join("agent/src/start");
+    let mut starts = Vec::new();
+    let mut spawns = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("agent/src/start") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = read(&path);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        starts.extend(std::iter::repeat_n(
+            name.clone(),
+            text.matches("node::start(").count(),
+        ));
+        spawns.extend(std::iter::repeat_n(
+            name,
+            text.matches("tokio::spawn").count(),
+        ));
+    }
+    assert_eq!(
+        starts,
+        vec!["mod.rs".to_string()],
+        "node::start is called once, in start/mod.rs"
+    );
+    assert!(
+        spawns.is_empty(),
+        "start/ spawns tasks the node does not own: {spawns:?}"
+    );
+}
