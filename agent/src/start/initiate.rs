@@ -12,11 +12,11 @@ use muster_shared::tls::{self, ClusterCa};
 use muster_shared::token::random_hex;
 
 use super::admitted::{Admitted, FollowUp};
-use super::{print_operator_token, sign_own_certificate};
+use super::{issue_own_certificate, print_operator_token};
 use crate::agent::Agent;
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Formation, Identity, TlsFiles};
+use crate::datadir::{ClusterFile, Formation, Identity};
 use crate::discovery::{DiscoveryClient, DiscoveryError, retrying};
 use crate::error::AgentError;
 use crate::leader::new_operator_token;
@@ -111,9 +111,8 @@ pub async fn initiate(
 ) -> Result<Admitted, AgentError> {
     let cluster_id = random_hex(16);
     let ca = ClusterCa::generate(&cluster_id)?;
-    let cert = sign_own_certificate(&ca, identity, &cluster_id, config)?;
     // Persist everything before raft exists, so a crash from here on resumes instead of forking.
-    datadir::write_tls(&config.data_dir, ca.cert_pem(), &cert)?;
+    let tls = issue_own_certificate(&ca, identity, &cluster_id, config)?;
     let (discovery, size) = match &origin {
         Origin::Discovery { discovery, size } => (Some(*discovery), *size),
         Origin::Init => (None, 1),
@@ -143,13 +142,7 @@ pub async fn initiate(
     }
     Ok(Admitted {
         then: FollowUp::Initiated(formation),
-        ..Admitted::start(
-            &cluster_id,
-            TlsFiles {
-                ca_pem: ca.cert_pem().to_string(),
-                cert_pem: cert,
-            },
-        )
+        ..Admitted::start(&cluster_id, tls)
     })
 }
 

@@ -343,24 +343,31 @@ async fn follow_up(
     }
 }
 
-/// The certificate a node that holds the CA (the initiator, a restore) issues to itself.
-fn sign_own_certificate(
+/// The certificate a node that holds the CA (the initiator, a restore) issues to itself,
+/// written to the data dir with the CA before raft exists (a crash from then on resumes
+/// instead of forking), and handed to the node.
+fn issue_own_certificate(
     ca: &ClusterCa,
     identity: &Identity,
     cluster_id: &str,
     config: &AgentConfig,
-) -> Result<String, AgentError> {
+) -> Result<TlsFiles, AgentError> {
     let advertise = &config.advertise;
     let host = host_of(advertise);
     let csr = identity.key.csr_pem(&identity.name, host)?;
-    Ok(ca.sign_node(
+    let cert_pem = ca.sign_node(
         &csr,
         identity.node_id,
         cluster_id,
         &identity.key.fingerprint(),
         host,
         config.cert_validity,
-    )?)
+    )?;
+    datadir::write_tls(&config.data_dir, ca.cert_pem(), &cert_pem)?;
+    Ok(TlsFiles {
+        ca_pem: ca.cert_pem().to_string(),
+        cert_pem,
+    })
 }
 
 /// Prints an operator token: the only time its secret is shown, in a frame that stands out in

@@ -9,11 +9,11 @@ use muster_shared::tls::ClusterCa;
 use muster_shared::token::random_hex;
 
 use super::admitted::{Admitted, FollowUp, Restored};
-use super::{print_operator_token, sign_own_certificate};
+use super::{issue_own_certificate, print_operator_token};
 use crate::backup_file::{self, BackupHeader, MAX_BACKUP_BYTES};
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
-use crate::datadir::{self, ClusterFile, Identity, TlsFiles};
+use crate::datadir::{ClusterFile, Identity};
 use crate::error::{AgentError, Context};
 use crate::leader::new_operator_token;
 use crate::node::RunningNode;
@@ -135,8 +135,7 @@ pub fn admit(
         )));
     }
     let cluster_id = random_hex(16);
-    let cert = sign_own_certificate(&ca, identity, &cluster_id, config)?;
-    datadir::write_tls(dir, ca.cert_pem(), &cert)?;
+    let tls = issue_own_certificate(&ca, identity, &cluster_id, config)?;
     let (operator_token, record) = new_operator_token(ca.pin(), "created by muster restore");
     let restored = backup_file::restored_state(
         state,
@@ -161,13 +160,7 @@ pub fn admit(
             operator_token,
             summary,
         })),
-        ..Admitted::start(
-            &cluster_id,
-            TlsFiles {
-                ca_pem: ca.cert_pem().to_string(),
-                cert_pem: cert,
-            },
-        )
+        ..Admitted::start(&cluster_id, tls)
     })
 }
 
