@@ -5,7 +5,8 @@
 //! its listener and clients read at every handshake. A moved member's `cluster.json` follows
 //! its recorded address too, so that its next start expects the new `--advertise`. During a CA
 //! rotation (`state/ca_rotation.rs`) the node also takes the cluster's CAs into use as they
-//! change (`renew/trust.rs`), renews from the new CA once it signs, and reports each step to the leader.
+//! change (`renew/trust.rs`), renews from the new CA once it signs, and reports each step to
+//! the leader.
 //!
 //! [`decide`] is the policy (pure); [`renewal_loop`] carries it out.
 
