@@ -1,5 +1,5 @@
 //! Leader-side operations: everything that reads the replicated state linearizably or writes
-//! it. One file per action (admission, tokens, removal, backup, key-value, status); this file
+//! it. One file per action (admission, tokens, removal, backup, key-value, status); this module
 //! is the one dispatcher ([`execute`]) and the one way to reach the leader ([`run`]), which
 //! runs an operation here when this node leads and forwards it over mutual TLS otherwise.
 //!
