@@ -70,7 +70,7 @@ impl Reconciler {
             self.waiting = plan.waiting;
         }
         match plan.change {
-            Some(change) => apply(agent, &view, change).await,
+            Some(change) => carry_out(agent, decide(&view, change)).await,
             None => Ok(()),
         }
     }
@@ -131,9 +131,50 @@ async fn formation_view(
     })
 }
 
-/// Carries out one change decided by the policy.
-async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), ApiError> {
-    let raft = agent.raft();
+/// One policy change made concrete from the view alone: the names and causes the log and
+/// `muster status` show. Deciding these apart from acting keeps the texts testable without a
+/// cluster and leaves `carry_out` the one place that touches raft.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    FinishJoint {
+        voters: BTreeSet<NodeId>,
+        names: String,
+    },
+    Promote {
+        ids: BTreeSet<NodeId>,
+        names: String,
+        why: Why,
+    },
+    Demote {
+        id: NodeId,
+        name: String,
+        cause: String,
+    },
+    /// A removed member taken out of the configuration.
+    TakeOut {
+        id: NodeId,
+        name: String,
+    },
+    MakeSpare {
+        id: NodeId,
+        name: String,
+        cause: String,
+    },
+    /// No name here: it is read again from the record under the lock when acting.
+    MakeStandby {
+        id: NodeId,
+        cause: String,
+    },
+    CleanUp {
+        id: NodeId,
+        name: String,
+        cause: String,
+    },
+    FormationDone,
+}
+
+/// What the policy's change comes to, with every text it needs (pure).
+fn decide(view: &ClusterView, change: Change) -> Step {
     let names = |ids: &BTreeSet<NodeId>| {
         ids.iter()
             .map(|id| view.name(*id))
@@ -141,89 +182,96 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
             .join(", ")
     };
     match change {
-        Change::FinishJoint(voters) => {
-            tracing::warn!(voters = %names(&voters), "finishing a joint configuration left by an interrupted change");
-            raft.finish_joint(voters).await?;
-        }
-        Change::Promote(ids, why) => {
-            let promoted = names(&ids);
-            tracing::info!(nodes = %promoted, ?why, "promoting to voter");
-            raft.promote(ids).await?;
-            agent.leader_local().record_membership_event(
-                format!("promoted {promoted} to voter"),
-                why_text(why).into(),
-            );
-        }
-        Change::Demote(id, why) => {
-            let cause = cause(view, id, why);
-            tracing::info!(node = %view.name(id), %cause, "demoting a voter to standby");
-            raft.demote(BTreeSet::from([id])).await?;
-            agent
-                .leader_local()
-                .record_membership_event(format!("demoted {} to standby", view.name(id)), cause);
-        }
-        Change::Remove(id) => {
-            tracing::info!(node = %view.name(id), "removing: taking the node out of the configuration");
-            raft.remove_nonvoters(BTreeSet::from([id])).await?;
-            agent.leader_local().record_membership_event(
-                format!("took {} out of the configuration", view.name(id)),
-                "it was removed".into(),
-            );
-        }
-        Change::MakeSpare(id) => {
-            let name = view.name(id);
-            let cause = format!(
+        Change::FinishJoint(voters) => Step::FinishJoint {
+            names: names(&voters),
+            voters,
+        },
+        Change::Promote(ids, why) => Step::Promote {
+            names: names(&ids),
+            ids,
+            why,
+        },
+        Change::Demote(id, why) => Step::Demote {
+            id,
+            name: view.name(id),
+            cause: cause(view, id, why),
+        },
+        Change::Remove(id) => Step::TakeOut {
+            id,
+            name: view.name(id),
+        },
+        Change::MakeSpare(id) => Step::MakeSpare {
+            id,
+            name: view.name(id),
+            cause: format!(
                 "more standbys than --standbys {}; a spare keeps its membership but does not replicate",
                 view.automation.standbys
-            );
-            tracing::info!(node = %name, %cause, "making a standby a spare");
-            let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
-            raft.remove_nonvoters(BTreeSet::from([id])).await?;
-            agent
-                .leader_local()
-                .record_membership_event(format!("made {name} a spare"), cause);
-        }
-        Change::MakeStandby(id) => {
-            // Under the lock `node remove` takes, and with the record read again under it: a
-            // spare removed meanwhile is not added back.
-            let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
-            let Some(record) = raft.read_local(|s| s.nodes.get(&id).cloned())? else {
-                return Ok(());
-            };
-            let cause = format!(
+            ),
+        },
+        Change::MakeStandby(id) => Step::MakeStandby {
+            id,
+            cause: format!(
                 "fewer standbys than --standbys {}",
                 view.automation.standbys
-            );
-            tracing::info!(node = %record.name, %cause, "making a spare a standby");
-            raft.add_learner(
-                id,
-                Node {
-                    name: record.name.clone(),
-                    addr: record.addr.clone(),
-                },
-            )
-            .await?;
-            agent
-                .leader_local()
-                .record_membership_event(format!("made {} a standby", record.name), cause);
-        }
-        Change::CleanUp(id) => {
-            let name = view.name(id);
-            let silent = view
-                .member(id)
-                .and_then(|m| m.unreachable_for)
-                .unwrap_or_default();
-            let cause = format!(
+            ),
+        },
+        Change::CleanUp(id) => Step::CleanUp {
+            id,
+            name: view.name(id),
+            cause: format!(
                 "unreachable for {}s (--cleanup-dead-after {}s)",
-                silent.as_secs(),
+                silent_for(view, id).as_secs(),
                 view.automation
                     .cleanup_dead_after
                     .unwrap_or_default()
                     .as_secs()
+            ),
+        },
+        Change::FormationDone => Step::FormationDone,
+    }
+}
+
+/// Carries out one change decided by the policy: acts on a decided step: the raft change, then the membership event `muster status` shows.
+async fn carry_out(agent: &Agent, step: Step) -> Result<(), ApiError> {
+    let raft = agent.raft();
+    let leader = agent.leader_local();
+    match step {
+        Step::FinishJoint { voters, names } => {
+            tracing::warn!(voters = %names, "finishing a joint configuration left by an interrupted change");
+            raft.finish_joint(voters).await?;
+        }
+        Step::Promote { ids, names, why } => {
+            tracing::info!(nodes = %names, ?why, "promoting to voter");
+            raft.promote(ids).await?;
+            leader.record_membership_event(
+                format!("promoted {names} to voter"),
+                why_text(why).into(),
             );
+        }
+        Step::Demote { id, name, cause } => {
+            tracing::info!(node = %name, %cause, "demoting a voter to standby");
+            raft.demote(BTreeSet::from([id])).await?;
+            leader.record_membership_event(format!("demoted {name} to standby"), cause);
+        }
+        Step::TakeOut { id, name } => {
+            tracing::info!(node = %name, "removing: taking the node out of the configuration");
+            raft.remove_nonvoters(BTreeSet::from([id])).await?;
+            leader.record_membership_event(
+                format!("took {name} out of the configuration"),
+                "it was removed".into(),
+            );
+        }
+        Step::MakeSpare { id, name, cause } => {
+            tracing::info!(node = %name, %cause, "making a standby a spare");
+            let _one_at_a_time = leader.membership_ops.lock().await;
+            raft.remove_nonvoters(BTreeSet::from([id])).await?;
+            leader.record_membership_event(format!("made {name} a spare"), cause);
+        }
+        Step::MakeStandby { id, cause } => make_standby(agent, id, cause).await?,
+        Step::CleanUp { id, name, cause } => {
             // The same record `node remove` writes, under the same lock, so an operator's
             // removal and this one never pass the quorum check one without the other.
-            let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
+            let _one_at_a_time = leader.membership_ops.lock().await;
             tracing::warn!(node = %name, %cause, "cleaning up a dead member: removing it");
             raft.write(Request::RemoveNode {
                 id,
@@ -231,41 +279,68 @@ async fn apply(agent: &Agent, view: &ClusterView, change: Change) -> Result<(), 
                 now_ms: crate::clock::now_ms(),
             })
             .await?;
-            agent
-                .leader_local()
-                .record_membership_event(format!("removed {name}"), cause);
+            leader.record_membership_event(format!("removed {name}"), cause);
         }
-        Change::FormationDone => {
-            // End the formation in the replicated state (whoever leads now); marking the
-            // record formed is best effort in the background, so an unreachable discovery
-            // service never holds the cluster.
-            let Some(formation) = agent.formation() else {
-                return Ok(());
-            };
-            raft.write(Request::EndFormation).await?;
-            // The record then lists every member, for machines that join later through the
-            // URL with a token (the autoscaling recipe).
-            let peers: Vec<String> = raft.view().nodes.values().map(|n| n.addr.clone()).collect();
-            tokio::spawn(async move { mark_formed(&formation, peers).await });
-        }
+        Step::FormationDone => end_formation(agent).await?,
     }
     Ok(())
+}
+
+/// Adds a spare back as a standby (a learner).
+async fn make_standby(agent: &Agent, id: NodeId, cause: String) -> Result<(), ApiError> {
+    let raft = agent.raft();
+    // Under the lock `node remove` takes, and with the record read again under it: a spare
+    // removed meanwhile is not added back.
+    let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
+    let Some(record) = raft.read_local(|s| s.nodes.get(&id).cloned())? else {
+        return Ok(());
+    };
+    tracing::info!(node = %record.name, %cause, "making a spare a standby");
+    raft.add_learner(
+        id,
+        Node {
+            name: record.name.clone(),
+            addr: record.addr.clone(),
+        },
+    )
+    .await?;
+    agent
+        .leader_local()
+        .record_membership_event(format!("made {} a standby", record.name), cause);
+    Ok(())
+}
+
+/// Ends the formation in the replicated state (whoever leads now); marking the record formed
+/// is best effort in the background, so an unreachable discovery service never holds the
+/// cluster.
+async fn end_formation(agent: &Agent) -> Result<(), ApiError> {
+    let Some(formation) = agent.formation() else {
+        return Ok(());
+    };
+    let raft = agent.raft();
+    raft.write(Request::EndFormation).await?;
+    // The record then lists every member, for machines that join later through the URL with
+    // a token (the autoscaling recipe).
+    let peers: Vec<String> = raft.view().nodes.values().map(|n| n.addr.clone()).collect();
+    tokio::spawn(async move { mark_formed(&formation, peers).await });
+    Ok(())
+}
+
+/// How long the leader has not heard from a member (zero while it answers).
+fn silent_for(view: &ClusterView, id: NodeId) -> Duration {
+    view.member(id)
+        .and_then(|m| m.unreachable_for)
+        .unwrap_or_default()
 }
 
 /// Why a member was demoted, for the log and `muster status`.
 fn cause(view: &ClusterView, id: NodeId, why: Why) -> String {
     match why {
-        Why::FailedVoter => {
-            let silent = view
-                .member(id)
-                .and_then(|m| m.unreachable_for)
-                .unwrap_or_default();
-            format!(
-                "unreachable for {}s (--replace-after {}s); a healthy standby takes its place",
-                silent.as_secs(),
-                view.automation.replace_after.unwrap_or_default().as_secs()
-            )
-        }
+        Why::FailedVoter => format!(
+            "unreachable for {}s (--replace-after {}s); a healthy standby takes its place",
+            silent_for(view, id).as_secs(),
+            view.automation.replace_after.unwrap_or_default().as_secs()
+        ),
         other => why_text(other).into(),
     }
 }
@@ -313,3 +388,6 @@ async fn mark_formed(formation: &FormationRecord, peers: Vec<String>) {
         "could not mark the discovery record formed; the URL still refuses newcomers once full"
     );
 }
+
+#[cfg(test)]
+mod tests;

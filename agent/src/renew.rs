@@ -5,7 +5,8 @@
 //! its listener and clients read at every handshake. A moved member's `cluster.json` follows
 //! its recorded address too, so that its next start expects the new `--advertise`. During a CA
 //! rotation (`state/ca_rotation.rs`) the node also takes the cluster's CAs into use as they
-//! change, renews from the new CA once it signs, and reports each step to the leader.
+//! change (`renew/trust.rs`), renews from the new CA once it signs, and reports each step to
+//! the leader.
 //!
 //! [`decide`] is the policy (pure); [`renewal_loop`] carries it out.
 
@@ -19,8 +20,11 @@ use crate::api::ApiError;
 use crate::clock::now_ms;
 use crate::datadir::{self, ClusterFile};
 use crate::leader::{self, Authority, LeaderOp, RenewedCertificate};
-use crate::state::ca_rotation::CaStage;
 use crate::state::member_id;
+
+mod trust;
+
+use trust::follow_trust;
 
 /// The longest the loop sleeps between looks (an address change is noticed this fast).
 const LOOK_EVERY: Duration = Duration::from_secs(2);
@@ -153,94 +157,6 @@ fn follow_recorded_address(agent: &Agent) {
         Err(e) => {
             tracing::warn!(error = %e, "cannot record this member's new address in cluster.json")
         }
-    }
-}
-
-/// Keeps the CAs this node trusts in step with the cluster's (a CA rotation adds the new one,
-/// its end drops the old), and tells the leader how far this member is in a rotation.
-async fn follow_trust(agent: &Agent, key_pem: &str) {
-    let me = agent.node_id();
-    let Ok((trusted, next)) = agent.raft().read_local(|s| {
-        (
-            s.trusted_ca_pems(),
-            s.ca_next.as_ref().map(|n| {
-                (
-                    n.pin.clone(),
-                    n.ca.cert_pem.clone(),
-                    n.trusted_by.contains(&me),
-                    n.reissued_by.contains(&me),
-                )
-            }),
-        )
-    }) else {
-        return;
-    };
-    let Ok(files) = datadir::read_tls(agent.data_dir()) else {
-        return;
-    };
-    let bundle = trusted.concat();
-    if !bundle.is_empty() && files.ca_pem != bundle {
-        // Checked before it is written; written before it is used. CAs dropped (a finished
-        // rotation) are remembered, so that an old token in this machine's settings reads as
-        // this cluster's on the next start, not as another cluster's.
-        let dropped: Vec<String> = {
-            let now = tls::bundle_pins(&bundle).unwrap_or_default();
-            tls::bundle_pins(&files.ca_pem)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|p| !now.contains(p))
-                .collect()
-        };
-        let swapped = datadir::retire_pins(agent.data_dir(), &dropped)
-            .map_err(|e| e.to_string())
-            .and_then(|()| {
-                tls::NodeCredentials::new(&bundle, &files.cert_pem, key_pem)
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            })
-            .map_err(|e| e.to_string())
-            .and_then(|_| {
-                datadir::write_trust(agent.data_dir(), &bundle).map_err(|e| e.to_string())
-            })
-            .and_then(|()| {
-                agent
-                    .credentials()
-                    .replace(&bundle, &files.cert_pem, key_pem)
-                    .map_err(|e| e.to_string())
-            });
-        match swapped {
-            Ok(()) => tracing::info!(
-                trusted_cas = trusted.len(),
-                "the cluster's CAs changed; this node now trusts {}",
-                if trusted.len() > 1 {
-                    "the old and the new CA"
-                } else {
-                    "the current CA only"
-                }
-            ),
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot take the cluster's CAs into use");
-                return;
-            }
-        }
-    }
-    let Some((pin, next_cert, trusts, reissued)) = next else {
-        return;
-    };
-    let stage = if !reissued && tls::issued_by(&files.cert_pem, &next_cert) {
-        CaStage::Reissued
-    } else if !trusts {
-        CaStage::Trusted
-    } else {
-        return;
-    };
-    let op = LeaderOp::CaAck {
-        node_id: member_id(me),
-        pin,
-        stage,
-    };
-    if let Err(e) = leader::run(agent, &Authority::Node, op).await {
-        tracing::info!(error = %e, ?stage, "cannot report this member's CA rotation progress yet");
     }
 }
 

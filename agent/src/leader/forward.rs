@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::{Authority, Forwarded, LeaderOp, execute};
 use crate::agent::Agent;
 use crate::api::{ApiError, ErrorKind, paths};
-use crate::client::{CallError, send_json};
+use crate::client::{CallError, PeerClient, send_json};
+use crate::state::{Node, NodeId};
 use muster_shared::retry::RetryPolicy;
 
 /// How long a follower waits for the leader to answer a forwarded operation: longer than the
@@ -68,6 +69,51 @@ pub async fn run_once(
         .get(leader, &node.addr)
         .await
         .map_err(|e| ApiError::new(ErrorKind::NoLeader, e.to_string()))?;
+    match forward(agent, &peer, authority, op, (leader, &node), watch_raft).await {
+        Ok(value) => Ok(value),
+        Err(failed) => {
+            let (error, aftermath) = failure(&node.name, failed);
+            match aftermath {
+                // The leader says this node was removed: stop like on any other sign of it.
+                Aftermath::Removed => agent.removal().conclude(),
+                Aftermath::ForgetLeader => agent.peers().forget(leader),
+                Aftermath::Nothing => {}
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Why a forward got no answer.
+#[derive(Debug)]
+enum Failed {
+    /// The leader stopped leading while the request was in flight.
+    StoppedLeading {
+        read_only: bool,
+    },
+    Call(CallError),
+}
+
+/// What this node does about a failed forward, besides answering the error.
+#[derive(Debug, PartialEq, Eq)]
+enum Aftermath {
+    Nothing,
+    /// The leader said this node was removed.
+    Removed,
+    /// The leader's connection never came up: ask the peer table for a new one next time.
+    ForgetLeader,
+}
+
+/// Sends `op` to `leader` over `peer` and waits for its answer, or for raft to see another
+/// leader.
+async fn forward(
+    agent: &Agent,
+    peer: &PeerClient,
+    authority: &Authority,
+    op: LeaderOp,
+    (leader, node): (NodeId, &Node),
+    watch_raft: bool,
+) -> Result<serde_json::Value, Failed> {
     let read_only = op.is_read_only();
     let forwarded = Forwarded {
         op,
@@ -80,60 +126,104 @@ pub async fn run_once(
         .timeout(FORWARD_TIMEOUT);
     // A leader cut off from this node (and from the majority) never answers; the majority
     // elects another within an election window. Follow it instead of waiting out the timeout.
-    let answer = tokio::select! {
-        answer = send_json(&node.addr, request) => answer,
-        () = leader_changed(agent, leader, watch_raft) => {
-            return Err(if read_only {
-                ApiError::new(ErrorKind::NoLeader, format!("{} stopped leading; asking the new leader", node.name))
+    tokio::select! {
+        answer = send_json(&node.addr, request) => answer.map_err(Failed::Call),
+        () = leader_changed(agent, leader, watch_raft) => Err(Failed::StoppedLeading { read_only }),
+    }
+}
+
+/// The error a failed forward answers, and what this node does about it (pure). Only a request
+/// that never reached the leader may be retried (`no_leader`); after that a write may have been
+/// applied, and sending it again would apply it twice.
+fn failure(leader_name: &str, failed: Failed) -> (ApiError, Aftermath) {
+    match failed {
+        Failed::StoppedLeading { read_only: true } => (
+            ApiError::new(
+                ErrorKind::NoLeader,
+                format!("{leader_name} stopped leading; asking the new leader"),
+            ),
+            Aftermath::Nothing,
+        ),
+        Failed::StoppedLeading { read_only: false } => (
+            ApiError::new(
+                ErrorKind::QuorumLost,
+                format!(
+                    "{leader_name} stopped leading while the request was in flight; the outcome is unknown, read before retrying"
+                ),
+            ),
+            Aftermath::Nothing,
+        ),
+        Failed::Call(CallError::Api(e)) => {
+            let aftermath = if e.kind == ErrorKind::Removed {
+                Aftermath::Removed
             } else {
-                ApiError::new(
-                    ErrorKind::QuorumLost,
-                    format!(
-                        "{} stopped leading while the request was in flight; the outcome is unknown, read before retrying",
-                        node.name
-                    ),
-                )
-            });
+                Aftermath::Nothing
+            };
+            (e, aftermath)
         }
-    };
-    match answer {
-        Ok(value) => Ok(value),
-        Err(CallError::Api(e)) => {
-            if e.kind == ErrorKind::Removed {
-                // The leader says this node was removed: stop like on any other sign of it.
-                agent.removal().conclude();
-            }
-            Err(e)
-        }
-        // Only a request that never reached the leader may be retried; after that a write may
-        // have been applied, and sending it again would apply it twice.
-        Err(CallError::Unreachable {
+        Failed::Call(CallError::Unreachable {
             connect: true,
             reason,
             ..
-        }) => {
-            agent.peers().forget(leader);
-            Err(ApiError::new(
+        }) => (
+            ApiError::new(
                 ErrorKind::NoLeader,
-                format!("leader {} is not reachable ({reason})", node.name),
-            ))
-        }
-        Err(e) => Err(ApiError::new(
-            ErrorKind::QuorumLost,
-            format!(
-                "leader {} did not answer ({e}); the outcome is unknown, read before retrying",
-                node.name
+                format!("leader {leader_name} is not reachable ({reason})"),
             ),
-        )),
+            Aftermath::ForgetLeader,
+        ),
+        Failed::Call(e) => (
+            ApiError::new(
+                ErrorKind::QuorumLost,
+                format!(
+                    "leader {leader_name} did not answer ({e}); the outcome is unknown, read before retrying"
+                ),
+            ),
+            Aftermath::Nothing,
+        ),
     }
 }
 
 /// Resolves when raft sees another leader than `leader`; never, when `leader` was not learned
 /// from raft (a spare's, from its check-in).
-async fn leader_changed(agent: &Agent, leader: crate::state::NodeId, watch_raft: bool) {
+async fn leader_changed(agent: &Agent, leader: NodeId, watch_raft: bool) {
     if watch_raft {
         agent.raft().leader_changed_from(leader).await;
     } else {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Aftermath, Failed, failure};
+    use crate::api::{ApiError, ErrorKind};
+    use crate::client::CallError;
+
+    fn unreachable(connect: bool) -> Failed {
+        Failed::Call(CallError::Unreachable {
+            addr: "b:1".into(),
+            reason: "refused".into(),
+            connect,
+        })
+    }
+
+    #[test]
+    fn only_a_request_that_never_left_may_be_retried() {
+        let (e, after) = failure("b", unreachable(true));
+        assert_eq!(
+            (e.kind, after),
+            (ErrorKind::NoLeader, Aftermath::ForgetLeader)
+        );
+        assert_eq!(e.message, "leader b is not reachable (refused)");
+        let (e, after) = failure("b", unreachable(false));
+        assert_eq!((e.kind, after), (ErrorKind::QuorumLost, Aftermath::Nothing));
+        let (e, _) = failure("b", Failed::StoppedLeading { read_only: true });
+        assert_eq!(e.kind, ErrorKind::NoLeader);
+        let (e, _) = failure("b", Failed::StoppedLeading { read_only: false });
+        assert_eq!(e.kind, ErrorKind::QuorumLost);
+        let removed = ApiError::new(ErrorKind::Removed, "removed");
+        let (e, after) = failure("b", Failed::Call(CallError::Api(removed)));
+        assert_eq!((e.kind, after), (ErrorKind::Removed, Aftermath::Removed));
     }
 }

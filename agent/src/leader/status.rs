@@ -2,6 +2,7 @@
 //! leader answering, the leader raft remembers is not named (it may be the machine that died),
 //! and this node asks each member itself, so that the answer says how many voters are left.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -13,7 +14,8 @@ use crate::api::{ApiError, paths};
 use crate::client::PeerClients;
 use crate::policy;
 use crate::policy::leadership::{LeaderWord, quorum_lost, shown_leader};
-use crate::state::{NodeId, member_id, parse_member_id};
+use crate::raft::RaftView;
+use crate::state::{NodeId, NodeRecord, member_id, parse_member_id};
 
 /// How long a follower waits for the leader's status: `status` answers now with what this node
 /// knows rather than after the forwarding timeout (a leader cut off by a partition never
@@ -27,68 +29,11 @@ const MEMBER_CHECK_WAIT: Duration = Duration::from_secs(1);
 pub fn local(agent: &Agent) -> Result<Status, ApiError> {
     let view = agent.raft().view();
     let records = agent.raft().read_local(|s| s.nodes.clone())?;
-    let name_of = |id: NodeId| {
-        records
-            .get(&id)
-            .map(|r| r.name.clone())
-            .or_else(|| view.nodes.get(&id).map(|n| n.name.clone()))
-            .unwrap_or_else(|| member_id(id))
-    };
     let liveness = agent.raft().liveness();
-    let mut members: Vec<Member> = view
-        .nodes
-        .iter()
-        .map(|(id, node)| {
-            let me = *id == agent.node_id();
-            let (reachable, last_seen_ms, match_index) = if view.is_leader {
-                let seen = if me {
-                    Some(0)
-                } else {
-                    liveness.last_seen_ms(*id)
-                };
-                let fresh = policy::is_reachable(seen.map(Duration::from_millis));
-                (
-                    Some(me || fresh),
-                    seen,
-                    view.matched.get(id).copied().flatten(),
-                )
-            } else {
-                (None, None, None)
-            };
-            let voter = view.voters.contains(id);
-            Member {
-                name: name_of(*id),
-                id: member_id(*id),
-                address: node.addr.clone(),
-                suffrage: if voter { "voter" } else { "nonvoter" }.into(),
-                role: if voter { "voter" } else { "standby" }.into(),
-                reachable,
-                last_seen_ms,
-                match_index,
-            }
-        })
-        .collect();
-    // Spares: recorded, not removed, outside the configuration. Reachable means "checked in
-    // lately" (the leader only).
+    let seen = |id: NodeId| liveness.last_seen_ms(id);
+    let mut members = configured(&view, &records, agent.node_id(), seen);
     let removed = agent.raft().read_local(|s| s.removed.clone())?;
-    for (id, record) in records
-        .iter()
-        .filter(|(id, _)| !view.nodes.contains_key(id) && !removed.contains(id))
-    {
-        let seen = view.is_leader.then(|| liveness.last_seen_ms(*id)).flatten();
-        members.push(Member {
-            name: record.name.clone(),
-            id: member_id(*id),
-            address: record.addr.clone(),
-            suffrage: "nonvoter".into(),
-            role: "spare".into(),
-            reachable: view
-                .is_leader
-                .then(|| policy::is_reachable(seen.map(Duration::from_millis))),
-            last_seen_ms: seen,
-            match_index: None,
-        });
-    }
+    members.extend(spares(&view, &records, &removed, seen));
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let (membership_events, membership_waiting) = if view.is_leader {
         agent.leader_local().membership_log()
@@ -104,7 +49,7 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
             cut_off,
         })
     } else {
-        view.leader.map(name_of)
+        view.leader.map(|id| name_of(&records, &view, id))
     };
     let voters_reachable = view.is_leader.then(|| voters_answering(&members));
     Ok(Status {
@@ -121,6 +66,81 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
         membership_events,
         membership_waiting,
     })
+}
+
+/// A member's name: its record's, else the configuration's, else its id.
+fn name_of(records: &BTreeMap<NodeId, NodeRecord>, view: &RaftView, id: NodeId) -> String {
+    records
+        .get(&id)
+        .map(|r| r.name.clone())
+        .or_else(|| view.nodes.get(&id).map(|n| n.name.clone()))
+        .unwrap_or_else(|| member_id(id))
+}
+
+/// The rows of the raft configuration's members (pure). Contact and replication progress are
+/// the leader's to know; `seen` is how many milliseconds ago it last heard from a member.
+fn configured(
+    view: &RaftView,
+    records: &BTreeMap<NodeId, NodeRecord>,
+    me: NodeId,
+    seen: impl Fn(NodeId) -> Option<u64>,
+) -> Vec<Member> {
+    view.nodes
+        .iter()
+        .map(|(id, node)| {
+            let is_me = *id == me;
+            let (reachable, last_seen_ms, match_index) = if view.is_leader {
+                let seen = if is_me { Some(0) } else { seen(*id) };
+                let fresh = policy::is_reachable(seen.map(Duration::from_millis));
+                (
+                    Some(is_me || fresh),
+                    seen,
+                    view.matched.get(id).copied().flatten(),
+                )
+            } else {
+                (None, None, None)
+            };
+            let voter = view.voters.contains(id);
+            Member {
+                name: name_of(records, view, *id),
+                id: member_id(*id),
+                address: node.addr.clone(),
+                suffrage: if voter { "voter" } else { "nonvoter" }.into(),
+                role: if voter { "voter" } else { "standby" }.into(),
+                reachable,
+                last_seen_ms,
+                match_index,
+            }
+        })
+        .collect()
+}
+
+/// The rows of the spares: recorded, not removed, outside the configuration (pure).
+/// Reachable means "checked in lately" (the leader only).
+fn spares<'a>(
+    view: &'a RaftView,
+    records: &'a BTreeMap<NodeId, NodeRecord>,
+    removed: &'a BTreeSet<NodeId>,
+    seen: impl Fn(NodeId) -> Option<u64> + 'a,
+) -> impl Iterator<Item = Member> + 'a {
+    records
+        .iter()
+        .filter(|(id, _)| !view.nodes.contains_key(id) && !removed.contains(id))
+        .map(move |(id, record)| {
+            let seen = view.is_leader.then(|| seen(*id)).flatten();
+            Member {
+                name: record.name.clone(),
+                id: member_id(*id),
+                address: record.addr.clone(),
+                suffrage: "nonvoter".into(),
+                role: "spare".into(),
+                reachable: view
+                    .is_leader
+                    .then(|| policy::is_reachable(seen.map(Duration::from_millis))),
+                last_seen_ms: seen,
+                match_index: None,
+            }
+        })
 }
 
 /// Voters marked reachable.
@@ -210,4 +230,79 @@ async fn ask_members(peers: &PeerClients, members: &[Member], me: &str) -> Vec<S
         }
     }
     answering
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::{configured, spares};
+    use crate::raft::RaftView;
+    use crate::state::{Node, NodeRecord};
+
+    fn raft(is_leader: bool) -> RaftView {
+        let node = |name: &str| Node {
+            name: name.into(),
+            addr: format!("{name}:1"),
+        };
+        RaftView {
+            is_leader,
+            leader: Some(1),
+            term: 3,
+            last_log_index: Some(20),
+            last_applied: Some(20),
+            voters: BTreeSet::from([1, 2]),
+            nodes: BTreeMap::from([(1, node("a")), (2, node("b")), (3, node("c"))]),
+            membership_index: None,
+            voter_sets: Vec::new(),
+            matched: BTreeMap::from([(1, Some(20)), (2, Some(19)), (3, None)]),
+            quorum_silence: None,
+        }
+    }
+
+    fn record(name: &str) -> NodeRecord {
+        NodeRecord {
+            name: name.into(),
+            addr: format!("{name}:1"),
+            key_fingerprint: String::new(),
+            joined_ms: 0,
+            joined_with: None,
+        }
+    }
+
+    #[test]
+    fn rows_show_roles_and_only_the_leader_knows_contact() {
+        // Node 2's record renames it; 4 is a spare, 5 a removed one.
+        let records = BTreeMap::from([(2, record("b2")), (4, record("d")), (5, record("e"))]);
+        let removed = BTreeSet::from([5]);
+        let seen = |id| (id == 2).then_some(100).or((id == 4).then_some(999_999));
+
+        let rows = configured(&raft(true), &records, 1, seen);
+        let row = |name: &str| rows.iter().find(|m| m.name == name).expect(name);
+        assert_eq!(
+            (row("a").reachable, row("a").last_seen_ms),
+            (Some(true), Some(0))
+        );
+        assert_eq!(row("b2").reachable, Some(true));
+        assert_eq!(row("b2").match_index, Some(19));
+        assert_eq!(
+            (row("c").role.as_str(), row("c").reachable),
+            ("standby", Some(false))
+        );
+        let spare: Vec<_> = spares(&raft(true), &records, &removed, seen).collect();
+        assert_eq!(spare.len(), 1);
+        assert_eq!(
+            (spare[0].name.as_str(), spare[0].role.as_str()),
+            ("d", "spare")
+        );
+        assert_eq!(spare[0].reachable, Some(false));
+
+        let rows = configured(&raft(false), &records, 2, seen);
+        assert!(
+            rows.iter()
+                .all(|m| m.reachable.is_none() && m.last_seen_ms.is_none())
+        );
+        let spare: Vec<_> = spares(&raft(false), &records, &removed, seen).collect();
+        assert_eq!((spare[0].reachable, spare[0].last_seen_ms), (None, None));
+    }
 }

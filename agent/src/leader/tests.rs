@@ -10,6 +10,7 @@ use super::tokens::NewToken;
 use super::*;
 use crate::api::ErrorKind;
 use crate::api::probe::SettingsUpdate;
+use crate::leading::Replica;
 use crate::leading::fake::{Fixture, LEADER, block_on};
 use crate::state::NodeId;
 use crate::state::ca_rotation::CaStage;

@@ -4,11 +4,22 @@
 //! the operator talks to generates it, keeps the secret to itself and sends the leader only the
 //! id and the SHA-256 of the secret; the leader stamps the times with its own clock and writes
 //! the record through raft. The text is returned to the operator once and stored nowhere.
+//!
+//! This file issues tokens (on the node the operator talks to); the leader's records are
+//! `tokens/records.rs`, and checking a presented operator token is `tokens/operator_check.rs`.
 
 use std::time::Duration;
 
-use muster_shared::token::{SecretToken, TokenKind, secret_hashes_match};
+use muster_shared::token::{SecretToken, TokenKind};
 use serde::{Deserialize, Serialize};
+
+mod operator_check;
+mod records;
+
+pub use operator_check::{authorize_operator, check_operator_token_committed, operator_authority};
+pub use records::{
+    create_join, create_operator, list_join, list_operator, revoke_join, revoke_operator,
+};
 
 use super::{Authority, LeaderOp, decode, run};
 use crate::agent::Agent;
@@ -16,8 +27,8 @@ use crate::api::types::{JoinTokenInfo, OperatorTokenInfo, TokenCreated};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::leading::{Leader, Replica};
+use crate::state::OperatorTokenRecord;
 use crate::state::scope::Scope;
-use crate::state::{JoinTokenRecord, OperatorTokenRecord, Request};
 
 use crate::api::types::JOIN_TOKEN_MIN_TTL as MIN_TTL;
 use crate::api::types::{JOIN_TOKEN_MAX_TTL as MAX_TTL, JOIN_TOKEN_MAX_USES as MAX_USES};
@@ -101,37 +112,6 @@ impl NewToken {
     }
 }
 
-fn join_info(id: &str, t: &JoinTokenRecord, now: u64) -> JoinTokenInfo {
-    JoinTokenInfo {
-        id: id.to_string(),
-        description: t.description.clone(),
-        state: t.state(now).to_string(),
-        created_ms: t.created_ms,
-        expires_ms: t.expires_ms,
-        uses_total: t.uses_total,
-        uses_left: t.uses_left,
-        consumed_ms: t.consumed_ms,
-        revoked_ms: t.revoked_ms,
-        last_used_by: t.last_used_by.clone(),
-    }
-}
-
-fn operator_info(id: &str, t: &OperatorTokenRecord) -> OperatorTokenInfo {
-    OperatorTokenInfo {
-        id: id.to_string(),
-        description: t.description.clone(),
-        state: if t.revoked_ms.is_some() {
-            "revoked"
-        } else {
-            "active"
-        }
-        .to_string(),
-        created_ms: t.created_ms,
-        revoked_ms: t.revoked_ms,
-        scopes: t.scopes.iter().map(Scope::to_string).collect(),
-    }
-}
-
 /// Operator API: a new join token. The secret is made here and leaves this node only in the
 /// answer; the leader records its hash.
 pub async fn issue_join_token(
@@ -195,257 +175,6 @@ pub async fn issue_operator_token(
         uses: None,
         description: info.description,
     })
-}
-
-/// Leader: records a join token.
-pub async fn create_join(
-    leader: Leader<'_, impl Replica>,
-    create: NewToken,
-) -> Result<JoinTokenInfo, ApiError> {
-    create.check(true)?;
-    let now = leader.cluster_now()?;
-    let live = leader.replica.read_local(|s| {
-        s.join_tokens
-            .values()
-            .filter(|t| t.state(now) == "active")
-            .count()
-    })?;
-    if live >= MAX_LIVE_TOKENS {
-        return Err(ApiError::new(
-            ErrorKind::InvalidArgument,
-            format!(
-                "{live} join tokens are active; revoke unused ones (muster token list) before creating more"
-            ),
-        ));
-    }
-    let ca_pin = Some(create.recorded_pin(leader)?);
-    let token = JoinTokenRecord {
-        secret_sha256: create.secret_sha256,
-        description: create.description,
-        created_ms: now,
-        expires_ms: now.saturating_add(create.ttl_ms),
-        uses_total: create.uses,
-        uses_left: create.uses,
-        consumed_ms: None,
-        revoked_ms: None,
-        last_used_by: None,
-        ca_pin,
-        verify_key: None,
-    };
-    let info = join_info(&create.id, &token, now);
-    leader
-        .replica
-        .write(Request::CreateJoinToken {
-            id: create.id,
-            token,
-        })
-        .await?;
-    tracing::info!(token = %info.id, uses = info.uses_total, "join token created");
-    Ok(info)
-}
-
-/// Leader: every join token the cluster still remembers, newest first.
-pub async fn list_join(leader: Leader<'_, impl Replica>) -> Result<Vec<JoinTokenInfo>, ApiError> {
-    let now = leader.cluster_now()?;
-    let mut list = leader
-        .replica
-        .read(|s| {
-            s.join_tokens
-                .iter()
-                .map(|(id, t)| join_info(id, t, now))
-                .collect::<Vec<_>>()
-        })
-        .await?;
-    list.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(a.id.cmp(&b.id)));
-    Ok(list)
-}
-
-/// Leader: revokes a join token. Nodes it already admitted stay members.
-pub async fn revoke_join(
-    leader: Leader<'_, impl Replica>,
-    id: &str,
-) -> Result<JoinTokenInfo, ApiError> {
-    leader
-        .replica
-        .write(Request::RevokeJoinToken {
-            id: id.to_string(),
-            now_ms: leader.cluster_now()?,
-        })
-        .await?;
-    tracing::info!(token = %id, "join token revoked");
-    let now = leader.cluster_now()?;
-    leader
-        .replica
-        .read_local(|s| s.join_tokens.get(id).map(|t| join_info(id, t, now)))?
-        .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("no join token {id}")))
-}
-
-/// Leader: records an operator token.
-pub async fn create_operator(
-    leader: Leader<'_, impl Replica>,
-    create: NewToken,
-) -> Result<OperatorTokenInfo, ApiError> {
-    create.check(false)?;
-    let live = leader.replica.read_local(|s| {
-        s.operator_tokens
-            .values()
-            .filter(|t| t.revoked_ms.is_none())
-            .count()
-    })?;
-    if live >= MAX_LIVE_TOKENS {
-        return Err(ApiError::new(
-            ErrorKind::InvalidArgument,
-            format!("{live} operator tokens are active; revoke unused ones first"),
-        ));
-    }
-    if create.scopes.is_empty() || create.scopes.len() > MAX_SCOPES {
-        return Err(ApiError::invalid(format!(
-            "an operator token has 1 to {MAX_SCOPES} scopes"
-        )));
-    }
-    let ca_pin = Some(create.recorded_pin(leader)?);
-    let token = OperatorTokenRecord {
-        secret_sha256: create.secret_sha256,
-        description: create.description,
-        created_ms: leader.replica.wall_ms(),
-        revoked_ms: None,
-        scopes: create.scopes,
-        ca_pin,
-    };
-    let info = operator_info(&create.id, &token);
-    leader
-        .replica
-        .write(Request::CreateOperatorToken {
-            id: create.id,
-            token,
-        })
-        .await?;
-    tracing::info!(token = %info.id, "operator token created");
-    Ok(info)
-}
-
-pub async fn list_operator(
-    leader: Leader<'_, impl Replica>,
-) -> Result<Vec<OperatorTokenInfo>, ApiError> {
-    let mut list = leader
-        .replica
-        .read(|s| {
-            s.operator_tokens
-                .iter()
-                .map(|(id, t)| operator_info(id, t))
-                .collect::<Vec<_>>()
-        })
-        .await?;
-    list.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(a.id.cmp(&b.id)));
-    Ok(list)
-}
-
-pub async fn revoke_operator(
-    leader: Leader<'_, impl Replica>,
-    id: &str,
-) -> Result<OperatorTokenInfo, ApiError> {
-    leader
-        .replica
-        .write(Request::RevokeOperatorToken {
-            id: id.to_string(),
-            now_ms: leader.cluster_now()?,
-        })
-        .await?;
-    tracing::info!(token = %id, "operator token revoked");
-    leader
-        .replica
-        .read_local(|s| s.operator_tokens.get(id).map(|t| operator_info(id, t)))?
-        .ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("no operator token {id}")))
-}
-
-/// Checks the `Authorization: Bearer …` of an operator call over TCP against this node's
-/// applied state. A token revoked a moment ago may still pass on a follower that has not
-/// applied the revocation yet (normally milliseconds behind the leader).
-pub fn authorize_operator(
-    leader: Leader<'_, impl Replica>,
-    bearer: Option<&str>,
-) -> Result<Authority, ApiError> {
-    // 401: the caller has not authenticated (as opposed to a refused join token, 403).
-    let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
-    let Some(text) = bearer else {
-        return Err(unauthorized(
-            "operator calls over TCP need `Authorization: Bearer <operator token>` (the CLI reads MUSTER_OPERATOR_TOKEN)",
-        ));
-    };
-    let Authority::OperatorToken {
-        id,
-        secret_sha256: presented,
-    } = operator_authority(leader, text)?
-    else {
-        return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
-    };
-    let record_pin = leader.replica.read_local(|s| {
-        s.operator_tokens
-            .get(&id)
-            .filter(|t| secret_hashes_match(&t.secret_sha256, &presented) && t.revoked_ms.is_none())
-            .map(|t| t.ca_pin.clone())
-    })?;
-    let valid = record_pin.is_some_and(|pin| pinned_to_trusted_ca(leader, pin.as_deref()));
-    if !valid {
-        return Err(unauthorized(UNKNOWN_OPERATOR_TOKEN));
-    }
-    Ok(Authority::OperatorToken {
-        id,
-        secret_sha256: presented,
-    })
-}
-
-/// The authority an operator token's text claims, checked for form and cluster only: whether
-/// the token is valid is for the caller to find out (locally, or from the leader).
-pub fn operator_authority(
-    leader: Leader<'_, impl Replica>,
-    text: &str,
-) -> Result<Authority, ApiError> {
-    let unauthorized = |m: &str| ApiError::new(ErrorKind::Unauthenticated, m.to_string());
-    let token =
-        SecretToken::parse(TokenKind::Operator, text).map_err(|e| unauthorized(&e.to_string()))?;
-    if !leader.trusts_ca_pin(token.ca_pin()) {
-        return Err(unauthorized(
-            "the operator token belongs to another cluster",
-        ));
-    }
-    Ok(Authority::OperatorToken {
-        id: token.id().to_string(),
-        secret_sha256: token.secret_hash(),
-    })
-}
-
-/// True if a token record is pinned to a CA the cluster trusts now. Pinless records predate
-/// pinned records; every finished rotation revokes them, so they are valid only while the CA
-/// they were made under is still the cluster's.
-pub fn pinned_to_trusted_ca(leader: Leader<'_, impl Replica>, record_pin: Option<&str>) -> bool {
-    record_pin.is_none_or(|pin| leader.trusts_ca_pin(pin))
-}
-
-const UNKNOWN_OPERATOR_TOKEN: &str = "the operator token is unknown or revoked; create one with `muster operator-token create` on a member";
-
-/// Leader: an operator token a follower vouched for is still valid in the committed state (the
-/// follower may not have applied its revocation yet).
-pub async fn check_operator_token_committed(
-    leader: Leader<'_, impl Replica>,
-    id: &str,
-    secret_sha256: &str,
-) -> Result<Vec<Scope>, ApiError> {
-    let scopes = leader
-        .replica
-        .read(|s| {
-            s.operator_tokens
-                .get(id)
-                .filter(|t| {
-                    secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
-                })
-                .map(|t| (t.scopes.clone(), t.ca_pin.clone()))
-        })
-        .await?;
-    scopes
-        .filter(|(_, pin)| pinned_to_trusted_ca(leader, pin.as_deref()))
-        .map(|(scopes, _)| scopes)
-        .ok_or_else(|| ApiError::new(ErrorKind::Unauthenticated, UNKNOWN_OPERATOR_TOKEN))
 }
 
 /// A fresh operator token and the record the cluster keeps of it (the secret's hash).

@@ -77,59 +77,18 @@ pub fn cluster_view(
             s.settings,
         )
     })?;
-    let now = Instant::now();
-    let leading_for = sightings
-        .leading_since
-        .map(|(_, t)| now.duration_since(t))
-        .unwrap_or_default();
-    // How long this leader has been in a position to hear from `id`.
-    let watched_for = |id: &NodeId| {
-        let known_for = sightings
-            .known_since
-            .get(id)
-            .map(|t| now.duration_since(*t))
-            .unwrap_or_default();
-        leading_for.min(known_for)
+    let clock = Clock {
+        sightings,
+        now: Instant::now(),
     };
+    let seen = |id: &NodeId| leader.replica.last_seen_ms(*id).map(Duration::from_millis);
     let members = raft
         .nodes
         .iter()
         .map(|(id, node)| {
-            let matched = raft.matched.get(id).copied().flatten();
-            let removal = removed.contains(id).then(|| {
-                let since = sightings.nonvoter_since.get(id);
-                RemovalView {
-                    forced: forced.contains(id),
-                    nonvoter_for: since.map(|(t, _)| now.duration_since(*t)),
-                    informed: since.is_some_and(|(_, index)| matched.is_some_and(|m| m >= *index)),
-                }
-            });
-            let reachable = *id == me
-                || policy::is_reachable(
-                    leader.replica.last_seen_ms(*id).map(Duration::from_millis),
-                );
-            let silent_for = leader
-                .replica
-                .last_seen_ms(*id)
-                .map(Duration::from_millis)
-                .unwrap_or(Duration::MAX);
-            MemberView {
-                id: *id,
-                name: records
-                    .get(id)
-                    .map(|r| r.name.clone())
-                    .unwrap_or_else(|| node.name.clone()),
-                voter: raft.voters.contains(id),
-                reachable,
-                unreachable_for: (!reachable).then(|| silent_for.min(watched_for(id))),
-                caught_up: policy::is_caught_up(matched, raft.last_log_index),
-                in_config_for: sightings
-                    .first_seen
-                    .get(id)
-                    .map(|t| now.duration_since(*t))
-                    .unwrap_or_default(),
-                removal,
-            }
+            let name = records.get(id).map_or(&node.name, |r| &r.name);
+            let removal = removed.contains(id).then(|| forced.contains(id));
+            member_view(&clock, raft, *id, name, removal, *id == me, seen(id))
         })
         .collect();
     // Spares: recorded members outside the configuration. The leader hears from them when they
@@ -137,21 +96,7 @@ pub fn cluster_view(
     let spares = records
         .iter()
         .filter(|(id, _)| !raft.nodes.contains_key(id) && !removed.contains(id))
-        .map(|(id, record)| {
-            let seen = leader.replica.last_seen_ms(*id).map(Duration::from_millis);
-            let reachable = policy::is_reachable(seen);
-            MemberView {
-                id: *id,
-                name: record.name.clone(),
-                voter: false,
-                reachable,
-                caught_up: false,
-                in_config_for: Duration::ZERO,
-                removal: None,
-                unreachable_for: (!reachable)
-                    .then(|| seen.unwrap_or(Duration::MAX).min(watched_for(id))),
-            }
-        })
+        .map(|(id, record)| spare_view(&clock, *id, &record.name, seen(id)))
         .collect();
     Ok(ClusterView {
         leader: me,
@@ -164,4 +109,152 @@ pub fn cluster_view(
         automation: super::settings::effective(leader.settings().automation, settings),
         has_quorum: !leader.replica.quorum_lost(),
     })
+}
+
+/// The leader's memory read at one instant, so every member's durations are measured from the
+/// same `now`.
+struct Clock<'a> {
+    sightings: &'a Sightings,
+    now: Instant,
+}
+
+impl Clock<'_> {
+    fn since(&self, t: Instant) -> Duration {
+        self.now.duration_since(t)
+    }
+
+    /// How long this leader has not heard from `id`, given how long ago it last did (`None`:
+    /// never): never more than it has been in a position to hear from it.
+    fn silent_for(&self, id: NodeId, seen: Option<Duration>) -> Duration {
+        let leading_for = self
+            .sightings
+            .leading_since
+            .map(|(_, t)| self.since(t))
+            .unwrap_or_default();
+        let known_for = self
+            .sightings
+            .known_since
+            .get(&id)
+            .map(|t| self.since(*t))
+            .unwrap_or_default();
+        seen.unwrap_or(Duration::MAX)
+            .min(leading_for.min(known_for))
+    }
+}
+
+/// One member of the configuration (pure). `removal` is `Some(forced)` for a tombstoned one;
+/// `seen` is how long ago the leader last heard from it.
+fn member_view(
+    clock: &Clock<'_>,
+    raft: &RaftView,
+    id: NodeId,
+    name: &str,
+    removal: Option<bool>,
+    is_me: bool,
+    seen: Option<Duration>,
+) -> MemberView {
+    let matched = raft.matched.get(&id).copied().flatten();
+    let removal = removal.map(|forced| {
+        let since = clock.sightings.nonvoter_since.get(&id);
+        RemovalView {
+            forced,
+            nonvoter_for: since.map(|(t, _)| clock.since(*t)),
+            // It has the entries that removed and demoted it.
+            informed: since.is_some_and(|(_, index)| matched.is_some_and(|m| m >= *index)),
+        }
+    });
+    let reachable = is_me || policy::is_reachable(seen);
+    MemberView {
+        id,
+        name: name.to_string(),
+        voter: raft.voters.contains(&id),
+        reachable,
+        unreachable_for: (!reachable).then(|| clock.silent_for(id, seen)),
+        caught_up: policy::is_caught_up(matched, raft.last_log_index),
+        in_config_for: clock
+            .sightings
+            .first_seen
+            .get(&id)
+            .map(|t| clock.since(*t))
+            .unwrap_or_default(),
+        removal,
+    }
+}
+
+/// A spare: recorded, outside the configuration, never caught up (pure).
+fn spare_view(clock: &Clock<'_>, id: NodeId, name: &str, seen: Option<Duration>) -> MemberView {
+    let reachable = policy::is_reachable(seen);
+    MemberView {
+        id,
+        name: name.to_string(),
+        voter: false,
+        reachable,
+        caught_up: false,
+        in_config_for: Duration::ZERO,
+        removal: None,
+        unreachable_for: (!reachable).then(|| clock.silent_for(id, seen)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::{Duration, Instant};
+
+    use super::{Clock, Sightings, member_view, spare_view};
+    use crate::raft::RaftView;
+
+    fn raft(matched: &[(u64, u64)]) -> RaftView {
+        RaftView {
+            is_leader: true,
+            leader: Some(1),
+            term: 2,
+            last_log_index: Some(12),
+            last_applied: Some(12),
+            voters: BTreeSet::from([1]),
+            nodes: BTreeMap::new(),
+            membership_index: None,
+            voter_sets: Vec::new(),
+            matched: matched.iter().map(|(id, m)| (*id, Some(*m))).collect(),
+            quorum_silence: None,
+        }
+    }
+
+    #[test]
+    fn silence_is_counted_from_the_start_of_leadership_and_removal_from_the_demotion() {
+        let now = Instant::now();
+        let ago = |secs| now - Duration::from_secs(secs);
+        let sightings = Sightings {
+            leading_since: Some((2, ago(5))),
+            known_since: [(2, ago(60)), (3, ago(60)), (4, ago(60))].into(),
+            nonvoter_since: [(3, (ago(2), 10)), (4, (ago(2), 10))].into(),
+            first_seen: [(2, ago(60))].into(),
+        };
+        let clock = Clock {
+            sightings: &sightings,
+            now,
+        };
+        let raft = raft(&[(3, 12), (4, 9)]);
+
+        let me = member_view(&clock, &raft, 1, "a", None, true, None);
+        assert!(me.voter && me.reachable && me.unreachable_for.is_none());
+
+        // Never heard from: silent only as long as this leader has led.
+        let silent = member_view(&clock, &raft, 2, "b", None, false, None);
+        assert!(!silent.reachable && !silent.voter);
+        assert_eq!(silent.unreachable_for, Some(Duration::from_secs(5)));
+        assert_eq!(silent.in_config_for, Duration::from_secs(60));
+
+        let told = member_view(&clock, &raft, 3, "c", Some(true), false, None);
+        let removal = told.removal.expect("removed");
+        assert!(removal.forced && removal.informed);
+        assert_eq!(removal.nonvoter_for, Some(Duration::from_secs(2)));
+        let behind = member_view(&clock, &raft, 4, "d", Some(false), false, None);
+        assert!(!behind.removal.expect("removed").informed);
+
+        let spare = spare_view(&clock, 5, "e", Some(Duration::from_secs(3600)));
+        assert!(!spare.reachable && !spare.caught_up);
+        // Unknown to this leader until now: not silent for any time it could have heard.
+        assert_eq!(spare.unreachable_for, Some(Duration::ZERO));
+    }
 }

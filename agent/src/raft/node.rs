@@ -1,26 +1,36 @@
 //! The agent's handle on its raft group. This facade is the only place that calls openraft's
 //! `Raft` API; callers see Muster types ([`RaftView`], [`Request`], [`ClusterState`]).
+//!
+//! This file starts the node and carries writes and reads; membership changes
+//! (`node/membership.rs`), the view and waits on it (`node/watch.rs`), serving peers' RPCs
+//! (`node/rpc.rs`) and the errors (`node/errors.rs`) each have a file of their own.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
-use openraft::{ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
+use openraft::{Config, Raft, ServerState, SnapshotPolicy};
+
+mod errors;
+mod membership;
+mod rpc;
+mod watch;
+
+pub use errors::{RaftNodeError, RpcError};
+pub use watch::RaftView;
 
 use super::TypeConfig;
 use super::network::{Network, PeerLiveness};
-use super::pacemaker::{LeaderContact, Pacemaker, PreVote, TimerPlan, answer_prevote};
+use super::pacemaker::{LeaderContact, Pacemaker, TimerPlan};
 use super::read_batch::ReadBatch;
 use super::stats::{RaftStats, StatsSnapshot};
-use super::store::{self, StateMachineStore, StoreError};
-use crate::api::{ApiError, ErrorKind, paths};
+use super::store::{self, StateMachineStore};
 use crate::client::PeerClients;
-use crate::state::{ClusterState, Node, NodeId, Refusal, Request, Response};
+use crate::state::{ClusterState, Node, NodeId, Request, Response};
+use errors::client_write_error;
+use watch::count_leader_changes;
 
 /// Every write and membership change gets at most this long: an isolated leader in openraft 0.9
 /// accepts writes that never commit, so an unbounded wait would hang the caller forever.
@@ -32,108 +42,6 @@ pub struct Timing {
     pub heartbeat: Duration,
     /// The shortest election timeout; the longest is twice this.
     pub election_timeout: Duration,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RaftNodeError {
-    #[error("this node is not the leader")]
-    NotLeader { leader: Option<(NodeId, Node)> },
-    #[error("no leader is known right now (an election may be in progress, or quorum is lost)")]
-    NoLeader,
-    #[error(
-        "{0} did not finish within {WRITE_TIMEOUT:?}: quorum may be lost, and the outcome is unknown until it is back"
-    )]
-    Timeout(&'static str),
-    #[error("this node cannot reach a quorum of voters: {0}")]
-    QuorumLost(String),
-    #[error("raft has stopped: {0}")]
-    Fatal(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The state machine refused the command; the kind is one of the API's error kinds.
-    #[error("{}", .0.message)]
-    Refused(Refusal),
-    /// openraft refused a membership change (one is in progress, a node is unknown, …).
-    #[error("membership change refused: {0}")]
-    MembershipRefused(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<RaftNodeError> for ApiError {
-    fn from(e: RaftNodeError) -> Self {
-        let kind = match &e {
-            RaftNodeError::NotLeader { .. } | RaftNodeError::NoLeader => ErrorKind::NoLeader,
-            RaftNodeError::Timeout(_) | RaftNodeError::QuorumLost(_) => ErrorKind::QuorumLost,
-            RaftNodeError::Refused(refusal) => refusal.kind,
-            // Another membership change is still in flight: worth retrying shortly.
-            RaftNodeError::MembershipRefused(_) => ErrorKind::MembershipBusy,
-            _ => ErrorKind::Internal,
-        };
-        ApiError::new(kind, e.to_string())
-    }
-}
-
-/// Why a raft RPC from a peer was not served.
-#[derive(Debug, thiserror::Error)]
-pub enum RpcError {
-    /// The body is not the request the endpoint takes (a peer of another version, or garbage).
-    #[error("bad {endpoint} request: {source}")]
-    BadRequest {
-        endpoint: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("no raft endpoint {0}")]
-    NoEndpoint(String),
-    #[error("cannot encode the {endpoint} answer: {source}")]
-    Encode {
-        endpoint: &'static str,
-        #[source]
-        source: serde_json::Error,
-    },
-}
-
-impl From<RpcError> for ApiError {
-    fn from(e: RpcError) -> Self {
-        match e {
-            RpcError::BadRequest { .. } | RpcError::NoEndpoint(_) => {
-                ApiError::invalid(e.to_string())
-            }
-            RpcError::Encode { .. } => ApiError::internal(e.to_string()),
-        }
-    }
-}
-
-/// What the agent needs to know about the raft group right now.
-#[derive(Debug, Clone)]
-pub struct RaftView {
-    pub is_leader: bool,
-    pub leader: Option<NodeId>,
-    pub term: u64,
-    pub last_log_index: Option<u64>,
-    pub last_applied: Option<u64>,
-    pub voters: BTreeSet<NodeId>,
-    pub nodes: BTreeMap<NodeId, Node>,
-    /// Log index of the membership config in effect (it may not be committed yet).
-    pub membership_index: Option<u64>,
-    /// Voter sets of the config in effect: one set normally, two in a joint config.
-    pub voter_sets: Vec<BTreeSet<NodeId>>,
-    /// Leader only: highest log index replicated to each node.
-    pub matched: BTreeMap<NodeId, Option<u64>>,
-    /// Leader only: how long since a majority of the voters last acknowledged it.
-    pub quorum_silence: Option<Duration>,
-}
-
-impl RaftView {
-    /// True once the membership config in effect has been applied (so a new change may start).
-    pub fn membership_settled(&self) -> bool {
-        match (self.membership_index, self.last_applied) {
-            (None, _) => true,
-            (Some(m), Some(a)) => a >= m,
-            (Some(_), None) => false,
-        }
-    }
 }
 
 pub struct RaftNode {
@@ -281,12 +189,12 @@ impl RaftNode {
                     .is_some_and(|silence| silence <= self.plan.quorum_window()))
     }
 
-    /// True when [`Self::check_quorum_contact`] would refuse.
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.id
     }
 
+    /// True when [`Self::check_quorum_contact`] would refuse.
     pub fn quorum_lost(&self) -> bool {
         self.check_quorum_contact().is_err()
     }
@@ -412,239 +320,9 @@ impl RaftNode {
         Ok(self.state_machine.read(f)?)
     }
 
-    /// Adds a nonvoter. Returns as soon as the change is committed; catching up happens after.
-    pub async fn add_learner(&self, id: NodeId, node: Node) -> Result<(), RaftNodeError> {
-        let _one_at_a_time = self.membership_lock.lock().await;
-        let result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.add_learner(id, node, false))
-            .await
-            .map_err(|_| RaftNodeError::Timeout("adding a nonvoter"))?;
-        result.map(|_| ()).map_err(client_write_error)
-    }
-
-    /// Records a new address for a member of the configuration (the same node, moved): peers
-    /// dial it there from the next message on.
-    pub async fn set_node(&self, id: NodeId, node: Node) -> Result<(), RaftNodeError> {
-        self.change(
-            ChangeMembers::SetNodes(std::collections::BTreeMap::from([(id, node)])),
-            true,
-            "moving a member",
-        )
-        .await
-    }
-
-    /// Makes existing nonvoters voters, in one membership change.
-    pub async fn promote(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
-        self.change(ChangeMembers::AddVoterIds(ids), true, "promoting")
-            .await
-    }
-
-    /// Makes voters nonvoters (they stay in the cluster and keep replicating).
-    pub async fn demote(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
-        self.change(ChangeMembers::RemoveVoters(ids), true, "demoting")
-            .await
-    }
-
-    async fn change(
-        &self,
-        change: ChangeMembers<NodeId, Node>,
-        retain: bool,
-        what: &'static str,
-    ) -> Result<(), RaftNodeError> {
-        let _one_at_a_time = self.membership_lock.lock().await;
-        self.check_quorum_contact()?;
-        // A membership change is two log entries (joint, then uniform). Run it in its own task so
-        // a caller's timeout can never cancel it between the two and leave a joint config behind.
-        let raft = self.raft.clone();
-        let task = tokio::spawn(async move { raft.change_membership(change, retain).await });
-        let result = tokio::time::timeout(WRITE_TIMEOUT, task)
-            .await
-            .map_err(|_| RaftNodeError::Timeout(what))?
-            .map_err(|e| RaftNodeError::Other(e.to_string()))?;
-        result.map(|_| ()).map_err(client_write_error)
-    }
-
-    /// Takes nonvoters out of the configuration: the leader stops replicating to them.
-    pub async fn remove_nonvoters(&self, ids: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
-        self.change(ChangeMembers::RemoveNodes(ids), false, "removing")
-            .await
-    }
-
-    /// Completes a joint configuration left by a change that was interrupted (say, by a leader
-    /// crash between its two steps): openraft 0.9 does not finish one on its own.
-    pub async fn finish_joint(&self, voters: BTreeSet<NodeId>) -> Result<(), RaftNodeError> {
-        self.change(
-            ChangeMembers::ReplaceAllVoters(voters),
-            true,
-            "finishing a joint configuration",
-        )
-        .await
-    }
-
-    /// A copy of the current raft metrics in Muster's terms.
-    pub fn view(&self) -> RaftView {
-        // Clone at once: holding the metrics borrow blocks their publication.
-        let m = self.raft.metrics().borrow().clone();
-        let membership = m.membership_config.membership();
-        RaftView {
-            is_leader: m.state == ServerState::Leader,
-            leader: m.current_leader,
-            term: m.current_term,
-            last_log_index: m.last_log_index,
-            last_applied: m.last_applied.map(|l| l.index),
-            voters: membership.voter_ids().collect(),
-            nodes: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
-            membership_index: m.membership_config.log_id().map(|l| l.index),
-            voter_sets: membership.get_joint_config().clone(),
-            matched: m
-                .replication
-                .map(|r| {
-                    r.into_iter()
-                        .map(|(id, log)| (id, log.map(|l| l.index)))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            quorum_silence: m.millis_since_quorum_ack.map(Duration::from_millis),
-        }
-    }
-
-    /// Resolves once this node has applied past `applied` (an index from [`RaftView`]), or at
-    /// `deadline`, whichever comes first.
-    pub async fn applied_after(&self, applied: Option<u64>, deadline: tokio::time::Instant) {
-        let mut metrics = self.raft.metrics();
-        let _ = tokio::time::timeout_at(
-            deadline,
-            metrics.wait_for(|m| {
-                m.last_applied.map(|l| l.index) != applied || m.running_state.is_err()
-            }),
-        )
-        .await;
-    }
-
-    /// Resolves once this node no longer sees `leader` as the leader (an election started, or
-    /// another node won one).
-    pub async fn leader_changed_from(&self, leader: NodeId) {
-        let mut metrics = self.raft.metrics();
-        let _ = metrics
-            .wait_for(|m| m.current_leader != Some(leader) || m.running_state.is_err())
-            .await;
-    }
-
-    /// Resolves when raft stops with a fatal error (a failed fsync, say); returns its message.
-    pub async fn fatal(&self) -> String {
-        let mut metrics = self.raft.metrics();
-        loop {
-            if let Err(e) = &metrics.borrow_and_update().running_state {
-                return e.to_string();
-            }
-            if metrics.changed().await.is_err() {
-                return "raft stopped".into();
-            }
-        }
-    }
-
-    /// Serves one raft RPC received by the TLS listener: JSON in, JSON out. Accepted entries
-    /// from a leader, and a granted vote, restart the pacemaker's election clock.
-    pub async fn handle_rpc(&self, path: &str, body: &[u8]) -> Result<Vec<u8>, RpcError> {
-        let contact = &self.contact;
-        match path {
-            paths::RAFT_APPEND => rpc("append", body, |req: AppendEntriesRequest<TypeConfig>| async move {
-                // From a leader at least as new as the one this node follows: it is alive, even
-                // if applying this (large) batch takes a while.
-                if req.vote >= self.raft.metrics().borrow().vote {
-                    contact.heard();
-                }
-                let result = self.raft.append_entries(req).await;
-                if matches!(&result, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
-                    contact.heard();
-                }
-                result
-            })
-            .await,
-            paths::RAFT_VOTE => {
-                rpc("vote", body, |req| async move {
-                    let result = self.raft.vote(req).await;
-                    if matches!(&result, Ok(r) if r.vote_granted) {
-                        contact.heard();
-                    }
-                    result
-                })
-                .await
-            }
-            paths::RAFT_SNAPSHOT => {
-                rpc("snapshot", body, |req| async move {
-                    let result = self.raft.install_snapshot(req).await;
-                    if result.is_ok() {
-                        contact.heard();
-                    }
-                    result
-                })
-                .await
-            }
-            paths::RAFT_PREVOTE => {
-                let endpoint = "pre-vote";
-                let ask: PreVote = serde_json::from_slice(body)
-                    .map_err(|source| RpcError::BadRequest { endpoint, source })?;
-                let answer = answer_prevote(&self.raft, &self.plan, contact, &ask);
-                serde_json::to_vec(&answer).map_err(|source| RpcError::Encode { endpoint, source })
-            }
-            other => Err(RpcError::NoEndpoint(other.to_string())),
-        }
-    }
-
     pub async fn shutdown(&self) {
         self.pacemaker.abort();
         self.leader_watch.abort();
         let _ = self.raft.shutdown().await;
-    }
-}
-
-async fn rpc<Req, Resp, E, F, Fut>(
-    endpoint: &'static str,
-    body: &[u8],
-    call: F,
-) -> Result<Vec<u8>, RpcError>
-where
-    Req: DeserializeOwned,
-    Resp: Serialize,
-    E: Serialize,
-    F: FnOnce(Req) -> Fut,
-    Fut: std::future::Future<Output = Result<Resp, E>>,
-{
-    let req: Req =
-        serde_json::from_slice(body).map_err(|source| RpcError::BadRequest { endpoint, source })?;
-    let result = call(req).await;
-    serde_json::to_vec(&result).map_err(|source| RpcError::Encode { endpoint, source })
-}
-
-fn client_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, Node>>) -> RaftNodeError {
-    match e {
-        RaftError::APIError(ClientWriteError::ForwardToLeader(fwd)) => {
-            match fwd.leader_id.zip(fwd.leader_node) {
-                Some(leader) => RaftNodeError::NotLeader {
-                    leader: Some(leader),
-                },
-                None => RaftNodeError::NoLeader,
-            }
-        }
-        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            RaftNodeError::MembershipRefused(e.to_string())
-        }
-        RaftError::Fatal(f) => RaftNodeError::Fatal(f.to_string()),
-    }
-}
-
-/// Counts every new leader this node sees (an election that ends with the same leader, or
-/// the moment without one in between, counts nothing) until raft stops.
-async fn count_leader_changes(raft: Raft<TypeConfig>, stats: Arc<RaftStats>) {
-    let mut metrics = raft.metrics();
-    let mut leader = metrics.borrow_and_update().current_leader;
-    while metrics.changed().await.is_ok() {
-        let now = metrics.borrow_and_update().current_leader;
-        if now.is_some() && now != leader {
-            if leader.is_some() {
-                stats.leader_changed();
-            }
-            leader = now;
-        }
     }
 }

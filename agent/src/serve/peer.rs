@@ -2,6 +2,9 @@
 //! certificate issued by this cluster's CA to a current member; the join endpoints are open to
 //! nodes that have none yet (they pin the CA instead, and prove their key with a CSR); the
 //! operator API needs an operator token.
+//!
+//! This file routes and serves; who counts as a member is `peer/members.rs`, the join routes
+//! are `peer/join.rs`, and the operator token check is `peer/operator_token.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,18 +19,24 @@ use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+mod join;
+mod members;
+mod operator_token;
+
 use super::accept::{Accepted, Gate, serve_http1};
 use super::http::{
     answer, error_response, json_response, no_route, parse_json, read_body, wrong_method,
 };
 use super::operator::OPERATOR_BODY_LIMIT;
 use crate::agent::Agent;
-use crate::api::join::{JoinRequest, SecretHello, TokenJoinRequest};
 use crate::api::types::{MemberCheck, PeerAddress};
 use crate::api::{ApiError, ErrorKind, paths};
-use crate::leader::{self, Authority, LeaderOp};
+use crate::leader;
 use crate::state::{NodeId, member_id};
+use join::{JOIN_BURST, JOIN_RATE, join, limit_joins, secret_hello, token_join};
+use members::{is_tombstoned, require_member, require_member_or_spare};
 use muster_shared::ratelimit::RateLimiter;
+use operator_token::require_operator;
 
 /// The largest raft message: an AppendEntries batch is at most `REPLICATION_BATCH_BYTES` (1 MiB)
 /// plus one entry (about 400 KiB at most), a snapshot chunk 1 MiB of data as JSON (under 4 MiB).
@@ -35,8 +44,6 @@ use muster_shared::ratelimit::RateLimiter;
 const RAFT_BODY_LIMIT: usize = 32 * 1024 * 1024;
 /// A forwarded operation carries at most one operator request, JSON-escaped once more.
 const FORWARD_BODY_LIMIT: usize = 4 * OPERATOR_BODY_LIMIT;
-/// A join request is a CSR and a few names.
-const JOIN_BODY_LIMIT: usize = 64 * 1024;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Members send requests back to back on pooled connections; an idle one is closed after this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,11 +55,6 @@ struct Peer(Option<PeerIdentity>);
 /// The address a connection came from (per request, for rate limits).
 #[derive(Clone, Copy)]
 struct Remote(std::net::IpAddr);
-
-/// Joins per second, and burst, each client address may send to the unauthenticated join
-/// routes: plenty for machines joining (each from its own address), little for a flood.
-const JOIN_RATE: u32 = 5;
-const JOIN_BURST: u32 = 20;
 
 fn router(agent: Arc<Agent>) -> Router {
     let limiter = Arc::new(RateLimiter::new(JOIN_RATE, JOIN_BURST));
@@ -90,180 +92,6 @@ fn router(agent: Arc<Agent>) -> Router {
         .with_state(agent)
 }
 
-/// Refuses a client address that sends joins faster than [`JOIN_RATE`] (HTTP 429).
-async fn limit_joins(
-    State(limiter): State<Arc<RateLimiter>>,
-    req: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(Remote(ip)) = req.extensions().get::<Remote>().copied() else {
-        return next.run(req).await;
-    };
-    match limiter.check(ip) {
-        Ok(()) => next.run(req).await,
-        Err(retry_after) => {
-            tracing::debug!(%ip, "join requests over the rate limit");
-            error_response(&ApiError::new(
-                ErrorKind::RateLimited,
-                format!("too many join requests from {ip}; retry in {retry_after} s"),
-            ))
-        }
-    }
-}
-
-/// Lets an operator call through only with a valid operator token.
-async fn require_operator(
-    State(agent): State<Arc<Agent>>,
-    mut req: Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let bearer = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let authorized = if agent.hears_no_leader() {
-        authorize_with_leader(&agent, bearer).await
-    } else {
-        leader::authorize_operator(agent.leader(), bearer)
-    };
-    match authorized {
-        Ok(authority) => {
-            req.extensions_mut().insert(authority);
-            let mut answer = next.run(req).await;
-            // The member records (a removed member's goes at once; the raft configuration
-            // drops it a moment later).
-            let members: Vec<String> = agent
-                .raft()
-                .read_local(|s| s.nodes.values().map(|n| n.addr.clone()).collect())
-                .unwrap_or_default();
-            if let Ok(value) = header::HeaderValue::from_str(&members.join(",")) {
-                answer
-                    .headers_mut()
-                    .insert(crate::api::paths::MEMBERS_HEADER, value);
-            }
-            if let Ok(value) = header::HeaderValue::from_str(agent.cluster_id()) {
-                answer
-                    .headers_mut()
-                    .insert(crate::api::paths::CLUSTER_HEADER, value);
-            }
-            answer
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "refused an operator call");
-            error_response(&e)
-        }
-    }
-}
-
-/// A node out of replication (a spare) cannot judge a token from its own state, which stopped
-/// when it stopped replicating: the leader checks it, on a status call made with it.
-async fn authorize_with_leader(agent: &Agent, bearer: Option<&str>) -> Result<Authority, ApiError> {
-    let Some(text) = bearer else {
-        // The same refusal as a member's.
-        return leader::authorize_operator(agent.leader(), None);
-    };
-    let authority = leader::operator_authority(agent.leader(), text)?;
-    leader::run(agent, &authority, LeaderOp::Status).await?;
-    Ok(authority)
-}
-
-/// True if `id` was removed from the cluster (per this node's applied state).
-fn is_tombstoned(agent: &Agent, id: NodeId) -> bool {
-    agent
-        .raft()
-        .read_local(|s| s.removed.contains(&id))
-        .unwrap_or(false)
-}
-
-/// Refuses callers without a certificate from this cluster, and counts them. The error is the
-/// refusal to send back. Raft routes take members of the configuration only.
-fn require_member(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError> {
-    check_member(agent, req, false)
-}
-
-/// Like [`require_member`], but a spare (a member with a record, outside the raft
-/// configuration) passes too: for check-ins and forwarded operations.
-fn require_member_or_spare(agent: &Agent, req: &Request) -> Result<PeerIdentity, ApiError> {
-    check_member(agent, req, true)
-}
-
-/// True if the last check-in answer (from a member, over mutual TLS) listed `id`. A spare's
-/// own state stops when it stops replicating; members that joined since, a new leader among
-/// them, are known to it only this way, and such a leader must be able to make it a standby.
-fn checked_in_member(agent: &Agent, id: NodeId) -> bool {
-    agent.check_in().members.iter().any(|(m, _)| *m == id)
-}
-
-fn is_recorded(agent: &Agent, id: NodeId) -> bool {
-    agent
-        .raft()
-        .read_local(|s| s.nodes.contains_key(&id))
-        .unwrap_or(false)
-}
-
-fn check_member(agent: &Agent, req: &Request, spares: bool) -> Result<PeerIdentity, ApiError> {
-    let peer = req.extensions().get::<Peer>().and_then(|p| p.0.clone());
-    let view = agent.raft().view();
-    // A removed node is told so once it is out of the configuration. Until then it is still
-    // served: a removed leader has to keep replicating until its successor takes over.
-    if let Some(id) = &peer
-        && id.cluster_id == agent.cluster_id()
-        && !view.nodes.contains_key(&id.node_id)
-        && is_tombstoned(agent, id.node_id)
-    {
-        agent.counters().count_refused();
-        if agent.counters().first_refusal(id.node_id, "removed") {
-            tracing::warn!(peer = %member_id(id.node_id), "refused a raft request: the node was removed (answered 410; logged once)");
-        }
-        return Err(ApiError::new(
-            ErrorKind::Removed,
-            format!(
-                "node {} was removed from this cluster; it must stop (wipe its data dir to join again as a new node)",
-                member_id(id.node_id)
-            ),
-        ));
-    }
-    match peer {
-        // A member, or anyone from this cluster while this node knows no membership yet (a
-        // fresh joiner receives its first AppendEntries from a leader it has never heard of).
-        Some(id)
-            if id.cluster_id == agent.cluster_id()
-                && (view.nodes.is_empty()
-                    || view.nodes.contains_key(&id.node_id)
-                    || (spares && is_recorded(agent, id.node_id))
-                    || checked_in_member(agent, id.node_id)) =>
-        {
-            Ok(id)
-        }
-        Some(id) if id.cluster_id == agent.cluster_id() => {
-            agent.counters().count_refused();
-            if agent.counters().first_refusal(id.node_id, "not a member") {
-                tracing::warn!(peer = %member_id(id.node_id), "refused a raft request: the node is not a member (logged once)");
-            }
-            Err(ApiError::new(
-                ErrorKind::Unauthorized,
-                format!(
-                    "node {} is not a member of this cluster",
-                    member_id(id.node_id)
-                ),
-            ))
-        }
-        other => {
-            agent.counters().count_refused();
-            let why = match other {
-                Some(id) => format!(
-                    "certificate belongs to cluster {}, not this one",
-                    id.cluster_id
-                ),
-                None => "a client certificate issued by this cluster's CA is required".into(),
-            };
-            tracing::warn!(%why, "refused a raft request");
-            Err(ApiError::new(ErrorKind::Unauthenticated, why))
-        }
-    }
-}
-
 async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     if let Err(refused) = require_member(&agent, &req) {
         return error_response(&refused);
@@ -286,8 +114,6 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     }
 }
 
-/// A member checks in: it learns that it is still a member, who leads and where everyone is.
-/// On the leader the check-in counts as hearing from it (a spare is heard from no other way).
 /// A member's report of itself, for the member gathering `muster plan`'s probes.
 async fn probe(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     if let Err(refused) = require_member_or_spare(&agent, &req) {
@@ -296,6 +122,8 @@ async fn probe(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     json_response(&crate::leader::probe::local(&agent).await)
 }
 
+/// A member checks in: it learns that it is still a member, who leads and where everyone is.
+/// On the leader the check-in counts as hearing from it (a spare is heard from no other way).
 async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     let caller = match require_member_or_spare(&agent, &req) {
         Ok(caller) => caller,
@@ -385,65 +213,6 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
         return error_response(&e);
     }
     answer(leader::execute(&agent, forwarded.op).await)
-}
-
-async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let join: JoinRequest = match read_body(req.into_body(), JOIN_BODY_LIMIT)
-        .await
-        .and_then(|body| parse_json(&body, "a join request"))
-    {
-        Ok(j) => j,
-        Err(e) => return error_response(&e),
-    };
-    // Any member answers; the admission runs on the leader (the formation is replicated, so
-    // whichever node leads admits the cohort).
-    let (name, member) = (join.name.clone(), join.member_id.clone());
-    let result = leader::run(&agent, &Authority::Node, LeaderOp::RegistrantJoin { join }).await;
-    if let Err(e) = &result {
-        tracing::warn!(node = %name, member = %member, kind = %e.kind, error = %e, "join refused");
-    }
-    answer(result)
-}
-
-/// A node joining with a token. Any member answers: the secret is hashed here and the join
-/// runs on the leader.
-async fn token_join(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let request: TokenJoinRequest = match read_body(req.into_body(), JOIN_BODY_LIMIT)
-        .await
-        .and_then(|body| parse_json(&body, "a token join request"))
-    {
-        Ok(j) => j,
-        Err(e) => return error_response(&e),
-    };
-    let (name, token_id) = (request.name.clone(), request.token_id.clone());
-    let join: leader::TokenJoin = request.into();
-    // A signed secret join has no hash to compare here; the leader checks its signature.
-    let checked = match join.secret_signature {
-        Some(_) => Ok(()),
-        None => leader::precheck_token(agent.leader(), &join.token_id, &join.secret_sha256),
-    };
-    if let Err(e) = checked {
-        tracing::warn!(node = %name, token = %token_id, kind = %e.kind, "token join refused here");
-        return error_response(&e);
-    }
-    let join = LeaderOp::TokenJoin { join };
-    let result = leader::run(&agent, &Authority::Node, join).await;
-    if let Err(e) = &result {
-        tracing::warn!(node = %name, token = %token_id, kind = %e.kind, error = %e, "token join refused");
-    }
-    answer(result)
-}
-
-/// A machine with the join secret asks this member to prove it knows the secret.
-async fn secret_hello(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let hello: SecretHello = match read_body(req.into_body(), JOIN_BODY_LIMIT)
-        .await
-        .and_then(|body| parse_json(&body, "a join-secret hello"))
-    {
-        Ok(h) => h,
-        Err(e) => return error_response(&e),
-    };
-    answer(leader::prove_secret(agent.leader(), &hello))
 }
 
 /// Serves the peer API until `stop` resolves.
