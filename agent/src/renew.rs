@@ -19,7 +19,7 @@ use crate::agent::Agent;
 use crate::api::ApiError;
 use crate::clock::now_ms;
 use crate::datadir::{self, ClusterFile};
-use crate::leader::{self, Authority, LeaderOp, RenewedCertificate};
+use crate::leader::{self, Authority};
 use crate::state::member_id;
 
 mod trust;
@@ -195,16 +195,8 @@ async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
     let csr_pem = key
         .csr_pem(agent.name(), "localhost")
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let answer = leader::run(
-        agent,
-        &Authority::Node,
-        LeaderOp::RenewCertificate {
-            node_id: member_id(agent.node_id()),
-            csr_pem,
-        },
-    )
-    .await?;
-    let renewed: RenewedCertificate = leader::decode(answer)?;
+    let renew = leader::ask::renew_certificate(member_id(agent.node_id()), csr_pem);
+    let renewed = leader::ask(agent, &Authority::Node, renew).await?;
     // The answer is checked before it replaces anything: it must be for this node and this
     // key (the credentials refuse a certificate that does not match the key) and trust a CA
     // this node already trusts.

@@ -19,9 +19,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::agent::Agent;
-use crate::backup_file::{self, BackupSnapshot};
+use crate::backup_file;
 use crate::config::SnapshotSchedule as Schedule;
-use crate::leader::{self, Authority, LeaderOp};
+use crate::leader::{self, Authority};
 
 /// The file names this module writes and prunes:
 /// `muster-<cluster>-<member>-<UTC time>-i<log index>.backup`.
@@ -33,8 +33,6 @@ const SUFFIX: &str = ".backup";
 pub enum SnapshotError {
     #[error("the leader did not hand out the state: {0}")]
     Read(#[from] crate::api::ApiError),
-    #[error("the leader's answer is not a backup: {0}")]
-    Answer(serde_json::Error),
     #[error(transparent)]
     Encode(#[from] backup_file::BackupError),
     #[error("cannot write {path}: {source}")]
@@ -165,8 +163,7 @@ pub fn prepare(schedule: &Schedule) -> Result<(), crate::config::ConfigError> {
 pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, SnapshotError> {
     // The member's own socket authority: whoever set --snapshot-every runs this agent, and may
     // read its socket (and so take a backup) anyway.
-    let answer = leader::run(agent, &Authority::LocalSocket, LeaderOp::Backup).await?;
-    let snapshot: BackupSnapshot = serde_json::from_value(answer).map_err(SnapshotError::Answer)?;
+    let snapshot = leader::ask(agent, &Authority::LocalSocket, leader::ask::backup()).await?;
     let created_ms = crate::clock::now_ms();
     let bytes = backup_file::encode(&snapshot, created_ms)?;
     let dir = &schedule.dir;

@@ -7,10 +7,12 @@
 //! `authority.rs`; reaching the leader is `forward.rs`.
 //!
 //! A new leader-side feature adds a [`LeaderOp`] variant, a file with its function, and an
-//! arm in [`execute`].
+//! arm in [`execute`]; if callers read its answer, a constructor in `ask.rs` binds the
+//! answer's type.
 
 mod address;
 mod admit;
+pub mod ask;
 mod authority;
 mod backup;
 mod ca;
@@ -31,6 +33,7 @@ mod view;
 use serde::{Deserialize, Serialize};
 
 pub use admit::{TokenJoin, precheck_token, prove_secret};
+pub use ask::ask;
 pub use authority::{Authority, Forwarded, authorize, check_forwarded};
 pub use forward::{run, run_once};
 pub use renew::RenewedCertificate;
@@ -283,9 +286,4 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
 /// Answers travel as JSON values (they may be forwarded); typed shapes go in here.
 fn json(value: impl Serialize) -> Result<serde_json::Value, ApiError> {
     serde_json::to_value(value).map_err(|e| ApiError::internal(e.to_string()))
-}
-
-/// Reads a typed answer back from the JSON an operation returned (possibly from the leader).
-pub fn decode<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    serde_json::from_value(value).map_err(|e| ApiError::internal(format!("unexpected answer: {e}")))
 }

@@ -21,9 +21,9 @@ pub use records::{
     create_join, create_operator, list_join, list_operator, revoke_join, revoke_operator,
 };
 
-use super::{Authority, LeaderOp, decode, run};
+use super::Authority;
 use crate::agent::Agent;
-use crate::api::types::{JoinTokenInfo, OperatorTokenInfo, TokenCreated};
+use crate::api::types::TokenCreated;
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
 use crate::leading::{Leader, Replica};
@@ -132,8 +132,7 @@ pub async fn issue_join_token(
         ca_pin: token.ca_pin().to_string(),
     };
     create.check(true)?;
-    let info: JoinTokenInfo =
-        decode(run(agent, authority, LeaderOp::CreateJoinToken { create }).await?)?;
+    let info = super::ask(agent, authority, super::ask::create_join_token(create)).await?;
     Ok(TokenCreated {
         token: token.reveal(),
         id: info.id,
@@ -166,8 +165,7 @@ pub async fn issue_operator_token(
         ca_pin: token.ca_pin().to_string(),
     };
     create.check(false)?;
-    let info: OperatorTokenInfo =
-        decode(run(agent, authority, LeaderOp::CreateOperatorToken { create }).await?)?;
+    let info = super::ask(agent, authority, super::ask::create_operator_token(create)).await?;
     Ok(TokenCreated {
         token: token.reveal(),
         id: info.id,

@@ -14,7 +14,7 @@ use crate::agent::Agent;
 use crate::api::fleetlock::{ProtocolAnswer, ProtocolRequest};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
-use crate::leader::{self, Authority, LeaderOp};
+use crate::leader::{self, Authority};
 use crate::observe::health::{ReadyInput, readiness};
 use crate::state::NodeId;
 use crate::state::fleetlock::{Command, Outcome, valid_group, valid_id};
@@ -184,24 +184,21 @@ fn command(endpoint: Endpoint, id: &str, group: &str, via: NodeId, now_ms: u64) 
 
 /// The leader's decision, within [`DECISION_TIMEOUT`].
 async fn on_leader(agent: &Agent, command: Command) -> Result<Outcome, Rejection> {
-    let op = LeaderOp::FleetLock { command };
     let decided = tokio::time::timeout(
         DECISION_TIMEOUT,
-        leader::run(agent, &Authority::FleetLock, op),
+        leader::ask(
+            agent,
+            &Authority::FleetLock,
+            leader::ask::fleetlock(command),
+        ),
     )
     .await;
-    let value = match decided {
-        Err(_) => return Err(timed_out(agent)),
-        Ok(Err(e)) => return Err(leader_refusal(e)),
-        Ok(Ok(value)) => value,
-    };
-    leader::decode(value).map_err(|e| {
-        Rejection::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            e.message,
-        )
-    })
+    match decided {
+        Err(_) => Err(timed_out(agent)),
+        // An answer that does not decode is `internal`, answered 500 `internal_error` too.
+        Ok(Err(e)) => Err(leader_refusal(e)),
+        Ok(Ok(outcome)) => Ok(outcome),
+    }
 }
 
 /// No decision in time. Which of the two it is, is this member's own judgement, the one its

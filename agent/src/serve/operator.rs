@@ -174,23 +174,20 @@ async fn ca_rotate(State(agent): State<Arc<Agent>>, Extension(by): By, body: Byt
     // A live join secret ends with the old CA; its successor is made here so that the secret
     // leaves this node only in the answer (the leader records its hash).
     let secret = muster_shared::token::JoinSecret::generate();
-    let op = LeaderOp::CaFinish {
-        force: asked.force,
-        new_join_secret: Some(crate::state::SecretReplacement {
+    let finish = leader::ask::ca_finish(
+        asked.force,
+        Some(crate::state::SecretReplacement {
             id: secret.id(),
             secret_sha256: secret.secret_hash(),
             verify_key: secret.verify_key(),
         }),
-    };
-    let finished = leader::run(&agent, &by, op)
-        .await
-        .and_then(leader::decode::<crate::api::types::CaStatus>)
-        .map(|mut status| {
-            if status.join_secret.is_some() {
-                status.join_secret = Some(secret.reveal());
-            }
-            status
-        });
+    );
+    let finished = leader::ask(&agent, &by, finish).await.map(|mut status| {
+        if status.join_secret.is_some() {
+            status.join_secret = Some(secret.reveal());
+        }
+        status
+    });
     answer(finished)
 }
 

@@ -18,7 +18,7 @@ use crate::api::types::KvPut;
 use crate::api::{ApiError, paths};
 use crate::leader::{self, Authority, LeaderOp};
 use crate::state::Request;
-use crate::state::kv::{Expect, MAX_KEY_BYTES, MAX_VALUE_BYTES, WatchAnswer};
+use crate::state::kv::{Expect, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 
 type By = Extension<Authority>;
 
@@ -154,11 +154,8 @@ async fn kv_watch(
     let mut from = q.from_revision;
     loop {
         let applied = agent.raft().view().last_applied;
-        let op = LeaderOp::KvWatch {
-            prefix: q.prefix.clone(),
-            from_revision: from,
-        };
-        let found: WatchAnswer = match leader::run(&agent, &by, op).await.and_then(leader::decode) {
+        let watch = leader::ask::kv_watch(q.prefix.clone(), from);
+        let found = match leader::ask(&agent, &by, watch).await {
             Ok(found) => found,
             Err(e) => return error_response(&e),
         };

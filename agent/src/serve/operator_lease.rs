@@ -13,7 +13,7 @@ use axum::routing::get;
 
 use super::http::{answer, error_response, parse_json};
 use crate::agent::Agent;
-use crate::api::types::{LeaseClaim, LeaseInfo, LeaseRelease};
+use crate::api::types::{LeaseClaim, LeaseRelease};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::leader::lease::LeaseRequest;
 use crate::leader::{self, Authority, LeaderOp};
@@ -83,9 +83,7 @@ async fn read(
     Extension(by): By,
     UrlPath(name): UrlPath<String>,
 ) -> Response {
-    let found = leader::run(&agent, &by, LeaderOp::LeaseGet { name: name.clone() })
-        .await
-        .and_then(leader::decode::<Option<LeaseInfo>>);
+    let found = leader::ask(&agent, &by, leader::ask::lease_get(name.clone())).await;
     answer(found.and_then(|found| {
         found.ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("lease {name} is not held")))
     }))
