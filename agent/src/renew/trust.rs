@@ -84,15 +84,22 @@ fn take_into_use(
     key_pem: &str,
     files: &TlsFiles,
     bundle: &str,
-) -> Result<(), String> {
-    datadir::retire_pins(agent.data_dir(), &dropped_pins(&files.ca_pem, bundle))
-        .map_err(|e| e.to_string())?;
-    tls::NodeCredentials::new(bundle, &files.cert_pem, key_pem).map_err(|e| e.to_string())?;
-    datadir::write_trust(agent.data_dir(), bundle).map_err(|e| e.to_string())?;
-    agent
+) -> Result<(), TrustError> {
+    datadir::retire_pins(agent.data_dir(), &dropped_pins(&files.ca_pem, bundle))?;
+    tls::NodeCredentials::new(bundle, &files.cert_pem, key_pem)?;
+    datadir::write_trust(agent.data_dir(), bundle)?;
+    Ok(agent
         .credentials()
-        .replace(bundle, &files.cert_pem, key_pem)
-        .map_err(|e| e.to_string())
+        .replace(bundle, &files.cert_pem, key_pem)?)
+}
+
+/// Why the cluster's CAs could not be taken into use (logged; the next round tries again).
+#[derive(Debug, thiserror::Error)]
+enum TrustError {
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 /// The pins of the CAs in `old` that `new` no longer holds (pure).
