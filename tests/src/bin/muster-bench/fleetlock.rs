@@ -12,6 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::FleetlockArgs;
+use crate::latency::percentile_ms;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -44,14 +45,6 @@ async fn request(addr: &str, path: &str, id: &str) -> Result<u16> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .context("no status line")
-}
-
-fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1000.0
 }
 
 pub async fn run(args: FleetlockArgs) -> Result<()> {

@@ -27,6 +27,7 @@ mod discovery;
 mod discovery_cpu;
 mod discovery_v3;
 mod fleetlock;
+mod latency;
 mod lease;
 mod stability;
 
