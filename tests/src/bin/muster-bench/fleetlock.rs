@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::FleetlockArgs;
-use crate::latency::percentile_ms;
+use crate::summary::percentile_ms;
 
 #[derive(Debug, Serialize)]
 struct Report {

@@ -27,9 +27,9 @@ mod discovery;
 mod discovery_cpu;
 mod discovery_v3;
 mod fleetlock;
-mod latency;
 mod lease;
 mod stability;
+mod summary;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::latency::percentile_ms;
+use crate::summary::{percentile_ms, upper_median};
 
 /// What one run measured, unsummarised.
 pub(super) struct Measurements {
@@ -38,12 +38,6 @@ pub(super) struct Report {
     handover_median_s: f64,
 }
 
-/// The upper median (the middle, or the later of the two middles); 0 when empty.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 pub(super) fn report(m: &Measurements) -> Report {
     let mut claims = m.claims.clone();
     claims.sort();
@@ -59,7 +53,7 @@ pub(super) fn report(m: &Measurements) -> Report {
         cas_puts_per_second: puts.len() as f64 / m.cas_seconds,
         cas_p50_ms: percentile_ms(&puts, 0.50),
         cas_p99_ms: percentile_ms(&puts, 0.99),
-        handover_median_s: median(&mut sorted),
+        handover_median_s: upper_median(&mut sorted),
         // In round order, as measured.
         handover_s: m.handover_s.clone(),
     }
@@ -105,11 +99,5 @@ mod tests {
         assert_eq!((r.cas_p50_ms, r.cas_p99_ms), (4.0, 8.0));
         assert_eq!(r.handover_median_s, 3.3);
         assert_eq!(r.handover_s, vec![3.5, 3.1, 3.3]);
-    }
-
-    #[test]
-    fn median_of_an_even_count_is_the_upper_middle() {
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 3.0);
-        assert_eq!(median(&mut []), 0.0);
     }
 }
