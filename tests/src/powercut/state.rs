@@ -399,8 +399,22 @@ impl State {
     /// was under way would. Inodes that no durable name reaches are forgotten.
     pub fn cut(&mut self, torn: bool) -> Result<Dropped, Errno> {
         let mut dropped = Dropped::default();
-        let last = self
-            .nodes
+        let torn_seq = if torn { self.last_write() } else { None };
+        for node in self.nodes.values_mut() {
+            match &mut node.kind {
+                Kind::File(f) => f.cut(torn_seq, &mut dropped)?,
+                Kind::Dir(d) => d.cut(&mut dropped),
+                Kind::Socket => {}
+            }
+        }
+        self.forget_unreached();
+        Ok(dropped)
+    }
+
+    /// The sequence number of the last unsynced write of more than one byte, of all files:
+    /// the one a torn cut tears (a one-byte write cannot be torn in half).
+    fn last_write(&self) -> Option<u64> {
+        self.nodes
             .values()
             .filter_map(|n| match &n.kind {
                 Kind::File(f) => f.pending.iter().rev().find_map(|p| match p {
@@ -409,48 +423,12 @@ impl State {
                 }),
                 _ => None,
             })
-            .max();
-        for node in self.nodes.values_mut() {
-            match &mut node.kind {
-                Kind::File(f) => {
-                    for p in std::mem::take(&mut f.pending) {
-                        dropped.writes += 1;
-                        if let Pending::Write { offset, data, seq } = p {
-                            dropped.bytes += data.len() as u64;
-                            if torn && Some(seq) == last {
-                                let half = &data[..data.len() / 2];
-                                f.backing.write_all_at(half, offset).map_err(io_errno)?;
-                                f.durable_size = f.durable_size.max(offset + half.len() as u64);
-                                dropped.torn = true;
-                            }
-                        }
-                    }
-                    f.size = f.durable_size;
-                }
-                Kind::Dir(d) => {
-                    let added = d
-                        .live
-                        .iter()
-                        .filter(|(k, v)| d.durable.get(*k) != Some(v))
-                        .map(|(k, _)| format!("+{}", k.to_string_lossy()));
-                    let removed = d
-                        .durable
-                        .keys()
-                        .filter(|k| !d.live.contains_key(*k))
-                        .map(|k| format!("-{}", k.to_string_lossy()));
-                    for name in added.chain(removed) {
-                        dropped.names += 1;
-                        if dropped.undone.len() < UNDONE_SHOWN {
-                            dropped.undone.push(name);
-                        }
-                    }
-                    d.live = d.durable.clone();
-                }
-                Kind::Socket => {}
-            }
-        }
-        // Forget what no durable name reaches (a file created and synced in a directory that
-        // never was).
+            .max()
+    }
+
+    /// Forgets what no durable name reaches (a file created and synced in a directory that
+    /// never was), after a cut.
+    fn forget_unreached(&mut self) {
         let mut reached = HashSet::from([ROOT]);
         let mut todo = vec![ROOT];
         while let Some(ino) = todo.pop() {
@@ -478,6 +456,51 @@ impl State {
                 let _ = std::fs::remove_file(&f.backing_path);
             }
         }
-        Ok(dropped)
+    }
+}
+
+impl FileNode {
+    /// The power cut for one file: its unsynced writes are dropped (counted in `dropped`), but
+    /// the first half of the one numbered `torn_seq` reaches the disk; the size falls back to
+    /// the durable one.
+    fn cut(&mut self, torn_seq: Option<u64>, dropped: &mut Dropped) -> Result<(), Errno> {
+        for p in std::mem::take(&mut self.pending) {
+            dropped.writes += 1;
+            if let Pending::Write { offset, data, seq } = p {
+                dropped.bytes += data.len() as u64;
+                if Some(seq) == torn_seq {
+                    let half = &data[..data.len() / 2];
+                    self.backing.write_all_at(half, offset).map_err(io_errno)?;
+                    self.durable_size = self.durable_size.max(offset + half.len() as u64);
+                    dropped.torn = true;
+                }
+            }
+        }
+        self.size = self.durable_size;
+        Ok(())
+    }
+}
+
+impl DirNode {
+    /// The power cut for one directory: names added or removed since its last sync are undone
+    /// (counted, and the first few named, in `dropped`).
+    fn cut(&mut self, dropped: &mut Dropped) {
+        let added = self
+            .live
+            .iter()
+            .filter(|(k, v)| self.durable.get(*k) != Some(v))
+            .map(|(k, _)| format!("+{}", k.to_string_lossy()));
+        let removed = self
+            .durable
+            .keys()
+            .filter(|k| !self.live.contains_key(*k))
+            .map(|k| format!("-{}", k.to_string_lossy()));
+        for name in added.chain(removed) {
+            dropped.names += 1;
+            if dropped.undone.len() < UNDONE_SHOWN {
+                dropped.undone.push(name);
+            }
+        }
+        self.live = self.durable.clone();
     }
 }
