@@ -94,9 +94,11 @@
 //! Times are relative to the first invocation in the whole history.
 
 mod checker;
+mod prepare;
 mod search;
 #[cfg(test)]
 mod tests;
+mod violation;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
