@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use super::bits::count_bits;
+use super::key_ops::KeyOps;
 use super::prepare::prepare;
-use super::search::{End, KeyOps, Search, count_bits};
+use super::search::{End, Search};
 use super::violation::Report;
 use super::{History, Op, Record, Status};
 
@@ -101,8 +103,7 @@ impl fmt::Display for Summary {
     }
 }
 
-pub use super::search::ViolationKind;
-pub use super::violation::{ExcerptOp, Violation};
+pub use super::violation::{ExcerptOp, Violation, ViolationKind};
 
 /// Runs the search for one key; returns the steps used.
 fn search(report: &Report<'_>, ops: &KeyOps<'_>, budget: u64) -> Result<u64, Violation> {

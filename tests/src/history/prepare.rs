@@ -2,13 +2,13 @@
 //! values, drops what cannot matter (failed operations, unknown reads), rejects malformed
 //! records and reads of values nothing could have written, and merges values no read or CAS
 //! expects. Apart from the checker's driver ([`super::checker`]) and from the search
-//! ([`super::search`]) because it is the one place that turns records into the search's input:
-//! the search may then assume well-formed, interned operations.
+//! ([`super::search`]) because it is the one place that turns records into the search's input
+//! ([`super::key_ops`]): the search may then assume well-formed, interned operations.
 
 use std::collections::HashMap;
 
-use super::search::{ABSENT, Effect, KeyOps, OkKind, OkOp, UnkOp, Val, ViolationKind};
-use super::violation::{Report, Violation};
+use super::key_ops::{ABSENT, Effect, KeyOps, OkKind, OkOp, UnkOp, Val};
+use super::violation::{Report, Violation, ViolationKind};
 use super::{Op, Outcome, Record, Status};
 
 /// A key's distinct values, numbered in the order first seen; [`ABSENT`] (0) is no value.

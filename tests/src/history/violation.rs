@@ -6,7 +6,6 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::search::ViolationKind;
 use super::{ClientId, Op, Record, Status};
 
 /// A failed [`check`]: which key, why, and the operations around the point where the search
@@ -114,4 +113,15 @@ impl Report<'_> {
                 .collect(),
         }
     }
+}
+
+/// Why a a check did not succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// No valid order exists: the system is not linearizable (or the test recorded wrongly).
+    NotLinearizable,
+    /// The search budget ran out: inconclusive.
+    BudgetExhausted,
+    /// A record cannot be interpreted, e.g. a read completed with a CAS outcome.
+    Malformed,
 }
