@@ -152,87 +152,111 @@ async fn client(
     while !*stopped.borrow() {
         n += 1;
         match n % 3 {
-            0 => {
-                let (key, value) = (format!("u/{c}/{n}"), format!("v{c}.{n}"));
-                let op = ledger.history.invoke(c, Op::write(&key, &value));
-                let reply = api.put(&target, &key, &value).await;
-                ledger.note(&reply);
-                match verdict(&reply) {
-                    Verdict::Ok => {
-                        op.ok(Outcome::Done);
-                        if let Ok(mut a) = ledger.acknowledged.lock() {
-                            a.insert(key, value);
-                        }
-                        ledger.count(|r| {
-                            r.ok += 1;
-                            r.acknowledged += 1;
-                        });
-                    }
-                    Verdict::Failed => {
-                        op.fail();
-                        if let Ok(mut f) = ledger.refused.lock() {
-                            f.push(key);
-                        }
-                        ledger.count(|r| r.failed += 1);
-                    }
-                    Verdict::Unknown => {
-                        op.unknown();
-                        ledger.count(|r| r.unknown += 1);
-                    }
-                }
-            }
+            0 => unique_write(c, n, &api, &target, &ledger).await,
             1 => {
                 // Every register is written: `n % registers` would be the same register on
                 // every write when `registers` is 3 (n % 3 is 1 here), and two thirds of the
                 // reads would then read registers nobody writes. Clients are offset so that
                 // they write different registers at the same moment, and each in turn.
                 let key = format!("r/{}", (n / 3 + c) % registers);
-                let value = format!("w{c}.{n}");
-                let op = ledger.history.invoke(c, Op::write(&key, &value));
-                let reply = api.put(&target, &key, &value).await;
-                ledger.note(&reply);
-                match verdict(&reply) {
-                    Verdict::Ok => {
-                        op.ok(Outcome::Done);
-                        ledger.count(|r| r.ok += 1);
-                    }
-                    Verdict::Failed => {
-                        op.fail();
-                        ledger.count(|r| r.failed += 1);
-                    }
-                    Verdict::Unknown => {
-                        op.unknown();
-                        ledger.count(|r| r.unknown += 1);
-                    }
-                }
+                register_write(c, n, key, &api, &target, &ledger).await;
             }
             _ => {
                 // Also every register, and not the one this client just wrote.
                 let key = format!("r/{}", (n / 3 + c + 1) % registers);
-                let op = ledger.history.invoke(c, Op::read(&key));
-                let reply = api.get(&target, &key).await;
-                if !matches!(&reply, Ok(r) if r.kind() == Some("not_found")) {
-                    ledger.note(&reply);
-                }
-                match reply {
-                    Ok(r) if r.ok() => {
-                        op.ok(Outcome::Read(r.body["value"].as_str().map(String::from)));
-                        ledger.count(|r| r.ok += 1);
-                    }
-                    Ok(r) if r.kind() == Some("not_found") => {
-                        op.ok(Outcome::Read(None));
-                        ledger.count(|r| r.ok += 1);
-                    }
-                    // A read that failed changed nothing.
-                    _ => {
-                        op.fail();
-                        ledger.count(|r| r.failed += 1);
-                    }
-                }
+                register_read(c, key, &api, &target, &ledger).await;
             }
         }
         // Unanswered requests come back at once during a partition: do not spin.
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Operation `n` of client `c` writing a key of its own: acknowledged ones must survive
+/// (`verify_durable`), refused ones must not appear.
+async fn unique_write(c: usize, n: usize, api: &OperatorApi, target: &str, ledger: &Ledger) {
+    let (key, value) = (format!("u/{c}/{n}"), format!("v{c}.{n}"));
+    match write(c, &key, &value, api, target, ledger).await {
+        Verdict::Ok => {
+            if let Ok(mut a) = ledger.acknowledged.lock() {
+                a.insert(key, value);
+            }
+            ledger.count(|r| r.acknowledged += 1);
+        }
+        Verdict::Failed => {
+            if let Ok(mut f) = ledger.refused.lock() {
+                f.push(key);
+            }
+        }
+        Verdict::Unknown => {}
+    }
+}
+
+/// Operation `n` of client `c` writing the shared register `key`, for the linearizability check.
+async fn register_write(
+    c: usize,
+    n: usize,
+    key: String,
+    api: &OperatorApi,
+    target: &str,
+    ledger: &Ledger,
+) {
+    let value = format!("w{c}.{n}");
+    write(c, &key, &value, api, target, ledger).await;
+}
+
+/// Client `c` writing `value` to `key`: the write goes into the history with its outcome, and
+/// its verdict into the counts. Returns the verdict for the caller's own bookkeeping.
+async fn write(
+    c: usize,
+    key: &str,
+    value: &str,
+    api: &OperatorApi,
+    target: &str,
+    ledger: &Ledger,
+) -> Verdict {
+    let op = ledger.history.invoke(c, Op::write(key, value));
+    let reply = api.put(target, key, value).await;
+    ledger.note(&reply);
+    let verdict = verdict(&reply);
+    match verdict {
+        Verdict::Ok => {
+            op.ok(Outcome::Done);
+            ledger.count(|r| r.ok += 1);
+        }
+        Verdict::Failed => {
+            op.fail();
+            ledger.count(|r| r.failed += 1);
+        }
+        Verdict::Unknown => {
+            op.unknown();
+            ledger.count(|r| r.unknown += 1);
+        }
+    }
+    verdict
+}
+
+/// Client `c` reading the shared register `key`, for the linearizability check.
+async fn register_read(c: usize, key: String, api: &OperatorApi, target: &str, ledger: &Ledger) {
+    let op = ledger.history.invoke(c, Op::read(&key));
+    let reply = api.get(target, &key).await;
+    if !matches!(&reply, Ok(r) if r.kind() == Some("not_found")) {
+        ledger.note(&reply);
+    }
+    match reply {
+        Ok(r) if r.ok() => {
+            op.ok(Outcome::Read(r.body["value"].as_str().map(String::from)));
+            ledger.count(|r| r.ok += 1);
+        }
+        Ok(r) if r.kind() == Some("not_found") => {
+            op.ok(Outcome::Read(None));
+            ledger.count(|r| r.ok += 1);
+        }
+        // A read that failed changed nothing.
+        _ => {
+            op.fail();
+            ledger.count(|r| r.failed += 1);
+        }
     }
 }
 

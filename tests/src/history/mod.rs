@@ -93,10 +93,15 @@
 //! come next (marked `>>`) each disagree with every register value reachable at that point.
 //! Times are relative to the first invocation in the whole history.
 
+mod bits;
 mod checker;
+mod frontier;
+mod key_ops;
+mod prepare;
 mod search;
 #[cfg(test)]
 mod tests;
+mod violation;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};

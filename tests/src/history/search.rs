@@ -1,81 +1,16 @@
 //! The search itself: Wing & Gong's algorithm with Lowe's memoisation over one key's
 //! operations (see the parent module's documentation for the model and why it is complete).
 
+//!
+//! Its input model is [`super::key_ops`]; which operations may come next is
+//! [`super::frontier`]'s; the bit sets and the memo's hash are [`super::bits`].
+
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
 
-use super::show_value;
-
-/// A register value: `ABSENT`, or 1 + the index of a distinct string of the key.
-pub(super) type Val = u32;
-pub(super) const ABSENT: Val = 0;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum Effect {
-    /// Write (or delete, setting `ABSENT`).
-    Set(Val),
-    /// Compare-and-set: (expected, new).
-    Cas(Val, Val),
-}
-
-impl Effect {
-    fn apply(self, state: Val) -> Val {
-        match self {
-            Effect::Set(v) => v,
-            Effect::Cas(expected, new) if state == expected => new,
-            Effect::Cas(..) => state,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(super) enum OkKind {
-    Read(Val),
-    Set(Val),
-    CasOk(Val, Val),
-    CasFail(Val),
-}
-
-/// A completed operation of one key: must be linearized between `inv` and `ret`.
-pub(super) struct OkOp {
-    pub(super) inv: u64,
-    pub(super) ret: u64,
-    pub(super) kind: OkKind,
-    /// The value written (for a write or successful CAS) before junk values were merged; only
-    /// for reports.
-    pub(super) wrote: Option<Val>,
-    pub(super) rec: usize,
-}
-
-/// An unknown operation that could change the register: may be linearized after `inv`, or not.
-pub(super) struct UnkOp {
-    pub(super) inv: u64,
-    pub(super) effect: Effect,
-    pub(super) rec: usize,
-}
-
-/// One key's operations, ready for the search.
-pub(super) struct KeyOps<'a> {
-    pub(super) key: &'a str,
-    /// Indexed by `Val`.
-    pub(super) values: Vec<Option<&'a str>>,
-    /// Sorted by `inv`.
-    pub(super) ok: Vec<OkOp>,
-    /// Sorted by `inv`.
-    pub(super) unknown: Vec<UnkOp>,
-    /// Stands for every value that no read and no CAS ever expects: the register behaves the
-    /// same whichever of them it holds, so the search treats them as one.
-    pub(super) junk: Option<Val>,
-}
-
-impl KeyOps<'_> {
-    pub(super) fn show(&self, v: Val) -> String {
-        if Some(v) == self.junk {
-            return "a value that no read or CAS expects".to_string();
-        }
-        show_value(self.values.get(v as usize).copied().flatten())
-    }
-}
+use super::bits::{FxBuild, bit, is_subset, set_bit};
+use super::frontier::{frontier, runs_to};
+use super::key_ops::{ABSENT, KeyOps, OkKind, OkOp, UnkOp, Val};
+use super::violation::ViolationKind;
 
 pub(super) enum End {
     Linearizable,
@@ -112,8 +47,6 @@ pub(super) struct Best {
     pub(super) used: Vec<u64>,
     states: Vec<Val>,
 }
-
-type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// Visited configurations: (linearized set, register value) to the sets of unknown ops used
 /// on the way there, keeping only minimal ones (using fewer unknown ops leaves more options).
@@ -447,170 +380,4 @@ impl<'k> Search<'k> {
         }
         out
     }
-}
-
-/// The ok ops that may be linearized next given linearized set `lin` (complete below `p`):
-/// those not linearized and invoked no later than `m`, the earliest return among the ops not
-/// linearized (an op invoked after another returned cannot precede it). Returns `m` and those
-/// ops' indices.
-fn frontier(ops: &[OkOp], lin: &[u64], p: usize) -> (u64, Vec<usize>) {
-    let mut m = u64::MAX;
-    let mut candidates = Vec::new();
-    for (j, op) in ops.iter().enumerate().skip(p) {
-        if op.inv > m {
-            // Later ops are invoked later still, so they can neither be next nor lower `m`.
-            break;
-        }
-        if !bit(lin, j) {
-            m = m.min(op.ret);
-            candidates.push(j);
-        }
-    }
-    // No op pushed earlier can have been invoked after the final `m`: ops are sorted by
-    // invocation, so every return seen after it is later than its invocation.
-    (m, candidates)
-}
-
-/// Shortest-form sequences of unknown ops (from `avail`) taking the register from `from` to
-/// `to`: at most one write or delete, first, then compare-and-sets each changing the value to
-/// one not seen before. Any sequence that works contains one of these.
-fn runs_to(
-    unknown: &[UnkOp],
-    avail: &[usize],
-    from: Val,
-    to: Val,
-    steps: &mut u64,
-    limit: u64,
-) -> Vec<Vec<usize>> {
-    let mut out = Vec::new();
-    for &u in avail {
-        let Some(op) = unknown.get(u) else { continue };
-        *steps += 1;
-        let a = op.effect.apply(from);
-        if a == from {
-            continue;
-        }
-        if a == to {
-            out.push(vec![u]);
-            continue;
-        }
-        let mut path = vec![u];
-        let mut seen = vec![from, a];
-        cas_chains(
-            unknown, avail, to, &mut path, &mut seen, &mut out, steps, limit,
-        );
-    }
-    out
-}
-
-#[allow(clippy::too_many_arguments)]
-fn cas_chains(
-    unknown: &[UnkOp],
-    avail: &[usize],
-    to: Val,
-    path: &mut Vec<usize>,
-    seen: &mut Vec<Val>,
-    out: &mut Vec<Vec<usize>>,
-    steps: &mut u64,
-    limit: u64,
-) {
-    let Some(&current) = seen.last() else { return };
-    for &u in avail {
-        if *steps >= limit {
-            return;
-        }
-        let Some(UnkOp {
-            effect: Effect::Cas(expected, new),
-            ..
-        }) = unknown.get(u)
-        else {
-            continue;
-        };
-        if *expected != current || seen.contains(new) || path.contains(&u) {
-            continue;
-        }
-        *steps += 1;
-        path.push(u);
-        if *new == to {
-            out.push(path.clone());
-        } else {
-            seen.push(*new);
-            cas_chains(unknown, avail, to, path, seen, out, steps, limit);
-            seen.pop();
-        }
-        path.pop();
-    }
-}
-
-fn bit(bits: &[u64], i: usize) -> bool {
-    bits.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
-}
-
-fn set_bit(bits: &mut [u64], i: usize, on: bool) {
-    if let Some(w) = bits.get_mut(i / 64) {
-        if on {
-            *w |= 1 << (i % 64);
-        } else {
-            *w &= !(1 << (i % 64));
-        }
-    }
-}
-
-/// Whether every bit set in `a` is set in `b` (same lengths).
-fn is_subset(a: &[u64], b: &[u64]) -> bool {
-    a.iter().zip(b).all(|(x, y)| x & !y == 0)
-}
-
-pub(super) fn count_bits(bits: &[u64]) -> u32 {
-    bits.iter().map(|w| w.count_ones()).sum()
-}
-
-/// The rustc/Firefox "Fx" hash: much faster than SipHash on the memo's word slices, and
-/// collision resistance does not matter here.
-#[derive(Default)]
-struct FxHasher {
-    hash: u64,
-}
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        for &b in chunks.remainder() {
-            self.add(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// Why a a check did not succeed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ViolationKind {
-    /// No valid order exists: the system is not linearizable (or the test recorded wrongly).
-    NotLinearizable,
-    /// The search budget ran out: inconclusive.
-    BudgetExhausted,
-    /// A record cannot be interpreted, e.g. a read completed with a CAS outcome.
-    Malformed,
 }

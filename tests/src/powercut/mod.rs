@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-pub use state::Dropped;
 use state::State;
+pub use state::durability::Dropped;
 
 /// How long a killed process may take to die before a cut gives up.
 const DEATH_TIMEOUT: Duration = Duration::from_secs(10);

@@ -15,15 +15,14 @@
 //! Modes, owners and times are kept as metadata that is durable at once: no store relies on
 //! them. Hard links and symlinks are not supported (nothing under test makes them).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+pub mod durability;
+
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
-
-/// How many undone names [`Dropped`] lists.
-const UNDONE_SHOWN: usize = 20;
 
 /// The root directory's inode number (FUSE's).
 pub const ROOT: u64 = 1;
@@ -102,33 +101,6 @@ pub enum NewKind {
 pub struct Node {
     pub kind: Kind,
     pub meta: Meta,
-}
-
-/// What a cut dropped: evidence that it landed on unsynced state (or did not).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Dropped {
-    /// Bytes of unsynced writes thrown away.
-    pub bytes: u64,
-    /// Unsynced writes and truncations thrown away.
-    pub writes: u64,
-    /// Directory entries whose unsynced change (add, remove, rename) was undone.
-    pub names: u64,
-    /// Whether a torn prefix of the last unsynced write was kept.
-    pub torn: bool,
-    /// The first few names whose change was undone (`+name`: created, `-name`: removed), to
-    /// say what a store forgot to sync.
-    pub undone: Vec<String>,
-}
-
-impl std::ops::AddAssign for Dropped {
-    fn add_assign(&mut self, o: Self) {
-        self.bytes += o.bytes;
-        self.writes += o.writes;
-        self.names += o.names;
-        self.torn |= o.torn;
-        self.undone.extend(o.undone);
-        self.undone.truncate(UNDONE_SHOWN);
-    }
 }
 
 pub struct State {
@@ -348,136 +320,5 @@ impl State {
         f.pending.push(Pending::Truncate(size));
         f.size = size;
         Ok(())
-    }
-
-    /// `fsync`/`fdatasync` of a file: its unsynced changes become durable.
-    pub fn sync_file(&mut self, ino: u64) -> Result<(), Errno> {
-        let f = self.file_mut(ino)?;
-        for p in std::mem::take(&mut f.pending) {
-            match p {
-                Pending::Write { offset, data, .. } => {
-                    f.backing.write_all_at(&data, offset).map_err(io_errno)?
-                }
-                Pending::Truncate(size) => f.backing.set_len(size).map_err(io_errno)?,
-            }
-        }
-        // Writes past a truncation extend the file; the backing file is as long as they made it.
-        f.backing.set_len(f.size).map_err(io_errno)?;
-        f.durable_size = f.size;
-        Ok(())
-    }
-
-    /// `fsync` of a directory: its names as they are now become durable.
-    pub fn sync_dir(&mut self, ino: u64) -> Result<(), Errno> {
-        let d = self.dir_mut(ino)?;
-        d.durable = d.live.clone();
-        Ok(())
-    }
-
-    /// `fsync` of a file or directory, whichever `ino` is.
-    pub fn sync(&mut self, ino: u64) -> Result<(), Errno> {
-        match self.nodes.get(&ino).map(|n| &n.kind) {
-            Some(Kind::Dir(_)) => self.sync_dir(ino),
-            Some(Kind::File(_)) => self.sync_file(ino),
-            Some(Kind::Socket) => Ok(()),
-            None => Err(libc::ENOENT),
-        }
-    }
-
-    /// Everything becomes durable, as if the kernel had written back its whole cache (what a
-    /// real machine does within seconds): for setup written before the experiment starts.
-    pub fn checkpoint(&mut self) -> Result<(), Errno> {
-        let inos: Vec<u64> = self.nodes.keys().copied().collect();
-        for ino in inos {
-            self.sync(ino)?;
-        }
-        Ok(())
-    }
-
-    /// The power cut: every unsynced change is dropped; with `torn`, the first half of the
-    /// last unsynced write (of all files) reaches the disk, as a sector-by-sector write that
-    /// was under way would. Inodes that no durable name reaches are forgotten.
-    pub fn cut(&mut self, torn: bool) -> Result<Dropped, Errno> {
-        let mut dropped = Dropped::default();
-        let last = self
-            .nodes
-            .values()
-            .filter_map(|n| match &n.kind {
-                Kind::File(f) => f.pending.iter().rev().find_map(|p| match p {
-                    Pending::Write { seq, data, .. } if data.len() > 1 => Some(*seq),
-                    _ => None,
-                }),
-                _ => None,
-            })
-            .max();
-        for node in self.nodes.values_mut() {
-            match &mut node.kind {
-                Kind::File(f) => {
-                    for p in std::mem::take(&mut f.pending) {
-                        dropped.writes += 1;
-                        if let Pending::Write { offset, data, seq } = p {
-                            dropped.bytes += data.len() as u64;
-                            if torn && Some(seq) == last {
-                                let half = &data[..data.len() / 2];
-                                f.backing.write_all_at(half, offset).map_err(io_errno)?;
-                                f.durable_size = f.durable_size.max(offset + half.len() as u64);
-                                dropped.torn = true;
-                            }
-                        }
-                    }
-                    f.size = f.durable_size;
-                }
-                Kind::Dir(d) => {
-                    let added = d
-                        .live
-                        .iter()
-                        .filter(|(k, v)| d.durable.get(*k) != Some(v))
-                        .map(|(k, _)| format!("+{}", k.to_string_lossy()));
-                    let removed = d
-                        .durable
-                        .keys()
-                        .filter(|k| !d.live.contains_key(*k))
-                        .map(|k| format!("-{}", k.to_string_lossy()));
-                    for name in added.chain(removed) {
-                        dropped.names += 1;
-                        if dropped.undone.len() < UNDONE_SHOWN {
-                            dropped.undone.push(name);
-                        }
-                    }
-                    d.live = d.durable.clone();
-                }
-                Kind::Socket => {}
-            }
-        }
-        // Forget what no durable name reaches (a file created and synced in a directory that
-        // never was).
-        let mut reached = HashSet::from([ROOT]);
-        let mut todo = vec![ROOT];
-        while let Some(ino) = todo.pop() {
-            if let Some(Kind::Dir(d)) = self.nodes.get(&ino).map(|n| &n.kind) {
-                for child in d.durable.values() {
-                    if reached.insert(*child) {
-                        todo.push(*child);
-                    }
-                }
-            }
-        }
-        let lost: Vec<u64> = self
-            .nodes
-            .keys()
-            .filter(|i| !reached.contains(i))
-            .copied()
-            .collect();
-        for ino in lost {
-            if let Some(Node {
-                kind: Kind::File(f),
-                ..
-            }) = self.nodes.remove(&ino)
-            {
-                // Best effort: a leftover backing file only takes space in a temp dir.
-                let _ = std::fs::remove_file(&f.backing_path);
-            }
-        }
-        Ok(dropped)
     }
 }

@@ -8,42 +8,26 @@
 //! - resident memory per role (goal: a spare no more than a voter);
 //! - failed-voter replacement: kill -9 of a follower voter until the leader reports a full
 //!   complement of reachable voters again (goal: `--replace-after` + 2 s).
+//!
+//! This file measures (starts the group, waits, samples); [`report`] summarises and prints.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use muster_tests::{AgentProc, Discovery, voter_target, wait_for, wait_formed};
-use serde::Serialize;
 
 use crate::AsgArgs;
 use crate::cluster::resident_mib;
 use crate::discovery_cpu::Sample;
+use report::{Measurements, Roles, count};
 
-#[derive(Debug, Serialize)]
-struct Report {
-    machines: u64,
-    voters: usize,
-    standbys: usize,
-    spares: usize,
-    /// Last machine started → the leader lists every machine as a member.
-    members_after_last_start_s: f64,
-    /// Last machine started → every role settled (voters, standbys, spares) and every member
-    /// reachable, per the leader.
-    settled_after_last_start_s: f64,
-    /// The leader's CPU while idle, as a share of one core.
-    leader_idle_cpu_at_10: f64,
-    leader_idle_cpu_at_n: f64,
-    leader_idle_cpu_ratio: f64,
-    rss_median_mib: BTreeMap<String, f64>,
-    replace_after_s: f64,
-    /// kill -9 of a follower voter → the leader reports every voter reachable again.
-    replacement_s: f64,
-}
+mod report;
 
 /// Roles by name in a leader's status, if `a` answers with one.
-async fn leader_roles(agents: &[AgentProc]) -> Option<(String, BTreeMap<String, (String, bool)>)> {
+async fn leader_roles(agents: &[AgentProc]) -> Option<(String, Roles)> {
     for a in agents.iter().take(5) {
         let Some(s) = a.status().await else {
             continue;
@@ -70,17 +54,9 @@ async fn leader_roles(agents: &[AgentProc]) -> Option<(String, BTreeMap<String, 
     None
 }
 
-fn count(roles: &BTreeMap<String, (String, bool)>, role: &str) -> usize {
-    roles.values().filter(|(r, _)| r == role).count()
-}
-
 /// Waits until the leader reports `n` members, the voter table and the standbys met, and every
 /// member reachable; returns the leader's name and the roles.
-async fn settled(
-    agents: &[AgentProc],
-    n: usize,
-    timeout: Duration,
-) -> Result<(String, BTreeMap<String, (String, bool)>)> {
+async fn settled(agents: &[AgentProc], n: usize, timeout: Duration) -> Result<(String, Roles)> {
     let standbys = 2.min(n - voter_target(n));
     wait_for(&format!("{n} members settled"), timeout, || async {
         let (leader, roles) = leader_roles(agents).await?;
@@ -101,11 +77,6 @@ async fn idle_cpu(leader: &AgentProc, idle: Duration) -> Result<f64> {
     Ok(sample.elapsed_us() / idle.as_micros() as f64)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 fn start(
     root: &Path,
     name: &str,
@@ -117,73 +88,125 @@ fn start(
 }
 
 pub async fn run(args: AsgArgs) -> Result<()> {
+    let measured = measure(&args).await?;
+    report::print(&report::report(&measured), args.json)
+}
+
+/// The group's machines, and what every new one is started with.
+struct Group {
+    agents: Vec<AgentProc>,
+    root: PathBuf,
+    url: String,
+    /// `--replace-after` of every machine, as a flag value.
+    replace: String,
+    /// The group join token every machine after the first three starts with.
+    token: String,
+}
+
+impl Group {
+    /// Three machines form the cluster through `d`; the group join token is made on them.
+    async fn form(root: &Path, d: &Discovery, replace_after: Duration) -> Result<Group> {
+        let url = d.new_token(3).await?;
+        let replace = format!("{}ms", replace_after.as_millis());
+        let agents = (1..=3)
+            .map(|i| start(root, &format!("m{i:03}"), &url, None, &replace))
+            .collect::<Result<Vec<_>>>()?;
+        wait_formed(
+            &agents.iter().collect::<Vec<_>>(),
+            3,
+            Duration::from_secs(60),
+        )
+        .await?;
+        let token = agents[0]
+            .create_token(&[
+                "--uses",
+                "1000",
+                "--ttl",
+                "1h",
+                "--description",
+                "asg bench",
+            ])
+            .await?;
+        Ok(Group {
+            agents,
+            root: root.to_path_buf(),
+            url,
+            replace,
+            token,
+        })
+    }
+
+    /// Starts machines `m{i:03}` for every `i` in `names`, each with the group join token.
+    fn join(&mut self, names: RangeInclusive<usize>) -> Result<()> {
+        for i in names {
+            self.agents.push(start(
+                &self.root,
+                &format!("m{i:03}"),
+                &self.url,
+                Some(&self.token),
+                &self.replace,
+            )?);
+        }
+        Ok(())
+    }
+}
+
+fn index_of(agents: &[AgentProc], name: &str) -> Result<usize> {
+    agents
+        .iter()
+        .position(|a| a.name == name)
+        .with_context(|| format!("{name} is not one of the machines"))
+}
+
+/// Grows the group to 10 and then to N machines, sampling the leader's idle CPU at both sizes,
+/// then the memory per role and a failed voter's replacement.
+async fn measure(args: &AsgArgs) -> Result<Measurements> {
     let n = args.machines as usize;
     let tmp = tempfile::tempdir().context("temp dir")?;
     let d = Discovery::start(&[]).await?;
-    let url = d.new_token(3).await?;
-    let replace = format!("{}ms", args.replace_after.as_millis());
-    let mut agents = (1..=3)
-        .map(|i| start(tmp.path(), &format!("m{i:03}"), &url, None, &replace))
-        .collect::<Result<Vec<_>>>()?;
-    wait_formed(
-        &agents.iter().collect::<Vec<_>>(),
-        3,
-        Duration::from_secs(60),
-    )
-    .await?;
-    let group = agents[0]
-        .create_token(&[
-            "--uses",
-            "1000",
-            "--ttl",
-            "1h",
-            "--description",
-            "asg bench",
-        ])
-        .await?;
-    let by_name = |agents: &[AgentProc], name: &str| agents.iter().position(|a| a.name == name);
-
-    let join = |agents: &mut Vec<AgentProc>, names: std::ops::RangeInclusive<usize>| {
-        for i in names {
-            agents.push(start(
-                tmp.path(),
-                &format!("m{i:03}"),
-                &url,
-                Some(&group),
-                &replace,
-            )?);
-        }
-        anyhow::Ok(())
-    };
-    join(&mut agents, 4..=10)?;
-    let (leader, _) = settled(&agents, 10, Duration::from_secs(120)).await?;
-    let at_10 = idle_cpu(
-        &agents[by_name(&agents, &leader).context("leader")?],
-        args.idle,
-    )
-    .await?;
+    let mut group = Group::form(tmp.path(), &d, args.replace_after).await?;
+    group.join(4..=10)?;
+    let (leader, _) = settled(&group.agents, 10, Duration::from_secs(120)).await?;
+    let at_10 = idle_cpu(&group.agents[index_of(&group.agents, &leader)?], args.idle).await?;
     eprintln!("10 members settled; leader idle CPU {:.3} of a core", at_10);
 
-    join(&mut agents, 11..=n)?;
+    group.join(11..=n)?;
+    let agents = &mut group.agents;
     let last_start = Instant::now();
     wait_for(
         &format!("{n} members"),
         Duration::from_secs(300),
         || async {
-            let (_, roles) = leader_roles(&agents).await?;
+            let (_, roles) = leader_roles(agents).await?;
             (roles.len() == n).then_some(())
         },
     )
     .await?;
     let members_known = last_start.elapsed().as_secs_f64();
-    let (leader, roles) = settled(&agents, n, Duration::from_secs(300)).await?;
+    let (leader, roles) = settled(agents, n, Duration::from_secs(300)).await?;
     let all_members = last_start.elapsed().as_secs_f64();
     eprintln!("{n} members settled {all_members:.2} s after the last start");
-    let leader_i = by_name(&agents, &leader).context("leader")?;
+    let leader_i = index_of(agents, &leader)?;
     let at_n = idle_cpu(&agents[leader_i], args.idle).await?;
+    let rss_mib = rss_by_role(agents, &roles);
+    let replacement_s = replace_voter(agents, leader_i, &roles, n).await?;
+    Ok(Measurements {
+        machines: args.machines,
+        replace_after: args.replace_after,
+        roles,
+        members_after_last_start_s: members_known,
+        settled_after_last_start_s: all_members,
+        leader_idle_cpu_at_10: at_10,
+        leader_idle_cpu_at_n: at_n,
+        rss_mib,
+        replacement_s,
+    })
+}
 
+/// Every member's resident memory (MiB) that could be read, by its role in `roles`.
+fn rss_by_role(agents: &[AgentProc], roles: &Roles) -> BTreeMap<String, Vec<f64>> {
     let mut rss: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for a in &agents {
+    for a in agents {
         let role = roles
             .get(&a.name)
             .map(|(r, _)| r.clone())
@@ -192,22 +215,32 @@ pub async fn run(args: AsgArgs) -> Result<()> {
             rss.entry(role).or_default().push(r.rss);
         }
     }
-    let rss_median_mib = rss.into_iter().map(|(k, v)| (k, median(v))).collect();
+    rss
+}
 
-    // Failed-voter replacement: a voter that is not the leader.
+/// Failed-voter replacement: kill -9 of a voter that is not the leader (`agents[leader_i]`),
+/// then seconds until the leader reports a full complement of reachable voters again.
+async fn replace_voter(
+    agents: &mut [AgentProc],
+    leader_i: usize,
+    roles: &Roles,
+    n: usize,
+) -> Result<f64> {
+    let leader = agents[leader_i].name.clone();
     let victim = roles
         .iter()
         .find(|(name, (role, _))| role == "voter" && **name != leader)
         .map(|(name, _)| name.clone())
         .context("a follower voter")?;
-    let vi = by_name(&agents, &victim).context("victim")?;
+    let vi = index_of(agents, &victim)?;
     agents[vi].kill9().await?;
     let killed = Instant::now();
+    let leader_only = &agents[leader_i..=leader_i];
     wait_for(
         "a full complement of reachable voters",
         Duration::from_secs(120),
         || async {
-            let (_, roles) = leader_roles(&agents[leader_i..=leader_i]).await?;
+            let (_, roles) = leader_roles(leader_only).await?;
             let replaced = roles.get(&victim).is_none_or(|(r, _)| r != "voter");
             let voters: Vec<_> = roles.values().filter(|(r, _)| r == "voter").collect();
             (replaced
@@ -217,26 +250,5 @@ pub async fn run(args: AsgArgs) -> Result<()> {
         },
     )
     .await?;
-    let replacement = killed.elapsed().as_secs_f64();
-
-    let report = Report {
-        machines: args.machines,
-        voters: count(&roles, "voter"),
-        standbys: count(&roles, "standby"),
-        spares: count(&roles, "spare"),
-        members_after_last_start_s: members_known,
-        settled_after_last_start_s: all_members,
-        leader_idle_cpu_at_10: at_10,
-        leader_idle_cpu_at_n: at_n,
-        leader_idle_cpu_ratio: if at_10 > 0.0 { at_n / at_10 } else { 0.0 },
-        rss_median_mib,
-        replace_after_s: args.replace_after.as_secs_f64(),
-        replacement_s: replacement,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{report:#?}");
-    }
-    Ok(())
+    Ok(killed.elapsed().as_secs_f64())
 }

@@ -16,6 +16,9 @@
 //! order alternates between rounds), and each figure is the median round. Server CPU per
 //! operation is read from /proc for the server process only, so the load generator's own CPU
 //! does not count.
+//!
+//! This file measures (starts the systems, drives the workloads, collects [`samples`]);
+//! [`report`] summarises and prints.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,13 +30,14 @@ use etcd_client::{GetOptions, KvClient};
 use muster_tests::Discovery;
 use muster_tests::etcd_cluster::EtcdCluster;
 use muster_tests::v3_client::Joiner;
-use serde::Serialize;
 
 use super::DiscoveryArgs;
 use crate::discovery_cpu as cpu;
+use samples::{Measurements, SIZE, Stats, WORKLOADS, Workload};
 
-/// Members per formation and per token.
-const SIZE: usize = 3;
+mod report;
+mod samples;
+
 /// A formation that takes longer than this counts as failed.
 const FORMATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Tokens the listing workload reads: enough to defeat a single-key cache, all of them hot.
@@ -42,57 +46,11 @@ const LIST_TOKENS: usize = 100;
 const MIN_POOL: usize = 1000;
 /// Per-request ceiling: a hung server ends the benchmark instead of stalling it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The goal: at least this many times etcd's throughput...
-const THROUGHPUT_GOAL: f64 = 2.0;
-/// ...with a p99 no worse than etcd's.
-const P99_GOAL: f64 = 1.0;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-enum Workload {
-    TokenCreation,
-    MemberRegistration,
-    MemberListing,
-    Formation,
-}
-
-const WORKLOADS: [Workload; 4] = [
-    Workload::TokenCreation,
-    Workload::MemberRegistration,
-    Workload::MemberListing,
-    Workload::Formation,
-];
-
-impl Workload {
-    fn label(self) -> &'static str {
-        match self {
-            Workload::TokenCreation => "token creation (Put size)",
-            Workload::MemberRegistration => "member registration (Put)",
-            Workload::MemberListing => "member listing (Range)",
-            Workload::Formation => "join, 3 members (formation)",
-        }
-    }
-}
-
 /// A system under test: its gRPC endpoint and the server process whose CPU counts.
 struct System {
     name: String,
     endpoint: String,
     pid: u32,
-}
-
-#[derive(Debug, Clone, Serialize)]
-struct Stats {
-    ops: u64,
-    failed: u64,
-    ops_per_sec: f64,
-    p50_ms: f64,
-    p99_ms: f64,
-    /// CPU (user + system) of the server process per successful operation.
-    server_cpu_us_per_op: f64,
-    /// CPU of the load generator (this process, the same client for both systems) per
-    /// operation: on a 2-core machine it competes with the server for the same cores.
-    client_cpu_us_per_op: f64,
 }
 
 /// What the workers share in one measurement.
@@ -308,23 +266,6 @@ async fn make_tokens(endpoint: &str, clients: u16, n: usize, members: bool) -> R
     Ok(Arc::try_unwrap(tokens).unwrap_or_else(|a| (*a).clone()))
 }
 
-#[derive(Debug, Serialize)]
-struct Row {
-    workload: Workload,
-    system: String,
-    #[serde(flatten)]
-    stats: Stats,
-}
-
-#[derive(Debug, Serialize)]
-struct Verdict {
-    workload: Workload,
-    throughput_ratio: f64,
-    p99_ratio: f64,
-    cpu_ratio: f64,
-    met: bool,
-}
-
 pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> {
     if args.store != "fjall" {
         bail!("--protocol v3 measures the embedded store only");
@@ -337,6 +278,7 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
         endpoint: format!("http://{}", discovery.addr),
         pid: discovery.pid().context("muster-discovery has no pid")?,
     }];
+    // Held until the end of the run: dropping it stops etcd.
     let _etcd = match &etcd_bin {
         Some(bin) => {
             eprintln!(
@@ -354,8 +296,16 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
         }
         None => None,
     };
+    let measured = measure_rounds(&systems, args).await?;
+    report::print(&report::summarize(&measured), args);
+    Ok(())
+}
+
+/// Runs every workload on every system for `--rounds` rounds, the systems' order alternating
+/// between rounds so neither always runs on a machine warmed (or tired) by the other.
+async fn measure_rounds(systems: &[System], args: &DiscoveryArgs) -> Result<Measurements> {
     let mut listed = Vec::new();
-    for sys in &systems {
+    for sys in systems {
         listed.push(make_tokens(&sys.endpoint, args.clients, LIST_TOKENS, true).await?);
     }
     // rounds[workload][system] = one Stats per round.
@@ -391,96 +341,10 @@ pub async fn run(args: &DiscoveryArgs, etcd_bin: Option<PathBuf>) -> Result<()> 
             }
         }
     }
-    let mut rows = Vec::new();
-    let mut verdicts = Vec::new();
-    for (w, &workload) in WORKLOADS.iter().enumerate() {
-        let medians: Vec<Stats> = rounds[w]
-            .iter_mut()
-            .map(|rs| {
-                rs.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-                rs[rs.len() / 2].clone()
-            })
-            .collect();
-        if let [m, e] = medians.as_slice() {
-            let throughput_ratio = m.ops_per_sec / e.ops_per_sec.max(f64::MIN_POSITIVE);
-            let p99_ratio = m.p99_ms / e.p99_ms.max(f64::MIN_POSITIVE);
-            verdicts.push(Verdict {
-                workload,
-                throughput_ratio,
-                p99_ratio,
-                cpu_ratio: m.server_cpu_us_per_op / e.server_cpu_us_per_op.max(f64::MIN_POSITIVE),
-                met: throughput_ratio >= THROUGHPUT_GOAL && p99_ratio <= P99_GOAL,
-            });
-        }
-        for (s, stats) in medians.into_iter().enumerate() {
-            rows.push(Row {
-                workload,
-                system: systems[s].name.clone(),
-                stats,
-            });
-        }
-    }
-    if args.json {
-        let report = serde_json::json!({
-            "protocol": "v3",
-            "clients": args.clients,
-            "duration_s": args.duration.as_secs_f64(),
-            "rounds": args.rounds,
-            "members_per_formation": SIZE,
-            "results": rows,
-            "verdicts": verdicts,
-            "all_rounds": WORKLOADS.iter().enumerate().map(|(w, workload)| serde_json::json!({
-                "workload": workload,
-                "systems": systems.iter().enumerate().map(|(s, sys)| serde_json::json!({
-                    "system": sys.name, "rounds": rounds[w][s],
-                })).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        });
-        println!("{report}");
-    } else {
-        println!(
-            "etcd v3 discovery, {} clients × {:?}, median of {} rounds",
-            args.clients, args.duration, args.rounds
-        );
-        println!(
-            "{:<30} {:<18} {:>9} {:>7} {:>10} {:>8} {:>8} {:>10} {:>10}",
-            "workload",
-            "system",
-            "ops",
-            "failed",
-            "ops/s",
-            "p50 ms",
-            "p99 ms",
-            "cpu us/op",
-            "client us"
-        );
-        for r in &rows {
-            let s = &r.stats;
-            println!(
-                "{:<30} {:<18} {:>9} {:>7} {:>10.1} {:>8.2} {:>8.2} {:>10.1} {:>10.1}",
-                r.workload.label(),
-                r.system,
-                s.ops,
-                s.failed,
-                s.ops_per_sec,
-                s.p50_ms,
-                s.p99_ms,
-                s.server_cpu_us_per_op,
-                s.client_cpu_us_per_op
-            );
-        }
-        for v in &verdicts {
-            println!(
-                "{:<30} throughput {:.2}× etcd, p99 {:.2}×, cpu/op {:.2}×: goal (≥ {THROUGHPUT_GOAL}×, p99 ≤ {P99_GOAL}×) {}",
-                v.workload.label(),
-                v.throughput_ratio,
-                v.p99_ratio,
-                v.cpu_ratio,
-                if v.met { "met" } else { "NOT met" }
-            );
-        }
-    }
-    Ok(())
+    Ok(Measurements {
+        systems: systems.iter().map(|s| s.name.clone()).collect(),
+        rounds,
+    })
 }
 
 /// What the throughput workloads need switched off: one client (the load generator) mints and

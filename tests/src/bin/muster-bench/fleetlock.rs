@@ -2,29 +2,21 @@
 //! endpoint (as a machine's Zincati would), on a 3-voter cluster on loopback; p50, p99 and
 //! round trips per second. Each request is the bytes Zincati sends, on a fresh connection (as
 //! Zincati's client does between its minutes-apart calls).
+//!
+//! This file measures (starts the cluster, times the round trips); [`report`] summarises and
+//! prints.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use muster_tests::{AgentProc, Discovery, free_port, wait_formed};
-use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::FleetlockArgs;
+use report::Measurements;
 
-#[derive(Debug, Serialize)]
-struct Report {
-    round_trips: usize,
-    seconds: f64,
-    per_second: f64,
-    lock_p50_ms: f64,
-    lock_p99_ms: f64,
-    unlock_p50_ms: f64,
-    unlock_p99_ms: f64,
-    /// Through a follower (forwarded to the leader) or the leader itself.
-    through: &'static str,
-}
+mod report;
 
 async fn request(addr: &str, path: &str, id: &str) -> Result<u16> {
     let body = serde_json::to_string_pretty(
@@ -46,15 +38,14 @@ async fn request(addr: &str, path: &str, id: &str) -> Result<u16> {
         .context("no status line")
 }
 
-fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1000.0
+pub async fn run(args: FleetlockArgs) -> Result<()> {
+    let measured = measure(&args).await?;
+    report::print(&report::report(&measured), args.json)
 }
 
-pub async fn run(args: FleetlockArgs) -> Result<()> {
+/// Forms the cluster, then sends lock + unlock round trips through one member's endpoint for
+/// `--duration`, timing each request.
+async fn measure(args: &FleetlockArgs) -> Result<Measurements> {
     let tmp = tempfile::tempdir().context("temp dir")?;
     let discovery = Discovery::start(&[]).await?;
     let url = discovery.new_token(3).await?;
@@ -105,43 +96,10 @@ pub async fn run(args: FleetlockArgs) -> Result<()> {
         }
         unlocks.push(t.elapsed());
     }
-    let seconds = started.elapsed().as_secs_f64();
-    locks.sort();
-    unlocks.sort();
-    let report = Report {
-        round_trips: locks.len(),
-        seconds,
-        per_second: locks.len() as f64 / seconds,
-        lock_p50_ms: percentile_ms(&locks, 0.50),
-        lock_p99_ms: percentile_ms(&locks, 0.99),
-        unlock_p50_ms: percentile_ms(&unlocks, 0.50),
-        unlock_p99_ms: percentile_ms(&unlocks, 0.99),
+    Ok(Measurements {
+        locks,
+        unlocks,
+        seconds: started.elapsed().as_secs_f64(),
         through,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!(
-            "muster-bench fleetlock: 3 voters on loopback, lock + unlock through {through}'s endpoint, {:.0} s",
-            report.seconds
-        );
-        println!(
-            "  {} round trips, {:.1}/s; lock p50 {:.2} ms p99 {:.2} ms; unlock p50 {:.2} ms p99 {:.2} ms",
-            report.round_trips,
-            report.per_second,
-            report.lock_p50_ms,
-            report.lock_p99_ms,
-            report.unlock_p50_ms,
-            report.unlock_p99_ms
-        );
-        println!(
-            "  goal p99 <= 10 ms: {}",
-            if report.lock_p99_ms.max(report.unlock_p99_ms) <= 10.0 {
-                "met"
-            } else {
-                "NOT met"
-            }
-        );
-    }
-    Ok(())
+    })
 }

@@ -29,6 +29,7 @@ mod discovery_v3;
 mod fleetlock;
 mod lease;
 mod stability;
+mod summary;
 
 use std::path::PathBuf;
 use std::time::Duration;
