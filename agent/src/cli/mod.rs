@@ -4,6 +4,7 @@
 mod apply;
 mod args;
 mod cert;
+mod failure;
 mod fleetlock;
 mod kv;
 mod lease;
@@ -14,7 +15,8 @@ mod servers;
 mod tcp;
 
 pub use args::Cli;
-pub use run::{Failure, run};
+pub use failure::Failure;
+pub use run::run;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
