@@ -125,13 +125,13 @@ async fn run_token(command: TokenCommand) -> Result<(), Failure> {
             description,
             op,
         } => {
-            let ttl = super::join_token_ttl(&ttl)?;
-            super::check_join_token_uses(uses)?;
-            Ok(super::token_create(&op.target()?, ttl, uses, description, op.json).await?)
+            let ttl = super::tokens::join_token_ttl(&ttl)?;
+            super::tokens::check_join_token_uses(uses)?;
+            Ok(super::tokens::token_create(&op.target()?, ttl, uses, description, op.json).await?)
         }
-        TokenCommand::List(op) => Ok(super::token_list(&op.target()?, op.json).await?),
+        TokenCommand::List(op) => Ok(super::tokens::token_list(&op.target()?, op.json).await?),
         TokenCommand::Revoke { id, op } => {
-            Ok(super::token_revoke(&op.target()?, &id, op.json).await?)
+            Ok(super::tokens::token_revoke(&op.target()?, &id, op.json).await?)
         }
     }
 }
@@ -142,12 +142,15 @@ async fn run_operator_token(command: OperatorTokenCommand) -> Result<(), Failure
             description,
             scopes,
             op,
-        } => Ok(super::operator_token_create(&op.target()?, description, scopes, op.json).await?),
+        } => Ok(
+            super::tokens::operator_token_create(&op.target()?, description, scopes, op.json)
+                .await?,
+        ),
         OperatorTokenCommand::List(op) => {
-            Ok(super::operator_token_list(&op.target()?, op.json).await?)
+            Ok(super::tokens::operator_token_list(&op.target()?, op.json).await?)
         }
         OperatorTokenCommand::Revoke { id, op } => {
-            Ok(super::operator_token_revoke(&op.target()?, &id, op.json).await?)
+            Ok(super::tokens::operator_token_revoke(&op.target()?, &id, op.json).await?)
         }
     }
 }
@@ -155,10 +158,10 @@ async fn run_operator_token(command: OperatorTokenCommand) -> Result<(), Failure
 async fn run_node(command: NodeCommand) -> Result<(), Failure> {
     match command {
         NodeCommand::Remove { name, force, op } => {
-            Ok(super::node_remove(&op.target()?, &name, force, op.json).await?)
+            Ok(super::node::node_remove(&op.target()?, &name, force, op.json).await?)
         }
         NodeCommand::SetAddress { name, address, op } => {
-            Ok(super::node_set_address(&op.target()?, &name, &address, op.json).await?)
+            Ok(super::node::node_set_address(&op.target()?, &name, &address, op.json).await?)
         }
     }
 }
@@ -178,8 +181,8 @@ async fn run_backup(
                 json,
             }),
             _,
-        ) => Ok(super::backup_list(snapshot_dir, data_dir, json)?),
-        (None, Some(file)) => Ok(super::backup(&op.target()?, &file, op.json).await?),
+        ) => Ok(super::backup::backup_list(snapshot_dir, data_dir, json)?),
+        (None, Some(file)) => Ok(super::backup::backup(&op.target()?, &file, op.json).await?),
         (None, None) => Err(CliError::Usage(
             "give the FILE to write the backup to, or `muster backup list` to list scheduled \
              snapshots"
