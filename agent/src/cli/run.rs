@@ -1,104 +1,58 @@
-//! Carries out a parsed `muster` command, and says how it failed: the exit code and, for
-//! `--json`, the stable `kind` of the error.
+//! Carries out a parsed `muster` command: one short match that hands each command family to
+//! its own function, which turns the parsed flags into a call of the module that does the work.
+//! How a command failed (exit code, `--json` kind) is `failure.rs`.
 
 use std::collections::HashMap;
 
 use super::apply::ApplyArgs;
 use super::args::{
-    BackupCommand, CaCommand, CertCommand, Command, ConfigCommand, FleetlockCommand,
-    FleetlockGroupCommand, KvCommand, LeaseCommand, NodeCommand, OperatorTokenCommand,
-    SecretCommand, TokenCommand,
+    ApplyFlags, BackupCommand, CaCommand, CertCommand, Command, ConfigCommand, FleetlockCommand,
+    FleetlockGroupCommand, KvCommand, LeaseCommand, NodeCommand, OperatorArgs,
+    OperatorTokenCommand, SecretCommand, TokenCommand,
 };
+use super::failure::Failure;
 use super::{CliError, output};
-use crate::api::ErrorKind;
 use crate::config;
-use crate::error::{AgentError, EXIT_USAGE, ExitClass};
 use crate::outln;
 
-/// `lease run --wait=false` and `lease claim` while someone else holds the lease (EX_TEMPFAIL).
-pub const EXIT_LEASE_HELD: u8 = 75;
-/// `lease run`: the lease could not be renewed, and CMD was stopped (EX_UNAVAILABLE).
-pub const EXIT_LEASE_LOST: u8 = 69;
-
-/// How a command failed: `muster agent` ends with its own exit code; an operator command exits
-/// 64 for a command-line mistake and 1 otherwise.
-pub enum Failure {
-    Agent(AgentError),
-    Cli(CliError),
-}
-
-impl Failure {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Failure::Agent(e) => e.exit_code(),
-            Failure::Cli(CliError::Usage(_)) => EXIT_USAGE,
-            Failure::Cli(CliError::CommandExit(code)) => *code,
-            Failure::Cli(CliError::LeaseLost(_)) => EXIT_LEASE_LOST,
-            Failure::Cli(CliError::Api(e)) if e.kind == ErrorKind::LeaseHeld => EXIT_LEASE_HELD,
-            Failure::Cli(_) => 1,
-        }
-    }
-
-    /// The stable kind printed with `--json`: the agent's own kind for an API error, else one
-    /// of `invalid_argument`, `unreachable`, `wrong_cluster`, `refused`, `failed`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Failure::Agent(e) => match e.class() {
-                ExitClass::Usage => "invalid_argument",
-                ExitClass::Refused => "refused",
-                ExitClass::Failed => "failed",
-            },
-            Failure::Cli(CliError::Usage(_)) => "invalid_argument",
-            Failure::Cli(CliError::Failed(_)) => "failed",
-            Failure::Cli(CliError::Unreachable(_)) => "unreachable",
-            Failure::Cli(CliError::WrongCluster(_)) => "wrong_cluster",
-            Failure::Cli(CliError::LeaseLost(_)) => "lease_lost",
-            Failure::Cli(CliError::CommandExit(_)) => "command_failed",
-            Failure::Cli(CliError::Api(e)) => e.kind.as_str(),
-        }
-    }
-
-    /// The message for a person: an API error's kind follows it in brackets.
-    pub fn message(&self) -> String {
-        match self {
-            Failure::Agent(e) => e.to_string(),
-            Failure::Cli(e) => e.to_string(),
-        }
-    }
-
-    /// The error as one JSON object, the shape of the agent API's errors (the kind is a field
-    /// of its own, not repeated in the message).
-    pub fn to_json(&self) -> String {
-        let message = match self {
-            Failure::Cli(CliError::Api(e)) => e.message.clone(),
-            other => other.message(),
-        };
-        serde_json::json!({ "kind": self.kind(), "message": message }).to_string()
+/// Carries out one parsed command.
+pub async fn run(command: Command) -> Result<(), Failure> {
+    match command {
+        Command::Agent(flags) => run_agent(flags).await,
+        Command::Restore {
+            file,
+            allow_retired_ca,
+            flags,
+        } => run_restore(file, allow_retired_ca, flags).await,
+        Command::Status(op) => run_status(op).await,
+        Command::Members(op) => run_members(op).await,
+        Command::Token { command } => run_token(command).await,
+        Command::OperatorToken { command } => run_operator_token(command).await,
+        Command::Node { command } => run_node(command).await,
+        Command::Backup { command, file, op } => run_backup(command, file, op).await,
+        Command::Kv { command } => run_kv(command).await,
+        Command::Cert { command } => run_cert(command).await,
+        Command::Ca { command } => run_ca(command).await,
+        Command::Config { command } => run_config(command).await,
+        Command::Plan { apply, exit_code } => run_plan(apply, exit_code).await,
+        Command::Apply {
+            apply,
+            yes,
+            tokens_out,
+        } => run_apply(apply, yes, tokens_out).await,
+        Command::Lease { command } => run_lease(command).await,
+        Command::Fleetlock { command } => run_fleetlock(command).await,
+        Command::Secret { command } => run_secret(command),
+        Command::Demo { nodes, exit } => Ok(crate::demo::run(nodes, exit).await?),
     }
 }
 
-impl From<AgentError> for Failure {
-    fn from(e: AgentError) -> Self {
-        Failure::Agent(e)
-    }
-}
-
-impl From<CliError> for Failure {
-    fn from(e: CliError) -> Self {
-        Failure::Cli(e)
-    }
-}
-
-impl From<config::ConfigError> for Failure {
-    fn from(e: config::ConfigError) -> Self {
-        Failure::Agent(e.into())
-    }
-}
-
-impl From<serde_json::Error> for Failure {
-    fn from(e: serde_json::Error) -> Self {
-        Failure::Cli(e.into())
-    }
+/// `muster agent`: the daemon, configured from its flags and the environment.
+async fn run_agent(flags: config::AgentFlags) -> Result<(), Failure> {
+    crate::logging::init_agent();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let config = config::resolve(&flags, &env)?;
+    Ok(crate::start::run(config, None).await?)
 }
 
 /// The first `muster agent` flag given to `muster restore` that restore does not read (how to
@@ -119,176 +73,204 @@ fn unread_by_restore(flags: &config::AgentFlags) -> Option<&'static str> {
     .find_map(|(given, flag)| given.then_some(flag))
 }
 
-/// Carries out one parsed command.
-pub async fn run(command: Command) -> Result<(), Failure> {
+/// `muster restore`: the agent started from a backup; refuses the flags restore does not read
+/// before anything starts.
+async fn run_restore(
+    file: std::path::PathBuf,
+    allow_retired_ca: bool,
+    flags: config::AgentFlags,
+) -> Result<(), Failure> {
+    if let Some(flag) = unread_by_restore(&flags) {
+        return Err(CliError::Usage(format!(
+            "muster restore does not read {flag}: it starts a new one-node cluster from \
+             the backup, and other machines join it afterwards (`muster token create`)"
+        ))
+        .into());
+    }
+    crate::logging::init_agent();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let config = config::resolve(&flags, &env)?;
+    let asked = crate::start::RestoreAsked {
+        file,
+        allow_retired_ca,
+    };
+    Ok(crate::start::run(config, Some(asked)).await?)
+}
+
+async fn run_status(op: OperatorArgs) -> Result<(), Failure> {
+    let status = super::status(&op.target()?).await?;
+    if op.json {
+        outln!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        output::print_status(&status);
+    }
+    Ok(())
+}
+
+async fn run_members(op: OperatorArgs) -> Result<(), Failure> {
+    let status = super::status(&op.target()?).await?;
+    if op.json {
+        outln!("{}", serde_json::to_string_pretty(&status.members)?);
+    } else {
+        output::print_members(&status);
+    }
+    Ok(())
+}
+
+async fn run_token(command: TokenCommand) -> Result<(), Failure> {
     match command {
-        Command::Agent(flags) => {
-            crate::logging::init_agent();
-            let env: HashMap<String, String> = std::env::vars().collect();
-            let config = config::resolve(&flags, &env)?;
-            Ok(crate::start::run(config, None).await?)
-        }
-        Command::Restore {
-            file,
-            allow_retired_ca,
-            flags,
-        } => {
-            if let Some(flag) = unread_by_restore(&flags) {
-                return Err(CliError::Usage(format!(
-                    "muster restore does not read {flag}: it starts a new one-node cluster from \
-                     the backup, and other machines join it afterwards (`muster token create`)"
-                ))
-                .into());
-            }
-            crate::logging::init_agent();
-            let env: HashMap<String, String> = std::env::vars().collect();
-            let config = config::resolve(&flags, &env)?;
-            let asked = crate::start::RestoreAsked {
-                file,
-                allow_retired_ca,
-            };
-            Ok(crate::start::run(config, Some(asked)).await?)
-        }
-        Command::Status(op) => {
-            let status = super::status(&op.target()?).await?;
-            if op.json {
-                outln!("{}", serde_json::to_string_pretty(&status)?);
-            } else {
-                output::print_status(&status);
-            }
-            Ok(())
-        }
-        Command::Members(op) => {
-            let status = super::status(&op.target()?).await?;
-            if op.json {
-                outln!("{}", serde_json::to_string_pretty(&status.members)?);
-            } else {
-                output::print_members(&status);
-            }
-            Ok(())
-        }
-        Command::Token { command } => match command {
-            TokenCommand::Create {
-                ttl,
-                uses,
-                description,
-                op,
-            } => {
-                let ttl = super::join_token_ttl(&ttl)?;
-                super::check_join_token_uses(uses)?;
-                Ok(super::token_create(&op.target()?, ttl, uses, description, op.json).await?)
-            }
-            TokenCommand::List(op) => Ok(super::token_list(&op.target()?, op.json).await?),
-            TokenCommand::Revoke { id, op } => {
-                Ok(super::token_revoke(&op.target()?, &id, op.json).await?)
-            }
-        },
-        Command::OperatorToken { command } => match command {
-            OperatorTokenCommand::Create {
-                description,
-                scopes,
-                op,
-            } => Ok(
-                super::operator_token_create(&op.target()?, description, scopes, op.json).await?,
-            ),
-            OperatorTokenCommand::List(op) => {
-                Ok(super::operator_token_list(&op.target()?, op.json).await?)
-            }
-            OperatorTokenCommand::Revoke { id, op } => {
-                Ok(super::operator_token_revoke(&op.target()?, &id, op.json).await?)
-            }
-        },
-        Command::Node {
-            command: NodeCommand::Remove { name, force, op },
-        } => Ok(super::node_remove(&op.target()?, &name, force, op.json).await?),
-        Command::Node {
-            command: NodeCommand::SetAddress { name, address, op },
-        } => Ok(super::node_set_address(&op.target()?, &name, &address, op.json).await?),
-        Command::Backup {
-            command:
-                Some(BackupCommand::List {
-                    snapshot_dir,
-                    data_dir,
-                    json,
-                }),
-            ..
-        } => Ok(super::backup_list(snapshot_dir, data_dir, json)?),
-        Command::Backup {
-            file: Some(file),
+        TokenCommand::Create {
+            ttl,
+            uses,
+            description,
             op,
-            ..
-        } => Ok(super::backup(&op.target()?, &file, op.json).await?),
-        Command::Backup { .. } => Err(CliError::Usage(
+        } => {
+            let ttl = super::tokens::join_token_ttl(&ttl)?;
+            super::tokens::check_join_token_uses(uses)?;
+            Ok(super::tokens::token_create(&op.target()?, ttl, uses, description, op.json).await?)
+        }
+        TokenCommand::List(op) => Ok(super::tokens::token_list(&op.target()?, op.json).await?),
+        TokenCommand::Revoke { id, op } => {
+            Ok(super::tokens::token_revoke(&op.target()?, &id, op.json).await?)
+        }
+    }
+}
+
+async fn run_operator_token(command: OperatorTokenCommand) -> Result<(), Failure> {
+    match command {
+        OperatorTokenCommand::Create {
+            description,
+            scopes,
+            op,
+        } => Ok(
+            super::tokens::operator_token_create(&op.target()?, description, scopes, op.json)
+                .await?,
+        ),
+        OperatorTokenCommand::List(op) => {
+            Ok(super::tokens::operator_token_list(&op.target()?, op.json).await?)
+        }
+        OperatorTokenCommand::Revoke { id, op } => {
+            Ok(super::tokens::operator_token_revoke(&op.target()?, &id, op.json).await?)
+        }
+    }
+}
+
+async fn run_node(command: NodeCommand) -> Result<(), Failure> {
+    match command {
+        NodeCommand::Remove { name, force, op } => {
+            Ok(super::node::node_remove(&op.target()?, &name, force, op.json).await?)
+        }
+        NodeCommand::SetAddress { name, address, op } => {
+            Ok(super::node::node_set_address(&op.target()?, &name, &address, op.json).await?)
+        }
+    }
+}
+
+/// `muster backup FILE` or `muster backup list`: clap makes them exclusive, yet requires
+/// neither, so a bare `muster backup` is refused here.
+async fn run_backup(
+    command: Option<BackupCommand>,
+    file: Option<std::path::PathBuf>,
+    op: OperatorArgs,
+) -> Result<(), Failure> {
+    match (command, file) {
+        (
+            Some(BackupCommand::List {
+                snapshot_dir,
+                data_dir,
+                json,
+            }),
+            _,
+        ) => Ok(super::backup::backup_list(snapshot_dir, data_dir, json)?),
+        (None, Some(file)) => Ok(super::backup::backup(&op.target()?, &file, op.json).await?),
+        (None, None) => Err(CliError::Usage(
             "give the FILE to write the backup to, or `muster backup list` to list scheduled \
              snapshots"
                 .into(),
         )
         .into()),
-        Command::Kv { command } => run_kv(command).await,
-        Command::Cert {
-            command: CertCommand::Status(op),
-        } => Ok(super::cert::status(&op.target()?, op.json).await?),
-        Command::Ca {
-            command: CaCommand::Rotate { finish, force, op },
-        } => Ok(super::cert::ca_rotate(&op.target()?, finish, force, op.json).await?),
-        Command::Ca {
-            command: CaCommand::Status(op),
-        } => Ok(super::cert::ca_status(&op.target()?, op.json).await?),
-        Command::Config {
-            command: ConfigCommand::Export(op),
-        } => Ok(super::apply::export(&op.target()?, op.json).await?),
-        Command::Plan { apply, exit_code } => {
-            let args = ApplyArgs {
-                file: &apply.file,
-                backups: apply.backups.as_deref(),
-                json: apply.op.json,
-            };
-            Ok(super::apply::plan_command(&apply.op.target()?, &args, exit_code).await?)
+    }
+}
+
+async fn run_cert(command: CertCommand) -> Result<(), Failure> {
+    match command {
+        CertCommand::Status(op) => Ok(super::cert::status(&op.target()?, op.json).await?),
+    }
+}
+
+async fn run_ca(command: CaCommand) -> Result<(), Failure> {
+    match command {
+        CaCommand::Rotate { finish, force, op } => {
+            Ok(super::cert::ca_rotate(&op.target()?, finish, force, op.json).await?)
         }
-        Command::Apply {
-            apply,
-            yes,
-            tokens_out,
-        } => {
-            let args = ApplyArgs {
-                file: &apply.file,
-                backups: apply.backups.as_deref(),
-                json: apply.op.json,
-            };
-            Ok(
-                super::apply::apply_command(&apply.op.target()?, &args, yes, tokens_out.as_deref())
-                    .await?,
-            )
+        CaCommand::Status(op) => Ok(super::cert::ca_status(&op.target()?, op.json).await?),
+    }
+}
+
+async fn run_config(command: ConfigCommand) -> Result<(), Failure> {
+    match command {
+        ConfigCommand::Export(op) => Ok(super::apply::export(&op.target()?, op.json).await?),
+    }
+}
+
+/// What `plan` and `apply` read from their shared flags.
+fn apply_args(apply: &ApplyFlags) -> ApplyArgs<'_> {
+    ApplyArgs {
+        file: &apply.file,
+        backups: apply.backups.as_deref(),
+        json: apply.op.json,
+    }
+}
+
+async fn run_plan(apply: ApplyFlags, exit_code: bool) -> Result<(), Failure> {
+    let target = apply.op.target()?;
+    Ok(super::apply::plan_command(&target, &apply_args(&apply), exit_code).await?)
+}
+
+async fn run_apply(
+    apply: ApplyFlags,
+    yes: bool,
+    tokens_out: Option<std::path::PathBuf>,
+) -> Result<(), Failure> {
+    let target = apply.op.target()?;
+    let args = apply_args(&apply);
+    Ok(super::apply::apply_command(&target, &args, yes, tokens_out.as_deref()).await?)
+}
+
+async fn run_fleetlock(command: FleetlockCommand) -> Result<(), Failure> {
+    use super::fleetlock;
+    match command {
+        FleetlockCommand::Status(op) => Ok(fleetlock::status(&op.target()?, op.json).await?),
+        FleetlockCommand::History { group, op } => {
+            Ok(fleetlock::history(&op.target()?, group.as_deref(), op.json).await?)
         }
-        Command::Lease { command } => run_lease(command).await,
-        Command::Fleetlock { command } => match command {
-            FleetlockCommand::Status(op) => {
-                Ok(super::fleetlock::status(&op.target()?, op.json).await?)
-            }
-            FleetlockCommand::History { group, op } => {
-                Ok(super::fleetlock::history(&op.target()?, group.as_deref(), op.json).await?)
-            }
-            FleetlockCommand::Release { group, id, op } => {
-                Ok(super::fleetlock::release(&op.target()?, &group, &id, op.json).await?)
-            }
-            FleetlockCommand::Group { command } => match command {
-                FleetlockGroupCommand::Set { name, slots, op } => {
-                    Ok(super::fleetlock::set_group(&op.target()?, &name, slots, op.json).await?)
-                }
-                FleetlockGroupCommand::List(op) => {
-                    Ok(super::fleetlock::status(&op.target()?, op.json).await?)
-                }
-                FleetlockGroupCommand::Del { name, op } => {
-                    Ok(super::fleetlock::delete_group(&op.target()?, &name, op.json).await?)
-                }
-            },
-            FleetlockCommand::UnknownGroups { mode, op } => {
-                Ok(super::fleetlock::unknown_groups(&op.target()?, &mode, op.json).await?)
-            }
-        },
-        Command::Secret {
-            command: SecretCommand::Generate,
-        } => {
+        FleetlockCommand::Release { group, id, op } => {
+            Ok(fleetlock::release(&op.target()?, &group, &id, op.json).await?)
+        }
+        FleetlockCommand::Group { command } => run_fleetlock_group(command).await,
+        FleetlockCommand::UnknownGroups { mode, op } => {
+            Ok(fleetlock::unknown_groups(&op.target()?, &mode, op.json).await?)
+        }
+    }
+}
+
+async fn run_fleetlock_group(command: FleetlockGroupCommand) -> Result<(), Failure> {
+    use super::fleetlock;
+    match command {
+        FleetlockGroupCommand::Set { name, slots, op } => {
+            Ok(fleetlock::set_group(&op.target()?, &name, slots, op.json).await?)
+        }
+        FleetlockGroupCommand::List(op) => Ok(fleetlock::status(&op.target()?, op.json).await?),
+        FleetlockGroupCommand::Del { name, op } => {
+            Ok(fleetlock::delete_group(&op.target()?, &name, op.json).await?)
+        }
+    }
+}
+
+/// `muster secret generate`: the secret alone on stdout, so that it can be captured.
+fn run_secret(command: SecretCommand) -> Result<(), Failure> {
+    match command {
+        SecretCommand::Generate => {
             outln!("{}", muster_shared::token::JoinSecret::generate().reveal());
             eprintln!(
                 "a new join secret, shown only this once: store it in a secret store and in a \
@@ -297,7 +279,6 @@ pub async fn run(command: Command) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Command::Demo { nodes, exit } => Ok(crate::demo::run(nodes, exit).await?),
     }
 }
 

@@ -105,19 +105,14 @@ impl Cluster {
         let mut no_leader = None;
         while let Some(server) = queue.pop_front() {
             let given = self.given.contains(&server);
-            let mut req = http
-                .request(method.clone(), format!("https://{server}{path}"))
-                .bearer_auth(self.token.reveal());
-            if let Some(body) = &body {
-                req = req
-                    .header("content-type", "application/json")
-                    .body(body.clone());
-            }
-            let headers = [paths::CLUSTER_HEADER, paths::MEMBERS_HEADER];
-            let answer = match client::send(&server, req, &headers).await {
-                Ok(answer) => answer,
-                Err(CallError::PinMismatch { addr, offered }) if given => {
-                    servers::forget(pin, &addr);
+            let req = self.request(&http, &method, &server, path, body.as_deref());
+            let answer = match send_to(pin, &server, given, req).await {
+                Ok(Sent::Answer(answer)) => answer,
+                Ok(Sent::Unreached(why)) => {
+                    tried.push((server, why));
+                    continue;
+                }
+                Err(CallError::PinMismatch { addr, offered }) => {
                     return Err(TcpError::OtherCa {
                         addr,
                         offered,
@@ -125,25 +120,9 @@ impl Cluster {
                         known: Box::new(known),
                     });
                 }
-                // A remembered member that now presents another CA, or any address the request
-                // never reached: nothing was sent, so the next may be asked.
-                Err(
-                    e @ (CallError::PinMismatch { .. }
-                    | CallError::Unreachable { connect: true, .. }),
-                ) => {
-                    servers::forget(pin, &server);
-                    tried.push((server, reason(&e)));
-                    continue;
-                }
                 Err(e) => return Err(e.into()),
             };
-            let found = answer.headers.first().cloned().flatten();
-            let members = answer.headers.get(1).cloned().flatten();
-            let meant = self.meant();
-            if let Some(now_meant) = judge(meant.as_deref(), found.as_deref(), &server, given)? {
-                *self.meant.lock().unwrap_or_else(|e| e.into_inner()) = Some(now_meant);
-            }
-            servers::remember(pin, found.as_deref(), &server, members.as_deref());
+            let members = self.accept(pin, &server, given, &answer)?;
             match client::decode_answer(answer.status, &answer.body) {
                 // No leader where it was asked (cut off from the majority): nothing was
                 // applied, so another member of this cluster (as it lists them) may be asked.
@@ -167,6 +146,79 @@ impl Cluster {
                 known: Box::new(known),
             },
         })
+    }
+
+    /// The request to `server`, with the operator token.
+    fn request(
+        &self,
+        http: &reqwest::Client,
+        method: &reqwest::Method,
+        server: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut req = http
+            .request(method.clone(), format!("https://{server}{path}"))
+            .bearer_auth(self.token.reveal());
+        if let Some(body) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        req
+    }
+
+    /// Takes an answer from `server` for the cluster the command acts on (fixing that cluster
+    /// on the first answer) and remembers the members it lists; returns that list.
+    fn accept(
+        &self,
+        pin: &str,
+        server: &str,
+        given: bool,
+        answer: &client::Answer,
+    ) -> Result<Option<String>, TcpError> {
+        let found = answer.headers.first().cloned().flatten();
+        let members = answer.headers.get(1).cloned().flatten();
+        let meant = self.meant();
+        if let Some(now_meant) = judge(meant.as_deref(), found.as_deref(), server, given)? {
+            *self.meant.lock().unwrap_or_else(|e| e.into_inner()) = Some(now_meant);
+        }
+        servers::remember(pin, found.as_deref(), server, members.as_deref());
+        Ok(members)
+    }
+}
+
+/// What sending the request to one address came to.
+enum Sent {
+    /// It answered (with its cluster id and members in the headers asked for).
+    Answer(client::Answer),
+    /// Nothing was sent to it, so the next address may be asked: why.
+    Unreached(String),
+}
+
+/// Sends `req` to `server`. A given address that presents another CA is an error (and
+/// forgotten); a remembered member that does, or any address the request never reached, is
+/// forgotten and `Unreached`.
+async fn send_to(
+    pin: &str,
+    server: &str,
+    given: bool,
+    req: reqwest::RequestBuilder,
+) -> Result<Sent, CallError> {
+    let headers = [paths::CLUSTER_HEADER, paths::MEMBERS_HEADER];
+    match client::send(server, req, &headers).await {
+        Ok(answer) => Ok(Sent::Answer(answer)),
+        Err(CallError::PinMismatch { addr, offered }) if given => {
+            servers::forget(pin, &addr);
+            Err(CallError::PinMismatch { addr, offered })
+        }
+        // A remembered member that now presents another CA, or any address the request
+        // never reached: nothing was sent, so the next may be asked.
+        Err(e @ (CallError::PinMismatch { .. } | CallError::Unreachable { connect: true, .. })) => {
+            servers::forget(pin, server);
+            Ok(Sent::Unreached(reason(&e)))
+        }
+        Err(e) => Err(e),
     }
 }
 
