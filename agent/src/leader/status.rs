@@ -12,6 +12,7 @@ use crate::agent::Agent;
 use crate::api::types::{Member, Status};
 use crate::api::{ApiError, paths};
 use crate::client::PeerClients;
+use crate::leading::{Leader, Replica};
 use crate::policy;
 use crate::policy::leadership::{LeaderWord, quorum_lost, shown_leader};
 use crate::raft::RaftView;
@@ -27,25 +28,45 @@ const MEMBER_CHECK_WAIT: Duration = Duration::from_secs(1);
 
 /// Status as this node sees it. On the leader it includes replication progress.
 pub fn local(agent: &Agent) -> Result<Status, ApiError> {
-    let view = agent.raft().view();
-    let records = agent.raft().read_local(|s| s.nodes.clone())?;
-    let liveness = agent.raft().liveness();
-    let seen = |id: NodeId| liveness.last_seen_ms(id);
-    let mut members = configured(&view, &records, agent.node_id(), seen);
-    let removed = agent.raft().read_local(|s| s.removed.clone())?;
+    let me = Myself {
+        name: agent.name(),
+        refused_rpcs: agent.counters().refused_rpcs(),
+        revoked_certificates: agent.revoked().len(),
+    };
+    status_of(agent.leader(), &me)
+}
+
+/// What only this node's process knows of itself: its name and its listeners' counts.
+pub(super) struct Myself<'a> {
+    pub(super) name: &'a str,
+    pub(super) refused_rpcs: u64,
+    pub(super) revoked_certificates: usize,
+}
+
+/// Status from this node's raft group and leader-side state (the fake's in the unit tests).
+pub(super) fn status_of(
+    leader: Leader<'_, impl Replica>,
+    me: &Myself<'_>,
+) -> Result<Status, ApiError> {
+    let replica = leader.replica;
+    let view = replica.view();
+    let records = replica.read_local(|s| s.nodes.clone())?;
+    let seen = |id: NodeId| replica.last_seen_ms(id);
+    let mut members = configured(&view, &records, replica.id(), seen);
+    let removed = replica.read_local(|s| s.removed.clone())?;
     members.extend(spares(&view, &records, &removed, seen));
     members.sort_by(|a, b| a.name.cmp(&b.name));
     let (membership_events, membership_waiting) = if view.is_leader {
-        agent.leader_local().membership_log()
+        leader.local.membership_log()
     } else {
         Default::default()
     };
-    let cut_off = agent.raft().quorum_lost();
+    let cut_off = replica.quorum_lost();
     // A follower's raft leader is only what it last heard; `status` replaces it with the
     // leader's own answer, or with none.
-    let leader = if view.is_leader {
+    let leader_shown = if view.is_leader {
         shown_leader(LeaderWord::Leads {
-            me: agent.name(),
+            me: me.name,
             cut_off,
         })
     } else {
@@ -53,14 +74,14 @@ pub fn local(agent: &Agent) -> Result<Status, ApiError> {
     };
     let voters_reachable = view.is_leader.then(|| voters_answering(&members));
     Ok(Status {
-        cluster_id: agent.cluster_id().to_string(),
-        self_name: agent.name().to_string(),
-        leader,
+        cluster_id: leader.settings().cluster_id.clone(),
+        self_name: me.name.to_string(),
+        leader: leader_shown,
         term: view.term,
         commit_index: view.last_applied.unwrap_or(0),
         members,
-        refused_rpcs: agent.counters().refused_rpcs(),
-        revoked_certificates: agent.revoked().len(),
+        refused_rpcs: me.refused_rpcs,
+        revoked_certificates: me.revoked_certificates,
         quorum_lost: cut_off,
         voters_reachable,
         membership_events,

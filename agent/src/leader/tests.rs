@@ -857,3 +857,39 @@ fn an_address_moves_only_to_where_the_member_answers_and_never_onto_another_memb
         assert!(quiet.asked.lock().map(|a| a.is_empty()).unwrap_or(false));
     });
 }
+
+// --- status ------------------------------------------------------------------------------------
+
+#[test]
+fn status_names_the_leader_only_while_it_hears_a_majority_and_counts_the_voters_that_answer() {
+    let fx = three_voters();
+    let me = status::Myself {
+        name: "leader",
+        refused_rpcs: 7,
+        revoked_certificates: 1,
+    };
+    fx.replica.set_silent(3, true);
+    let s = status::status_of(fx.leader(), &me).expect("status");
+    assert_eq!(s.cluster_id, crate::leading::fake::CLUSTER_ID);
+    assert_eq!(s.self_name, "leader");
+    assert_eq!(s.leader.as_deref(), Some("leader"));
+    assert_eq!((s.voters_reachable, s.quorum_lost), (Some(2), false));
+    assert_eq!((s.refused_rpcs, s.revoked_certificates), (7, 1));
+    let names: Vec<&str> = s.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["b", "c", "leader"], "sorted by name");
+    let reachable = |name: &str| {
+        s.members
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.reachable)
+    };
+    assert_eq!(
+        (reachable("leader"), reachable("b"), reachable("c")),
+        (Some(true), Some(true), Some(false))
+    );
+    // Most voters silent: this leader is cut off, so no leader is named and the quorum is lost.
+    fx.replica.set_silent(2, true);
+    let s = status::status_of(fx.leader(), &me).expect("status");
+    assert_eq!(s.leader, None);
+    assert_eq!((s.voters_reachable, s.quorum_lost), (Some(1), true));
+}
