@@ -5,6 +5,7 @@
 use muster_shared::tls::{self, ClusterCa};
 
 use crate::agent::Agent;
+use crate::api::probe::MemberProbe;
 use crate::api::types::CaStatus;
 use crate::api::{ApiError, ErrorKind};
 use crate::leading::{Leader, Replica};
@@ -49,20 +50,7 @@ pub async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
     let ours = env!("CARGO_PKG_VERSION");
     // Boxed: the probe runs operations through the dispatcher that runs this one.
     let report = Box::pin(super::probe::report(agent)).await?;
-    let behind: Vec<String> = report
-        .probes
-        .iter()
-        .filter_map(|p| match &p.report {
-            Some(r) if r.version == ours => None,
-            Some(r) => Some(format!("{} runs {}", p.name, r.version)),
-            None if p.answered => Some(format!("{} runs an older version", p.name)),
-            None => Some(format!(
-                "{} does not answer ({})",
-                p.name,
-                p.error.as_deref().unwrap_or("unreachable")
-            )),
-        })
-        .collect();
+    let behind = members_behind(&report.probes, ours);
     if behind.is_empty() {
         return Ok(());
     }
@@ -74,6 +62,24 @@ pub async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
             behind.join("; ")
         ),
     ))
+}
+
+/// The members that could not follow a CA rotation, each with why (pure): a report of another
+/// version, an older agent without the probe, or no answer at all.
+pub(super) fn members_behind(probes: &[MemberProbe], ours: &str) -> Vec<String> {
+    probes
+        .iter()
+        .filter_map(|p| match &p.report {
+            Some(r) if r.version == ours => None,
+            Some(r) => Some(format!("{} runs {}", p.name, r.version)),
+            None if p.answered => Some(format!("{} runs an older version", p.name)),
+            None => Some(format!(
+                "{} does not answer ({})",
+                p.name,
+                p.error.as_deref().unwrap_or("unreachable")
+            )),
+        })
+        .collect()
 }
 
 /// Ends the rotation in progress: the new CA replaces the old (refused while a member still

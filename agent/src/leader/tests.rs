@@ -893,3 +893,47 @@ fn status_names_the_leader_only_while_it_hears_a_majority_and_counts_the_voters_
     assert_eq!(s.leader, None);
     assert_eq!((s.voters_reachable, s.quorum_lost), (Some(1), true));
 }
+
+#[test]
+fn a_ca_rotation_waits_for_every_member_on_this_version_and_says_who_is_behind() {
+    use crate::api::probe::{DataDirHealth, MemberProbe, NodeProbe};
+    let probe = |name: &str, version: Option<&str>, answered: bool| MemberProbe {
+        name: name.into(),
+        address: format!("{name}:7000"),
+        report: version.map(|v| NodeProbe {
+            name: name.into(),
+            version: v.into(),
+            cert_expires_ms: None,
+            ca_expires_ms: None,
+            applied_index: 1,
+            leader: None,
+            data_dir: DataDirHealth {
+                ok: true,
+                bytes: 0,
+                problem: None,
+            },
+            data_dir_path: None,
+        }),
+        answered,
+        error: (!answered).then(|| "connection refused".to_string()),
+    };
+    let all_current = [
+        probe("a", Some("1.2.0"), true),
+        probe("b", Some("1.2.0"), true),
+    ];
+    assert!(ca::members_behind(&all_current, "1.2.0").is_empty());
+    let mixed = [
+        probe("a", Some("1.2.0"), true),
+        probe("b", Some("1.1.0"), true),
+        probe("c", None, true),
+        probe("d", None, false),
+    ];
+    assert_eq!(
+        ca::members_behind(&mixed, "1.2.0"),
+        [
+            "b runs 1.1.0",
+            "c runs an older version",
+            "d does not answer (connection refused)"
+        ]
+    );
+}
