@@ -137,7 +137,6 @@ pub fn to_prune(
 /// file, at start: a path that is a file, or a directory this agent cannot write, is refused
 /// as the setting it is.
 pub fn prepare(schedule: &Schedule) -> Result<(), crate::config::ConfigError> {
-    use std::os::unix::fs::DirBuilderExt;
     let dir = &schedule.dir;
     let refuse = |what: String| crate::config::ConfigError::Invalid {
         setting: "snapshot-dir",
@@ -147,11 +146,7 @@ pub fn prepare(schedule: &Schedule) -> Result<(), crate::config::ConfigError> {
             dir.display()
         ),
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| refuse(format!("cannot create it ({e})")))?;
+    create_private_dir(dir).map_err(|e| refuse(format!("cannot create it ({e})")))?;
     tempfile::Builder::new()
         .prefix(".muster-probe-")
         .tempfile_in(dir)
@@ -167,7 +162,8 @@ pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, Snapsho
     let created_ms = crate::clock::now_ms();
     let bytes = backup_file::encode(&snapshot, created_ms)?;
     let dir = &schedule.dir;
-    std::fs::create_dir_all(dir).map_err(|source| SnapshotError::Write {
+    // Made again, private, if someone removed it since start.
+    create_private_dir(dir).map_err(|source| SnapshotError::Write {
         path: dir.clone(),
         source,
     })?;
@@ -188,6 +184,15 @@ pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, Snapsho
     verify(&path, &bytes)?;
     prune(dir, &snapshot.cluster_id, &member, schedule.keep, &name);
     Ok(path)
+}
+
+/// Creates `dir` and its missing parents with mode 0700: the snapshots hold the CA key.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// Reads `path` back from disk and decodes it as `muster restore` would.

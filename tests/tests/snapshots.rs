@@ -233,3 +233,42 @@ async fn backup_list_says_what_to_check_when_the_dir_is_missing() {
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("FILE") || err.contains("<FILE>"), "{err}");
 }
+
+#[tokio::test]
+async fn a_snapshot_dir_removed_while_running_is_made_again_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let snaps = tmp.path().join("backups").join("snaps");
+    let snaps_arg = snaps.display().to_string();
+    let agent = AgentProc::start(
+        tmp.path(),
+        "p1",
+        &[
+            "--init",
+            "--snapshot-every",
+            "1s",
+            "--snapshot-dir",
+            &snaps_arg,
+        ],
+    )
+    .expect("start");
+    wait_formed(&[&agent], 1, FORM).await.expect("formed");
+    let taken = |log: &str| log.matches("snapshot written and verified").count();
+    wait_for("a first snapshot", FORM, || async {
+        (taken(&agent.log()) >= 1).then_some(())
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{}", tail(&agent.log(), 30)));
+
+    // An operator (or a cleanup job) removes the whole tree; the next snapshot makes it again,
+    // with the mode it had at start: the snapshots hold the CA key.
+    std::fs::remove_dir_all(tmp.path().join("backups")).expect("remove the snapshot tree");
+    wait_for("a snapshot in the new directory", FORM, || async {
+        let mut files = std::fs::read_dir(&snaps).ok()?;
+        files.next().map(|_| ())
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{}", tail(&agent.log(), 30)));
+    let mode = std::fs::metadata(&snaps).expect("snaps").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the snapshot dir was made again as {mode:o}");
+}
