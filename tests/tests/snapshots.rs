@@ -269,6 +269,10 @@ async fn a_snapshot_dir_removed_while_running_is_made_again_private() {
     })
     .await
     .unwrap_or_else(|_| panic!("{}", tail(&agent.log(), 30)));
-    let mode = std::fs::metadata(&snaps).expect("snaps").permissions().mode() & 0o777;
+    let mode = std::fs::metadata(&snaps)
+        .expect("snaps")
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o700, "the snapshot dir was made again as {mode:o}");
 }
