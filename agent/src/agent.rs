@@ -1,10 +1,14 @@
-//! The running node's shared state as plain data: who this node is, its raft handle and peer
-//! clients, its trust (credentials, refused ids), what it knows of its own removal, and the
-//! parts owned elsewhere that it holds for the node: the leader-side state (`leading/`) and the
-//! listeners' counters (`observe/counters.rs`). Behaviour lives in the modules that use it
-//! (`leader/`, `serve/`, `reconcile`, `watch`); this file only holds things and hands them out.
+//! The running node as plain data, in the parts its modules use: who it is (`Me`), its trust
+//! (credentials, refused ids), its place in the raft group (`Group`: raft, peer clients, check-in,
+//! removal), and the parts owned elsewhere that it holds for the node: the leader-side state
+//! (`leading/`) and the listeners' counters (`observe/counters.rs`).
+//!
+//! Functions take the part they use, or [`Here`], the borrowed view that running an operation
+//! on the leader and reporting this node take; only the node (`node.rs`, which owns the tasks)
+//! and the routers' state hold the whole `Agent`. Behaviour lives in the modules that use the
+//! parts (`leader/`, `serve/`, `reconcile`, `watch`); this file only holds things.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -44,72 +48,53 @@ pub struct AgentInit {
     pub cert_validity: Duration,
 }
 
+/// The running node, as the parts its modules use: each function takes the part (or the
+/// [`Here`]) it needs, so what it touches is in its signature. Only the node itself
+/// (`node.rs`) and the routers' state hold all of it.
 pub struct Agent {
-    raft: RaftNode,
-    data_dir: PathBuf,
-    node_id: NodeId,
-    name: String,
-    peers: PeerClients,
-    revoked: muster_shared::tls::RevokedIds,
-    revoked_at_start: std::collections::BTreeSet<NodeId>,
-    credentials: muster_shared::tls::NodeCredentials,
-    /// What this node keeps for leading: its settings, clocks and membership log.
-    leader: LeaderLocal,
-    check_in: Mutex<CheckIn>,
-    removal: RemovalSignal,
-    counters: ListenerCounters,
+    /// Who this node is: fixed for the life of the process.
+    pub me: Me,
+    /// This node's certificate and whom its node port refuses.
+    pub trust: Trust,
+    /// Its place in the raft group: raft, peer clients, what it learned by checking in, and
+    /// what it knows of its own removal.
+    pub group: Group,
+    /// What it keeps for leading: its settings, clocks and membership log.
+    pub leading: LeaderLocal,
+    /// What the listeners count (refused requests, connections over a limit).
+    pub counters: ListenerCounters,
 }
 
-impl Agent {
-    pub fn new(raft: RaftNode, init: AgentInit) -> Self {
-        Self {
-            raft,
-            data_dir: init.data_dir,
-            node_id: init.node_id,
-            name: init.name,
-            peers: init.peers,
-            revoked: init.revoked,
-            revoked_at_start: init.revoked_at_start,
-            credentials: init.credentials,
-            leader: LeaderLocal::new(LeaderSettings {
-                cluster_id: init.cluster_id,
-                start_ca_pin: init.ca_pin,
-                cert_validity: init.cert_validity,
-                automation: init.automation,
-                promote_after: init.promote_after,
-            }),
-            check_in: Mutex::default(),
-            removal: RemovalSignal::default(),
-            counters: ListenerCounters::default(),
-        }
-    }
+/// Who this node is.
+pub struct Me {
+    pub data_dir: PathBuf,
+    pub node_id: NodeId,
+    pub name: String,
+    pub cluster_id: String,
+}
 
-    pub fn raft(&self) -> &RaftNode {
-        &self.raft
-    }
-
-    /// This node's certificate and trusted CAs; replacing them takes effect at the next
-    /// handshake, on the listener and on every client.
-    pub fn credentials(&self) -> &muster_shared::tls::NodeCredentials {
-        &self.credentials
-    }
-
+/// This node's certificate and trusted CAs, and the ids its node port refuses.
+pub struct Trust {
+    /// Replacing them takes effect at the next handshake, on the listener and on every client.
+    pub credentials: muster_shared::tls::NodeCredentials,
     /// Node ids whose certificates the node port refuses (removed, out of the configuration).
-    pub fn revoked(&self) -> &muster_shared::tls::RevokedIds {
-        &self.revoked
-    }
+    pub revoked: muster_shared::tls::RevokedIds,
+    /// Ids refused whatever the applied state says yet (see `NodeSpec::revoked_at_start`).
+    revoked_at_start: std::collections::BTreeSet<NodeId>,
+}
 
+impl Trust {
     /// Brings the refused ids up to date with the applied state: every removed member that has
     /// left the configuration (one still in it is served, so that a removed leader can hand
     /// over and a removed voter keeps voting until it is demoted).
-    pub fn refresh_revoked(&self) {
-        let view = self.raft.view();
+    pub fn refresh_revoked(&self, raft: &RaftNode) {
+        let view = raft.view();
         // Right after start raft may not have loaded its configuration yet: with no nodes known,
         // every tombstone would look gone, a removed voter still being demoted included.
         if view.membership_index.is_none() || view.nodes.is_empty() {
             return;
         }
-        if let Ok(removed) = self.raft.read_local(|s| s.removed.clone()) {
+        if let Ok(removed) = raft.read_local(|s| s.removed.clone()) {
             // Ids are never reused, so what the admission listed stays refused even while
             // this node's state has not caught up with it.
             self.revoked.replace(
@@ -121,33 +106,22 @@ impl Agent {
             );
         }
     }
+}
 
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+/// This node's place in the raft group.
+pub struct Group {
+    raft: RaftNode,
+    peers: PeerClients,
+    check_in: Mutex<CheckIn>,
+    removal: RemovalSignal,
+}
+
+impl Group {
+    pub fn raft(&self) -> &RaftNode {
+        &self.raft
     }
 
-    pub fn node_id(&self) -> NodeId {
-        self.node_id
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn cluster_id(&self) -> &str {
-        &self.leader.settings.cluster_id
-    }
-
-    /// The leader actions' view of this node: its raft group and its leader-side state.
-    pub fn leader(&self) -> Leader<'_, RaftNode> {
-        Leader::new(&self.raft, &self.leader)
-    }
-
-    /// This node's leader-side state: settings, clocks, the membership lock and log.
-    pub fn leader_local(&self) -> &LeaderLocal {
-        &self.leader
-    }
-
+    /// Mutual-TLS clients for the peers (shared with raft).
     pub fn peers(&self) -> &PeerClients {
         &self.peers
     }
@@ -176,10 +150,80 @@ impl Agent {
     pub fn removal(&self) -> &RemovalSignal {
         &self.removal
     }
+}
 
-    /// What the listeners count (refused requests, connections over a limit).
-    pub fn counters(&self) -> &ListenerCounters {
-        &self.counters
+/// This node as running an operation on the leader takes it (here when it leads, else
+/// forwarded: `leader::run`) and as it reports itself (status, probe, metrics): who it is, its
+/// group, its leader-side state and its own counts. Not its credentials: nothing on this path
+/// replaces them (`renew` is given them apart).
+#[derive(Clone, Copy)]
+pub struct Here<'a> {
+    pub me: &'a Me,
+    pub group: &'a Group,
+    pub leading: &'a LeaderLocal,
+    pub counters: &'a ListenerCounters,
+    pub revoked: &'a muster_shared::tls::RevokedIds,
+}
+
+impl<'a> Here<'a> {
+    pub fn raft(&self) -> &'a RaftNode {
+        &self.group.raft
+    }
+
+    /// The leader actions' view of this node: its raft group and its leader-side state.
+    pub fn leader(&self) -> Leader<'a, RaftNode> {
+        Leader::new(&self.group.raft, self.leading)
+    }
+
+    pub fn cluster_id(&self) -> &'a str {
+        &self.leading.settings.cluster_id
+    }
+}
+
+impl Agent {
+    pub fn new(raft: RaftNode, init: AgentInit) -> Self {
+        Self {
+            me: Me {
+                data_dir: init.data_dir,
+                node_id: init.node_id,
+                name: init.name,
+                cluster_id: init.cluster_id.clone(),
+            },
+            trust: Trust {
+                credentials: init.credentials,
+                revoked: init.revoked,
+                revoked_at_start: init.revoked_at_start,
+            },
+            group: Group {
+                raft,
+                peers: init.peers,
+                check_in: Mutex::default(),
+                removal: RemovalSignal::default(),
+            },
+            leading: LeaderLocal::new(LeaderSettings {
+                cluster_id: init.cluster_id,
+                start_ca_pin: init.ca_pin,
+                cert_validity: init.cert_validity,
+                automation: init.automation,
+                promote_after: init.promote_after,
+            }),
+            counters: ListenerCounters::default(),
+        }
+    }
+
+    /// What reaching the leader takes (see [`Here`]).
+    pub fn here(&self) -> Here<'_> {
+        Here {
+            me: &self.me,
+            group: &self.group,
+            leading: &self.leading,
+            counters: &self.counters,
+            revoked: &self.trust.revoked,
+        }
+    }
+
+    pub fn refresh_revoked(&self) {
+        self.trust.refresh_revoked(&self.group.raft);
     }
 }
 

@@ -153,7 +153,8 @@ impl Trust {
     }
 }
 
-/// The node's tasks, each given the agent; all of them end when the node stops.
+/// The node's tasks, each owning the agent and given the parts of it it uses; all of them
+/// end when the node stops.
 fn spawn_tasks(
     agent: &Arc<Agent>,
     config: &AgentConfig,
@@ -184,13 +185,16 @@ fn spawn_tasks(
                         error = %e,
                         socket = %crate::datadir::socket_path(&dir).display(),
                         "the operator socket in the data dir failed (local `muster` commands \
-                         cannot reach this agent); check the data dir's permissions and free \
+                         cannot here this agent); check the data dir's permissions and free \
                          space (--data-dir), then restart the agent"
                     );
                 }
             }
         }),
-        tokio::spawn(crate::reconcile::reconcile_loop(agent.clone())),
+        tokio::spawn({
+            let agent = agent.clone();
+            async move { crate::reconcile::reconcile_loop(agent.here()).await }
+        }),
         tokio::spawn({
             let (agent, stop) = (agent.clone(), stop_rx.clone());
             async move {
@@ -199,7 +203,10 @@ fn spawn_tasks(
                 }
             }
         }),
-        tokio::spawn(crate::watch::removal_watch(agent.clone())),
+        tokio::spawn({
+            let agent = agent.clone();
+            async move { crate::watch::removal_watch(&agent.group, agent.me.node_id).await }
+        }),
         tokio::spawn({
             let (agent, stop) = (agent.clone(), stop_rx.clone());
             async move {
@@ -208,13 +215,21 @@ fn spawn_tasks(
                 }
             }
         }),
-        tokio::spawn(crate::notify::readiness_loop(agent.clone())),
-        tokio::spawn(crate::renew::renewal_loop(agent.clone(), key_pem)),
+        tokio::spawn({
+            let agent = agent.clone();
+            async move { crate::notify::readiness_loop(&agent.group, agent.me.node_id).await }
+        }),
+        tokio::spawn({
+            let agent = agent.clone();
+            async move {
+                crate::renew::renewal_loop(agent.here(), &agent.trust.credentials, key_pem).await
+            }
+        }),
         tokio::spawn({
             let (agent, schedule) = (agent.clone(), config.snapshots.clone());
             async move {
                 if let Some(schedule) = schedule {
-                    crate::snapshots::schedule_loop(agent, schedule).await;
+                    crate::snapshots::schedule_loop(agent.here(), schedule).await;
                 }
             }
         }),
@@ -251,7 +266,7 @@ impl RunningNode {
     pub async fn stop(self) {
         crate::notify::stopping();
         let _ = self.stop.send(true);
-        self.agent.raft().shutdown().await;
+        self.agent.group.raft().shutdown().await;
         for t in self.tasks {
             t.abort();
         }
@@ -263,8 +278,8 @@ impl RunningNode {
         let agent = self.agent.clone();
         let stop = tokio::select! {
             _ = wait_for_signal() => Stop::Signal,
-            _ = agent.removal().wait() => Stop::Removed,
-            why = agent.raft().fatal() => Stop::Fatal(why),
+            _ = agent.group.removal().wait() => Stop::Removed,
+            why = agent.group.raft().fatal() => Stop::Fatal(why),
             Some(why) = self.refusals.recv() => Stop::Refused(why),
         };
         match stop {
@@ -274,16 +289,16 @@ impl RunningNode {
                 Ok(())
             }
             Stop::Removed => {
-                let dir = agent.data_dir().to_path_buf();
+                let dir = agent.me.data_dir.clone();
                 // Not being able to record it must not end in a restart loop: a restart would
                 // only learn the same again. Exit 2 keeps systemd away.
                 let marked = ClusterFile::mark_removed(&dir);
-                tracing::warn!(cluster_id = %agent.cluster_id(), "removed from cluster; stopping");
+                tracing::warn!(cluster_id = %agent.me.cluster_id.as_str(), "removed from cluster; stopping");
                 println!(
                     "removed from cluster {}: this node stops and will not rejoin on restart. Its data dir \
                      still holds the cluster's CA key: wipe it (rm -rf {}). To bring this machine back, \
                      join it as a new node: muster agent --join <member> --token <token>",
-                    agent.cluster_id(),
+                    agent.me.cluster_id.as_str(),
                     dir.display()
                 );
                 // Let answers in flight (the operator's `node remove`, say) get out first.

@@ -8,11 +8,11 @@
 //! turns: a wedged agent is restarted by systemd.
 
 use std::os::unix::net::UnixDatagram;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::Agent;
+use crate::agent::Group;
 use crate::observe::health::{ReadyInput, readiness};
+use crate::state::NodeId;
 
 /// How often readiness is looked at.
 const TICK: Duration = Duration::from_millis(250);
@@ -78,7 +78,7 @@ fn watchdog_every() -> Option<Duration> {
 }
 
 /// Runs for the node's life: READY=1 once, STATUS= on every change, WATCHDOG=1 when asked.
-pub async fn readiness_loop(agent: Arc<Agent>) {
+pub async fn readiness_loop(group: &Group, me: NodeId) {
     let Some(notifier) = Notifier::from_env() else {
         return;
     };
@@ -87,7 +87,7 @@ pub async fn readiness_loop(agent: Arc<Agent>) {
     let mut last_status = String::new();
     let mut last_ping: Option<Instant> = None;
     loop {
-        let decided = readiness(&ReadyInput::of(&agent));
+        let decided = readiness(&ReadyInput::of(group, me));
         let mut message = String::new();
         if decided.is_ok() && !ready_sent {
             message.push_str("READY=1\n");

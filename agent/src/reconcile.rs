@@ -3,12 +3,11 @@
 //! On a follower a step does nothing.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use muster_shared::bootstrap::{BootstrapRecord, RecordState};
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::ApiError;
 use crate::datadir::ClusterFile;
 use crate::discovery::{DiscoveryClient, DiscoveryError};
@@ -26,35 +25,35 @@ struct Reconciler {
 }
 
 /// Keeps the agent reconciling while it runs.
-pub async fn reconcile_loop(agent: Arc<Agent>) {
+pub async fn reconcile_loop(here: Here<'_>) {
     // Frequent ticks keep formation fast; a tick outside formation reads only local state.
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reconciler = Reconciler::default();
     loop {
         tick.tick().await;
-        if let Err(e) = reconciler.step(&agent).await {
+        if let Err(e) = reconciler.step(here).await {
             tracing::debug!(error = %e, "reconcile step failed; will retry");
         }
     }
 }
 
 impl Reconciler {
-    async fn step(&mut self, agent: &Agent) -> Result<(), ApiError> {
-        tidy_local_formation(agent);
-        let raft = agent.raft().view();
+    async fn step(&mut self, here: Here<'_>) -> Result<(), ApiError> {
+        tidy_local_formation(here);
+        let raft = here.raft().view();
         if !raft.is_leader || !raft.membership_settled() {
             return Ok(());
         }
-        let (records, removed) = agent
+        let (records, removed) = here
             .raft()
             .read_local(|s| (s.nodes.keys().copied().collect(), s.removed.clone()))?;
         self.sightings.observe(&raft, &records, &removed);
-        let mut view = cluster_view(agent.leader(), &raft, &self.sightings)?;
-        if let Some(formation) = agent.formation() {
+        let mut view = cluster_view(here.leader(), &raft, &self.sightings)?;
+        if let Some(formation) = here.group.formation() {
             // The discovery service unreachable: the voter table still runs, so a cluster
             // never depends on discovery for its voters.
-            match formation_view(agent, &formation, &removed).await {
+            match formation_view(here, &formation, &removed).await {
                 Ok(f) => view.formation = Some(f),
                 Err(e) => tracing::debug!(error = %e, "formation step skipped"),
             }
@@ -64,13 +63,12 @@ impl Reconciler {
             for wait in &plan.waiting {
                 tracing::warn!("{wait}");
             }
-            agent
-                .leader_local()
+            here.leading
                 .set_membership_waits(plan.waiting.iter().map(Wait::to_string).collect());
             self.waiting = plan.waiting;
         }
         match plan.change {
-            Some(change) => carry_out(agent, decide(&view, change)).await,
+            Some(change) => carry_out(here, decide(&view, change)).await,
             None => Ok(()),
         }
     }
@@ -79,20 +77,20 @@ impl Reconciler {
 /// On the initiator: drops the local copy of the formation (with its copy of the CA key) from
 /// cluster.json once nothing is left for a restart to finish: the record is published and the
 /// replicated formation has ended. Any node's data dir may hold it; no leadership needed.
-fn tidy_local_formation(agent: &Agent) {
-    let Ok(Some(file)) = ClusterFile::read(agent.data_dir()) else {
+fn tidy_local_formation(here: Here<'_>) {
+    let Ok(Some(file)) = ClusterFile::read(here.me.data_dir.as_path()) else {
         return;
     };
     let Some(local) = file.formation() else {
         return;
     };
-    let settled = agent
+    let settled = here
         .raft()
         .read_local(|s| s.ca.is_some() && s.formation.is_none())
         .unwrap_or(false);
     if local.published
         && settled
-        && let Err(e) = ClusterFile::clear_formation(agent.data_dir())
+        && let Err(e) = ClusterFile::clear_formation(here.me.data_dir.as_path())
     {
         tracing::warn!(error = %e, "cannot update cluster.json; will retry");
     }
@@ -100,7 +98,7 @@ fn tidy_local_formation(agent: &Agent) {
 
 /// The URL's cohort, read from the discovery service.
 async fn formation_view(
-    agent: &Agent,
+    here: Here<'_>,
     formation: &FormationRecord,
     removed: &BTreeSet<NodeId>,
 ) -> Result<FormationView, DiscoveryError> {
@@ -113,7 +111,7 @@ async fn formation_view(
             .filter_map(|r| parse_member_id(&r.id))
             .collect(),
         // The members admitted so far under the listed names.
-        FormationRecord::Static { names } => agent
+        FormationRecord::Static { names } => here
             .raft()
             .read_local(|s| {
                 s.nodes
@@ -232,9 +230,9 @@ fn decide(view: &ClusterView, change: Change) -> Step {
 }
 
 /// Carries out one change decided by the policy: acts on a decided step: the raft change, then the membership event `muster status` shows.
-async fn carry_out(agent: &Agent, step: Step) -> Result<(), ApiError> {
-    let raft = agent.raft();
-    let leader = agent.leader_local();
+async fn carry_out(here: Here<'_>, step: Step) -> Result<(), ApiError> {
+    let raft = here.raft();
+    let leader = here.leading;
     match step {
         Step::FinishJoint { voters, names } => {
             tracing::warn!(voters = %names, "finishing a joint configuration left by an interrupted change");
@@ -267,7 +265,7 @@ async fn carry_out(agent: &Agent, step: Step) -> Result<(), ApiError> {
             raft.remove_nonvoters(BTreeSet::from([id])).await?;
             leader.record_membership_event(format!("made {name} a spare"), cause);
         }
-        Step::MakeStandby { id, cause } => make_standby(agent, id, cause).await?,
+        Step::MakeStandby { id, cause } => make_standby(here, id, cause).await?,
         Step::CleanUp { id, name, cause } => {
             // The same record `node remove` writes, under the same lock, so an operator's
             // removal and this one never pass the quorum check one without the other.
@@ -281,17 +279,17 @@ async fn carry_out(agent: &Agent, step: Step) -> Result<(), ApiError> {
             .await?;
             leader.record_membership_event(format!("removed {name}"), cause);
         }
-        Step::FormationDone => end_formation(agent).await?,
+        Step::FormationDone => end_formation(here).await?,
     }
     Ok(())
 }
 
 /// Adds a spare back as a standby (a learner).
-async fn make_standby(agent: &Agent, id: NodeId, cause: String) -> Result<(), ApiError> {
-    let raft = agent.raft();
+async fn make_standby(here: Here<'_>, id: NodeId, cause: String) -> Result<(), ApiError> {
+    let raft = here.raft();
     // Under the lock `node remove` takes, and with the record read again under it: a spare
     // removed meanwhile is not added back.
-    let _one_at_a_time = agent.leader_local().membership_ops.lock().await;
+    let _one_at_a_time = here.leading.membership_ops.lock().await;
     let Some(record) = raft.read_local(|s| s.nodes.get(&id).cloned())? else {
         return Ok(());
     };
@@ -304,8 +302,7 @@ async fn make_standby(agent: &Agent, id: NodeId, cause: String) -> Result<(), Ap
         },
     )
     .await?;
-    agent
-        .leader_local()
+    here.leading
         .record_membership_event(format!("made {} a standby", record.name), cause);
     Ok(())
 }
@@ -313,11 +310,11 @@ async fn make_standby(agent: &Agent, id: NodeId, cause: String) -> Result<(), Ap
 /// Ends the formation in the replicated state (whoever leads now); marking the record formed
 /// is best effort in the background, so an unreachable discovery service never holds the
 /// cluster.
-async fn end_formation(agent: &Agent) -> Result<(), ApiError> {
-    let Some(formation) = agent.formation() else {
+async fn end_formation(here: Here<'_>) -> Result<(), ApiError> {
+    let Some(formation) = here.group.formation() else {
         return Ok(());
     };
-    let raft = agent.raft();
+    let raft = here.raft();
     raft.write(Request::EndFormation).await?;
     // The record then lists every member, for machines that join later through the URL with
     // a token (the autoscaling recipe).

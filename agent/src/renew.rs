@@ -10,12 +10,11 @@
 //!
 //! [`decide`] is the policy (pure); [`renewal_loop`] carries it out.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use muster_shared::tls::{self, NodeKey};
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::ApiError;
 use crate::clock::now_ms;
 use crate::datadir::{self, ClusterFile};
@@ -78,7 +77,7 @@ pub fn decide(now_ms: u64, facts: &CertFacts) -> Decision {
 }
 
 /// Renews this node's certificate whenever [`decide`] says so, for as long as the node runs.
-pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
+pub async fn renewal_loop(here: Here<'_>, credentials: &tls::NodeCredentials, key_pem: String) {
     let key = match NodeKey::from_pem(&key_pem) {
         Ok(key) => key,
         Err(e) => {
@@ -91,9 +90,9 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
     // (a leader that spells it otherwise), asking again would only repeat the answer.
     let mut renewed_for: Option<String> = None;
     loop {
-        follow_recorded_address(&agent);
-        follow_trust(&agent, &key_pem).await;
-        let Some(facts) = facts(&agent) else {
+        follow_recorded_address(here);
+        follow_trust(here, credentials, &key_pem).await;
+        let Some(facts) = facts(here) else {
             tokio::time::sleep(LOOK_EVERY).await;
             continue;
         };
@@ -114,7 +113,7 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
             Decision::AddressMoved { to } => format!("this member's address is now {to}"),
             Decision::NewCa => "the cluster's CA is being rotated".to_string(),
         };
-        match renew_once(&agent, &key).await {
+        match renew_once(here, credentials, &key).await {
             Ok(expires_ms) => {
                 retry = Duration::from_secs(1);
                 if let Decision::AddressMoved { to } = decision {
@@ -139,16 +138,16 @@ pub async fn renewal_loop(agent: Arc<Agent>, key_pem: String) {
 
 /// Keeps `cluster.json`'s address in step with the one the cluster records for this member,
 /// once a move (`node set-address`) has been applied here.
-fn follow_recorded_address(agent: &Agent) {
-    let recorded = agent
+fn follow_recorded_address(here: Here<'_>) {
+    let recorded = here
         .raft()
-        .read_local(|s| s.nodes.get(&agent.node_id()).map(|n| n.addr.clone()))
+        .read_local(|s| s.nodes.get(&here.me.node_id).map(|n| n.addr.clone()))
         .ok()
         .flatten();
     let Some(addr) = recorded else {
         return;
     };
-    match ClusterFile::record_advertise(agent.data_dir(), &addr) {
+    match ClusterFile::record_advertise(here.me.data_dir.as_path(), &addr) {
         Ok(true) => tracing::warn!(
             address = %addr,
             "the cluster records this member at a new address; restart it with --advertise {addr}"
@@ -161,19 +160,19 @@ fn follow_recorded_address(agent: &Agent) {
 }
 
 /// The facts [`decide`] needs, from the data dir and the applied state.
-fn facts(agent: &Agent) -> Option<CertFacts> {
-    let files = datadir::read_tls(agent.data_dir()).ok()?;
+fn facts(here: Here<'_>) -> Option<CertFacts> {
+    let files = datadir::read_tls(here.me.data_dir.as_path()).ok()?;
     let (issued_ms, expires_ms) = tls::cert_lifetime_ms(&files.cert_pem).ok()?;
     let hosts = tls::cert_hosts(&files.cert_pem).ok()?;
-    let signing = agent
+    let signing = here
         .raft()
         .read_local(|s| s.signing_ca().map(|ca| ca.cert_pem.clone()))
         .ok()
         .flatten();
     let from_signing_ca = signing.is_none_or(|ca| tls::issued_by(&files.cert_pem, &ca));
-    let recorded_host = agent
+    let recorded_host = here
         .raft()
-        .read_local(|s| s.nodes.get(&agent.node_id()).map(|n| n.addr.clone()))
+        .read_local(|s| s.nodes.get(&here.me.node_id).map(|n| n.addr.clone()))
         .ok()
         .flatten()
         .and_then(|addr| {
@@ -191,12 +190,16 @@ fn facts(agent: &Agent) -> Option<CertFacts> {
 }
 
 /// Asks the leader for a new certificate, stores it, and puts it in use. Returns its expiry.
-async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
+async fn renew_once(
+    here: Here<'_>,
+    credentials: &tls::NodeCredentials,
+    key: &NodeKey,
+) -> Result<u64, ApiError> {
     let csr_pem = key
-        .csr_pem(agent.name(), "localhost")
+        .csr_pem(here.me.name.as_str(), "localhost")
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let renew = leader::ask::renew_certificate(member_id(agent.node_id()), csr_pem);
-    let renewed = leader::ask(agent, &Authority::Node, renew).await?;
+    let renew = leader::ask::renew_certificate(member_id(here.me.node_id), csr_pem);
+    let renewed = leader::ask(here, &Authority::Node, renew).await?;
     // The answer is checked before it replaces anything: it must be for this node and this
     // key (the credentials refuse a certificate that does not match the key) and trust a CA
     // this node already trusts.
@@ -204,14 +207,14 @@ async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
         &tls::first_cert_der(&renewed.cert_pem).map_err(|e| ApiError::internal(e.to_string()))?,
     )
     .map_err(|e| ApiError::internal(e.to_string()))?;
-    if identity.node_id != agent.node_id() || identity.cluster_id != agent.cluster_id() {
+    if identity.node_id != here.me.node_id || identity.cluster_id != here.cluster_id() {
         return Err(ApiError::internal(
             "the leader issued a certificate for another node; keeping the current one",
         ));
     }
     let ca_pin =
         tls::spki_pin(&renewed.ca_cert_pem).map_err(|e| ApiError::internal(e.to_string()))?;
-    if !agent.leader().trusts_ca_pin(&ca_pin)
+    if !here.leader().trusts_ca_pin(&ca_pin)
         || !tls::issued_by(&renewed.cert_pem, &renewed.ca_cert_pem)
     {
         return Err(ApiError::internal(
@@ -221,16 +224,15 @@ async fn renew_once(agent: &Agent, key: &NodeKey) -> Result<u64, ApiError> {
     let expires_ms =
         tls::cert_expires_ms(&renewed.cert_pem).map_err(|e| ApiError::internal(e.to_string()))?;
     let key_pem = key.to_pem();
-    let trust = datadir::read_tls(agent.data_dir())
+    let trust = datadir::read_tls(here.me.data_dir.as_path())
         .map_err(|e| ApiError::internal(e.to_string()))?
         .ca_pem;
     // Build first (proves the key matches), write durably, then swap.
     tls::NodeCredentials::new(&trust, &renewed.cert_pem, &key_pem)
         .map_err(|e| ApiError::internal(format!("the renewed certificate is unusable: {e}")))?;
-    datadir::write_cert(agent.data_dir(), &renewed.cert_pem)
+    datadir::write_cert(here.me.data_dir.as_path(), &renewed.cert_pem)
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    agent
-        .credentials()
+    credentials
         .replace(&trust, &renewed.cert_pem, &key_pem)
         .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(expires_ms)

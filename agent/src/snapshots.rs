@@ -13,12 +13,11 @@
 //! it out; [`list`] is what `muster backup list` prints.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::backup_file;
 use crate::config::SnapshotSchedule as Schedule;
 use crate::leader::{self, Authority};
@@ -155,10 +154,10 @@ pub fn prepare(schedule: &Schedule) -> Result<(), crate::config::ConfigError> {
 }
 
 /// Takes one snapshot into `schedule.dir`, verifies it, prunes; returns the file written.
-pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, SnapshotError> {
+pub async fn take(here: Here<'_>, schedule: &Schedule) -> Result<PathBuf, SnapshotError> {
     // The member's own socket authority: whoever set --snapshot-every runs this agent, and may
     // read its socket (and so take a backup) anyway.
-    let snapshot = leader::ask(agent, &Authority::LocalSocket, leader::ask::backup()).await?;
+    let snapshot = leader::ask(here, &Authority::LocalSocket, leader::ask::backup()).await?;
     let created_ms = crate::clock::now_ms();
     let bytes = backup_file::encode(&snapshot, created_ms)?;
     let dir = &schedule.dir;
@@ -167,7 +166,7 @@ pub async fn take(agent: &Agent, schedule: &Schedule) -> Result<PathBuf, Snapsho
         path: dir.clone(),
         source,
     })?;
-    let member = crate::state::member_id(agent.node_id());
+    let member = crate::state::member_id(here.me.node_id);
     let name = file_name(
         &snapshot.cluster_id,
         &member,
@@ -236,7 +235,7 @@ fn prune(dir: &Path, cluster_id: &str, member: &str, keep: usize, just_written: 
 /// Takes a snapshot every `schedule.every` while this member is a voter, for as long as the
 /// agent runs. The first comes one interval after the start, so that a restart loop does not
 /// write a snapshot per restart.
-pub async fn schedule_loop(agent: Arc<Agent>, schedule: Schedule) {
+pub async fn schedule_loop(here: Here<'_>, schedule: Schedule) {
     tracing::info!(
         every = %muster_shared::duration::format_duration(schedule.every),
         keep = schedule.keep,
@@ -249,11 +248,11 @@ pub async fn schedule_loop(agent: Arc<Agent>, schedule: Schedule) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        if !agent.raft().view().voters.contains(&agent.node_id()) {
+        if !here.raft().view().voters.contains(&here.me.node_id) {
             tracing::debug!("not a voter: no scheduled snapshot this time");
             continue;
         }
-        match take(&agent, &schedule).await {
+        match take(here, &schedule).await {
             Ok(path) => tracing::info!(file = %path.display(), "snapshot written and verified"),
             Err(e) => {
                 tracing::warn!(error = %e, "scheduled snapshot failed; trying again at the next interval")

@@ -8,10 +8,9 @@
 //! knows) and learns who leads and where every member is; the leader counts the check-in as
 //! hearing from it, which is how spares count as reachable.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::agent::{Agent, CHECK_IN_AFTER_SILENCE, CheckIn};
+use crate::agent::{CHECK_IN_AFTER_SILENCE, CheckIn, Group};
 use crate::api::paths;
 use crate::api::types::MemberCheck;
 use crate::raft::RaftView;
@@ -25,31 +24,30 @@ const CHECK_IN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Watches for this node's own removal (and checks in while no leader talks to it); tells the
 /// agent's removal signal when the removal happened.
-pub async fn removal_watch(agent: Arc<Agent>) {
+pub async fn removal_watch(group: &Group, me: NodeId) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_check_in: Option<Instant> = None;
     loop {
         tick.tick().await;
-        let view = agent.raft().view();
-        let me = agent.node_id();
-        let tombstoned = agent
+        let view = group.raft().view();
+        let tombstoned = group
             .raft()
             .read_local(|s| s.removed.contains(&me))
             .unwrap_or(false);
         // A removed voter keeps voting until it has been demoted, so a quorum is never short.
         let own_tombstone = tombstoned && !view.voters.contains(&me);
-        let peer_said = agent.raft().liveness().peer_said_removed();
+        let peer_said = group.raft().liveness().peer_said_removed();
         if own_tombstone || peer_said {
             tracing::info!(own_tombstone, peer_said, "this node learned it was removed");
-            agent.removal().conclude();
+            group.removal().conclude();
             return;
         }
         let due = last_check_in.is_none_or(|t| t.elapsed() >= CHECK_IN_EVERY);
-        if !view.is_leader && agent.removal().silence() >= CHECK_IN_AFTER_SILENCE && due {
+        if !view.is_leader && group.removal().silence() >= CHECK_IN_AFTER_SILENCE && due {
             last_check_in = Some(Instant::now());
-            if check_in(&agent, &view).await == Outcome::Removed {
-                agent.removal().conclude();
+            if check_in(group, me, &view).await == Outcome::Removed {
+                group.removal().conclude();
                 return;
             }
         }
@@ -67,8 +65,8 @@ enum Outcome {
 /// then the members of its configuration, then every member it last heard of. An answer that
 /// names a leader sends the check-in there at once; one that names none (the peer hears from
 /// no leader either) only refreshes the member list.
-async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
-    let known = agent.check_in();
+async fn check_in(group: &Group, me: NodeId, view: &RaftView) -> Outcome {
+    let known = group.check_in();
     let mut targets: Vec<(NodeId, Node)> = Vec::new();
     let candidates = known
         .leader
@@ -77,7 +75,7 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
         .chain(view.nodes.iter().map(|(id, n)| (*id, n.clone())))
         .chain(known.members.iter().cloned());
     for (id, node) in candidates {
-        if id != agent.node_id() && !targets.iter().any(|(t, _)| *t == id) {
+        if id != me && !targets.iter().any(|(t, _)| *t == id) {
             targets.push((id, node));
         }
     }
@@ -91,7 +89,7 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
             break;
         };
         asked += 1;
-        let Ok(peer) = agent.peers().get(id, &node.addr).await else {
+        let Ok(peer) = group.peers().get(id, &node.addr).await else {
             continue;
         };
         let answer = peer
@@ -131,12 +129,12 @@ async fn check_in(agent: &Agent, view: &RaftView) -> Outcome {
             // The leader itself answered: it has heard from this node.
             Some((leader, _)) if leader == id => {
                 learned.confirmed_at = Some(Instant::now());
-                agent.set_check_in(learned);
+                group.set_check_in(learned);
                 return outcome;
             }
             // Someone who knows the leader first-hand named it (and its list is current).
             Some(leader) => {
-                agent.set_check_in(learned);
+                group.set_check_in(learned);
                 redirect = Some(leader);
             }
             // A peer that knows no leader either (another spare, or one cut off): its list

@@ -9,7 +9,7 @@ use std::marker::PhantomData;
 use serde::de::DeserializeOwned;
 
 use super::{Authority, LeaderOp, NewToken, RenewedCertificate, run};
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::ApiError;
 use crate::api::types::{CaStatus, JoinTokenInfo, LeaseInfo, OperatorTokenInfo};
 use crate::backup_file::BackupSnapshot;
@@ -34,11 +34,11 @@ impl<T> Ask<T> {
 
 /// Runs `ask` on the leader (here or forwarded) and reads its answer as its type.
 pub async fn ask<T: DeserializeOwned>(
-    agent: &Agent,
+    here: Here<'_>,
     authority: &Authority,
     ask: Ask<T>,
 ) -> Result<T, ApiError> {
-    let answer = run(agent, authority, ask.op).await?;
+    let answer = run(here, authority, ask.op).await?;
     serde_json::from_value(answer)
         .map_err(|e| ApiError::internal(format!("unexpected answer: {e}")))
 }

@@ -4,7 +4,7 @@
 
 use muster_shared::tls::{self, ClusterCa};
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::probe::MemberProbe;
 use crate::api::types::CaStatus;
 use crate::api::{ApiError, ErrorKind};
@@ -46,10 +46,10 @@ pub async fn rotate(leader: Leader<'_, impl Replica>) -> Result<CaStatus, ApiErr
 
 /// A rotation waits for every member, and its log entries are new: an agent of an older
 /// version could not apply them. Every member must answer the probe with this version.
-pub async fn every_member_can_follow(agent: &Agent) -> Result<(), ApiError> {
+pub async fn every_member_can_follow(here: Here<'_>) -> Result<(), ApiError> {
     let ours = env!("CARGO_PKG_VERSION");
     // Boxed: the probe runs operations through the dispatcher that runs this one.
-    let report = Box::pin(super::probe::report(agent)).await?;
+    let report = Box::pin(super::probe::report(here)).await?;
     let behind = members_behind(&report.probes, ours);
     if behind.is_empty() {
         return Ok(());

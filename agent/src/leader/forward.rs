@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Authority, Forwarded, LeaderOp, execute};
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::client::{CallError, PeerClient, send_json};
 use crate::state::{Node, NodeId};
@@ -20,7 +20,7 @@ const ELECTION_GRACE: Duration = Duration::from_secs(5);
 /// Runs `op` on the leader on behalf of `authority`: here if this node leads, else forwarded
 /// over mutual TLS (and checked again there).
 pub async fn run(
-    agent: &Agent,
+    here: Here<'_>,
     authority: &Authority,
     op: LeaderOp,
 ) -> Result<serde_json::Value, ApiError> {
@@ -28,7 +28,7 @@ pub async fn run(
         .within(ELECTION_GRACE)
         .start();
     loop {
-        match run_once(agent, authority, op.clone()).await {
+        match run_once(here, authority, op.clone()).await {
             Err(e) if e.kind == ErrorKind::NoLeader && backoff.wait().await => {}
             other => return other,
         }
@@ -38,22 +38,22 @@ pub async fn run(
 /// One attempt at [`run`]: here if this node leads, else to the leader this node knows, with no
 /// waiting for an election. For answers that are better now than complete (`status`).
 pub async fn run_once(
-    agent: &Agent,
+    here: Here<'_>,
     authority: &Authority,
     op: LeaderOp,
 ) -> Result<serde_json::Value, ApiError> {
-    let view = agent.raft().view();
+    let view = here.raft().view();
     if view.is_leader {
-        super::authorize(agent.leader(), authority, &op).await?;
-        return execute(agent, op).await;
+        super::authorize(here.leader(), authority, &op).await?;
+        return execute(here, op).await;
     }
     let from_raft = view
         .leader
         .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())));
     // A node no leader has talked to lately (a spare, outside the configuration, or one cut
     // off) trusts the leader it learned by checking in over its own stale view.
-    let silent = agent.removal().silence() >= crate::agent::CHECK_IN_AFTER_SILENCE;
-    let checked_in = silent.then(|| agent.check_in().leader).flatten();
+    let silent = here.group.removal().silence() >= crate::agent::CHECK_IN_AFTER_SILENCE;
+    let checked_in = silent.then(|| here.group.check_in().leader).flatten();
     // Only a leader raft told us about can be watched for a change; one learned by checking in
     // is not this node's raft leader, and raft would report a change at once.
     let watch_raft = checked_in.is_none();
@@ -64,19 +64,20 @@ pub async fn run_once(
             "no leader is known right now; retry in a moment",
         ));
     };
-    let peer = agent
+    let peer = here
+        .group
         .peers()
         .get(leader, &node.addr)
         .await
         .map_err(|e| ApiError::new(ErrorKind::NoLeader, e.to_string()))?;
-    match forward(agent, &peer, authority, op, (leader, &node), watch_raft).await {
+    match forward(here, &peer, authority, op, (leader, &node), watch_raft).await {
         Ok(value) => Ok(value),
         Err(failed) => {
             let (error, aftermath) = failure(&node.name, failed);
             match aftermath {
                 // The leader says this node was removed: stop like on any other sign of it.
-                Aftermath::Removed => agent.removal().conclude(),
-                Aftermath::ForgetLeader => agent.peers().forget(leader),
+                Aftermath::Removed => here.group.removal().conclude(),
+                Aftermath::ForgetLeader => here.group.peers().forget(leader),
                 Aftermath::Nothing => {}
             }
             Err(error)
@@ -107,7 +108,7 @@ enum Aftermath {
 /// Sends `op` to `leader` over `peer` and waits for its answer, or for raft to see another
 /// leader.
 async fn forward(
-    agent: &Agent,
+    here: Here<'_>,
     peer: &PeerClient,
     authority: &Authority,
     op: LeaderOp,
@@ -128,7 +129,7 @@ async fn forward(
     // elects another within an election window. Follow it instead of waiting out the timeout.
     tokio::select! {
         answer = send_json(&node.addr, request) => answer.map_err(Failed::Call),
-        () = leader_changed(agent, leader, watch_raft) => Err(Failed::StoppedLeading { read_only }),
+        () = leader_changed(here, leader, watch_raft) => Err(Failed::StoppedLeading { read_only }),
     }
 }
 
@@ -186,9 +187,9 @@ fn failure(leader_name: &str, failed: Failed) -> (ApiError, Aftermath) {
 
 /// Resolves when raft sees another leader than `leader`; never, when `leader` was not learned
 /// from raft (a spare's, from its check-in).
-async fn leader_changed(agent: &Agent, leader: NodeId, watch_raft: bool) {
+async fn leader_changed(here: Here<'_>, leader: NodeId, watch_raft: bool) {
     if watch_raft {
-        agent.raft().leader_changed_from(leader).await;
+        here.raft().leader_changed_from(leader).await;
     } else {
         std::future::pending::<()>().await;
     }

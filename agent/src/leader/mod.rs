@@ -1,6 +1,6 @@
 //! Leader-side operations: everything that reads the replicated state linearizably or writes
 //! it. One file per action (admission, tokens, removal, backup, key-value, status); this module
-//! is the one dispatcher ([`execute`]) and the one way to reach the leader ([`run`]), which
+//! is the one dispatcher ([`execute`]) and the one way to here the leader ([`run`]), which
 //! runs an operation here when this node leads and forwards it over mutual TLS otherwise.
 //!
 //! Who may ask for what ([`Authority`], the checks of a forwarded operation) is
@@ -44,7 +44,7 @@ pub use tokens::{
 };
 pub use view::{Sightings, cluster_view};
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::ApiError;
 use crate::api::join::JoinRequest;
 
@@ -218,8 +218,8 @@ impl LeaderOp {
 }
 
 /// Executes `op` on this node, which must be the leader.
-pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
-    let leader = agent.leader();
+pub async fn execute(here: Here<'_>, op: LeaderOp) -> Result<serde_json::Value, ApiError> {
+    let leader = here.leader();
     match op {
         LeaderOp::Write { request } => kv::write(leader, request).await,
         LeaderOp::KvGet { key } => json(kv::get(leader, key).await?),
@@ -231,7 +231,7 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
         LeaderOp::Lease { request } => json(lease::change(leader, request).await?),
         LeaderOp::LeaseGet { name } => json(lease::get(leader, name).await?),
         LeaderOp::LeaseList => json(lease::list(leader).await?),
-        LeaderOp::Status => json(status::local(agent)?),
+        LeaderOp::Status => json(status::local(here)?),
         LeaderOp::TokenJoin { join } => json(admit::admit_with_token(leader, join).await?),
         LeaderOp::RegistrantJoin { join } => json(admit::admit_registrant(leader, join).await?),
         LeaderOp::CreateJoinToken { create } => json(tokens::create_join(leader, create).await?),
@@ -259,7 +259,7 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             json(renew::renew(leader, id, &csr_pem).await?)
         }
         LeaderOp::CaRotate => {
-            ca::every_member_can_follow(agent).await?;
+            ca::every_member_can_follow(here).await?;
             json(ca::rotate(leader).await?)
         }
         LeaderOp::CaFinish {
@@ -277,8 +277,8 @@ pub async fn execute(agent: &Agent, op: LeaderOp) -> Result<serde_json::Value, A
             json(ca::ack(leader, id, pin, stage).await?)
         }
         LeaderOp::SetAddress { name, addr } => {
-            let reach = address::PeerReach(agent.peers());
-            json(address::set_address(leader, &reach, &name, &addr).await?)
+            let here = address::PeerReach(here.group.peers());
+            json(address::set_address(leader, &here, &name, &addr).await?)
         }
     }
 }

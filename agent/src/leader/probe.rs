@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::probe::{DataDirHealth, MemberProbe, NodeProbe, ProbeReport};
 use crate::api::{ApiError, paths};
 use crate::client::{self, CallError};
@@ -25,12 +25,12 @@ const PROBE_FILE: &str = ".probe";
 static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// This node's report of itself.
-pub async fn local(agent: &Agent) -> NodeProbe {
-    let view = agent.raft().view();
+pub async fn local(here: Here<'_>) -> NodeProbe {
+    let view = here.raft().view();
     let leader = view
         .leader
         .and_then(|id| view.nodes.get(&id).map(|n| n.name.clone()));
-    let dir = agent.data_dir().to_path_buf();
+    let dir = here.me.data_dir.clone();
     let (cert_expires_ms, ca_expires_ms, data_dir) = tokio::task::spawn_blocking(move || {
         (
             datadir::cert_expires_ms(&dir),
@@ -51,7 +51,7 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         )
     });
     NodeProbe {
-        name: agent.name().to_string(),
+        name: here.me.name.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         cert_expires_ms,
         ca_expires_ms,
@@ -59,8 +59,8 @@ pub async fn local(agent: &Agent) -> NodeProbe {
         leader,
         data_dir,
         data_dir_path: Some(
-            std::path::absolute(agent.data_dir())
-                .unwrap_or_else(|_| agent.data_dir().to_path_buf())
+            std::path::absolute(here.me.data_dir.as_path())
+                .unwrap_or_else(|_| here.me.data_dir.clone())
                 .display()
                 .to_string(),
         ),
@@ -83,14 +83,14 @@ fn data_dir_health(dir: &Path) -> DataDirHealth {
 }
 
 /// The cluster's status and every member's report, asked of all members at once.
-pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
-    let status = super::status(agent).await?;
+pub async fn report(here: Here<'_>) -> Result<ProbeReport, ApiError> {
+    let status = super::status(here).await?;
     let mut asks = JoinSet::new();
     for (index, member) in status.members.iter().enumerate() {
-        if member.name == agent.name() {
+        if member.name == here.me.name.as_str() {
             continue;
         }
-        let peers = agent.peers().clone();
+        let peers = here.group.peers().clone();
         let member = member.clone();
         asks.spawn(async move {
             let answer = match parse_member_id(&member.id) {
@@ -122,8 +122,8 @@ pub async fn report(agent: &Agent) -> Result<ProbeReport, ApiError> {
             error: Some("not asked".into()),
         })
         .collect();
-    if let Some(me) = probes.iter_mut().find(|p| p.name == agent.name()) {
-        me.report = Some(local(agent).await);
+    if let Some(me) = probes.iter_mut().find(|p| p.name == here.me.name.as_str()) {
+        me.report = Some(local(here).await);
         me.answered = true;
         me.error = None;
     }

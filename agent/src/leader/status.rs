@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 
 use super::{Authority, LeaderOp, run_once};
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::types::{Member, Status};
 use crate::api::{ApiError, paths};
 use crate::client::PeerClients;
@@ -27,13 +27,13 @@ const LEADER_ANSWER_WAIT: Duration = Duration::from_secs(5);
 const MEMBER_CHECK_WAIT: Duration = Duration::from_secs(1);
 
 /// Status as this node sees it. On the leader it includes replication progress.
-pub fn local(agent: &Agent) -> Result<Status, ApiError> {
+pub fn local(here: Here<'_>) -> Result<Status, ApiError> {
     let me = Myself {
-        name: agent.name(),
-        refused_rpcs: agent.counters().refused_rpcs(),
-        revoked_certificates: agent.revoked().len(),
+        name: here.me.name.as_str(),
+        refused_rpcs: here.counters.refused_rpcs(),
+        revoked_certificates: here.revoked.len(),
     };
-    status_of(agent.leader(), &me)
+    status_of(here.leader(), &me)
 }
 
 /// What only this node's process knows of itself: its name and its listeners' counts.
@@ -174,16 +174,16 @@ fn voters_answering(members: &[Member]) -> usize {
 
 /// Status with the leader's view of the members; with no leader answering, this node's own
 /// view, no leader named, and the members this node reaches itself.
-pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
-    let mut local = local(agent)?;
-    if agent.raft().view().is_leader {
+pub async fn status(here: Here<'_>) -> Result<Status, ApiError> {
+    let mut local = local(here)?;
+    if here.raft().view().is_leader {
         return Ok(local);
     }
     // One attempt: during an election `status` answers at once with what this node knows
     // (no leader) rather than waiting for the outcome.
     let asked = tokio::time::timeout(
         LEADER_ANSWER_WAIT,
-        run_once(agent, &Authority::Node, LeaderOp::Status),
+        run_once(here, &Authority::Node, LeaderOp::Status),
     )
     .await;
     if let Ok(Ok(value)) = asked
@@ -201,8 +201,8 @@ pub async fn status(agent: &Agent) -> Result<Status, ApiError> {
         return Ok(local);
     }
     local.leader = shown_leader(LeaderWord::Silent);
-    let me = agent.name().to_string();
-    let answering = ask_members(agent.peers(), &local.members, &me).await;
+    let me = here.me.name.clone();
+    let answering = ask_members(here.group.peers(), &local.members, &me).await;
     for member in &mut local.members {
         member.reachable = Some(member.name == me || answering.contains(&member.name));
     }

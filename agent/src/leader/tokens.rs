@@ -22,7 +22,7 @@ pub use records::{
 };
 
 use super::Authority;
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::types::TokenCreated;
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
@@ -115,13 +115,13 @@ impl NewToken {
 /// Operator API: a new join token. The secret is made here and leaves this node only in the
 /// answer; the leader records its hash.
 pub async fn issue_join_token(
-    agent: &Agent,
+    here: Here<'_>,
     authority: &Authority,
     ttl: Duration,
     uses: u32,
     description: String,
 ) -> Result<TokenCreated, ApiError> {
-    let token = SecretToken::generate(TokenKind::Join, &agent.leader().ca_pin());
+    let token = SecretToken::generate(TokenKind::Join, &here.leader().ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
         secret_sha256: token.secret_hash(),
@@ -132,7 +132,7 @@ pub async fn issue_join_token(
         ca_pin: token.ca_pin().to_string(),
     };
     create.check(true)?;
-    let info = super::ask(agent, authority, super::ask::create_join_token(create)).await?;
+    let info = super::ask(here, authority, super::ask::create_join_token(create)).await?;
     Ok(TokenCreated {
         token: token.reveal(),
         id: info.id,
@@ -144,7 +144,7 @@ pub async fn issue_join_token(
 
 /// Operator API: a new operator token (see [`issue_join_token`]).
 pub async fn issue_operator_token(
-    agent: &Agent,
+    here: Here<'_>,
     authority: &Authority,
     description: String,
     scopes: Vec<Scope>,
@@ -154,7 +154,7 @@ pub async fn issue_operator_token(
             "an operator token has 1 to {MAX_SCOPES} scopes (admin, kv:PREFIX[:ro], lease:NAME, fleetlock)"
         )));
     }
-    let token = SecretToken::generate(TokenKind::Operator, &agent.leader().ca_pin());
+    let token = SecretToken::generate(TokenKind::Operator, &here.leader().ca_pin());
     let create = NewToken {
         id: token.id().to_string(),
         secret_sha256: token.secret_hash(),
@@ -165,7 +165,7 @@ pub async fn issue_operator_token(
         ca_pin: token.ca_pin().to_string(),
     };
     create.check(false)?;
-    let info = super::ask(agent, authority, super::ask::create_operator_token(create)).await?;
+    let info = super::ask(here, authority, super::ask::create_operator_token(create)).await?;
     Ok(TokenCreated {
         token: token.reveal(),
         id: info.id,

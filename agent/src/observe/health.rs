@@ -2,8 +2,9 @@
 //! joined and serves: it has the cluster's log and sees a leader that hears a quorum). The
 //! same readiness is what `Type=notify` tells systemd (`notify.rs`).
 
-use crate::agent::Agent;
+use crate::agent::Group;
 use crate::api::{ApiError, ErrorKind};
+use crate::state::NodeId;
 
 /// What readiness is decided on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,11 +24,11 @@ pub struct ReadyInput {
 }
 
 impl ReadyInput {
-    pub fn of(agent: &Agent) -> Self {
-        let view = agent.raft().view();
-        let confirmed = agent.check_in().confirmed_leader();
-        let in_config = view.nodes.contains_key(&agent.node_id());
-        let (has_state, forming) = agent
+    pub fn of(group: &Group, me: NodeId) -> Self {
+        let view = group.raft().view();
+        let confirmed = group.check_in().confirmed_leader();
+        let in_config = view.nodes.contains_key(&me);
+        let (has_state, forming) = group
             .raft()
             .read_local(|s| {
                 (
@@ -45,7 +46,7 @@ impl ReadyInput {
             .or_else(|| confirmed.as_ref().map(|(_, n)| n.name.clone()));
         // The leader a restarted node's raft remembers counts only once it has been heard
         // from in this process (or confirmed by a check-in).
-        let heard = agent.removal().heard_since_start() && !agent.hears_no_leader();
+        let heard = group.removal().heard_since_start() && !group.hears_no_leader();
         Self {
             has_log,
             forming,
@@ -53,7 +54,7 @@ impl ReadyInput {
             leads: view.is_leader,
             // Acknowledged by a majority in this process: a restarted leader's raft state says
             // "leader" before any voter has answered it.
-            quorum_lost: view.is_leader && !agent.raft().leads_with_quorum(),
+            quorum_lost: view.is_leader && !group.raft().leads_with_quorum(),
             leader_silent: !heard && confirmed.is_none(),
         }
     }

@@ -6,7 +6,7 @@ mod render;
 pub use render::{fleetlock_gauges, render};
 
 use super::health::{ReadyInput, readiness};
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::clock::now_ms;
 use crate::datadir;
 use crate::raft::StatsSnapshot;
@@ -47,9 +47,9 @@ pub struct MetricsInput {
 }
 
 /// Copies the agent's counters and views (reads the data dir's size and certificate).
-pub async fn gather(agent: &Agent) -> MetricsInput {
-    let view = agent.raft().view();
-    let status = crate::leader::local_status(agent).ok();
+pub async fn gather(here: Here<'_>) -> MetricsInput {
+    let view = here.raft().view();
+    let status = crate::leader::local_status(here).ok();
     let last_log_index = view.last_log_index.unwrap_or(0);
     let peers = status
         .as_ref()
@@ -65,11 +65,11 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
                 .collect()
         })
         .unwrap_or_default();
-    let (fleetlock, leases_held) = agent
+    let (fleetlock, leases_held) = here
         .raft()
         .read_local(|s| (s.fleetlock.clone(), s.leases.held_count()))
         .unwrap_or_default();
-    let dir = agent.data_dir().to_path_buf();
+    let dir = here.me.data_dir.clone();
     let (cert_expires_ms, ca_expires_ms, data_dir_bytes) = tokio::task::spawn_blocking(move || {
         (
             datadir::cert_expires_ms(&dir),
@@ -79,10 +79,10 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
     })
     .await
     .unwrap_or((None, None, 0));
-    let ready = ReadyInput::of(agent);
+    let ready = ReadyInput::of(here.group, here.me.node_id);
     MetricsInput {
-        cluster_id: agent.cluster_id().to_string(),
-        node: agent.name().to_string(),
+        cluster_id: here.cluster_id().to_string(),
+        node: here.me.name.clone(),
         term: view.term,
         is_leader: view.is_leader,
         // Raft remembers a leader that is gone (no election starts without a majority):
@@ -91,9 +91,9 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
         last_log_index,
         applied_index: view.last_applied.unwrap_or(0),
         peers,
-        stats: agent.raft().stats(),
-        refused_rpcs: agent.counters().refused_rpcs(),
-        over_limit: agent.counters().over_limit(),
+        stats: here.raft().stats(),
+        refused_rpcs: here.counters.refused_rpcs(),
+        over_limit: here.counters.over_limit(),
         cert_expires_ms,
         ca_expires_ms,
         now_ms: now_ms(),
@@ -101,6 +101,6 @@ pub async fn gather(agent: &Agent) -> MetricsInput {
         fleetlock,
         leases_held,
         ready: readiness(&ready).is_ok(),
-        quorum_lost: agent.raft().quorum_lost(),
+        quorum_lost: here.raft().quorum_lost(),
     }
 }

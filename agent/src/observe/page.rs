@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::ApiError;
 use crate::api::probe::MemberProbe;
 use crate::api::types::Status;
@@ -38,9 +38,9 @@ pub struct LeaseRow {
 
 /// The page's data: status and probes as `muster plan` sees them, FleetLock and leases from
 /// this node's applied state.
-pub async fn data(agent: &Agent) -> Result<PageData, ApiError> {
-    let report = crate::leader::probe::report(agent).await?;
-    let (fleetlock, leases) = agent.raft().read_local(|s| {
+pub async fn data(here: Here<'_>) -> Result<PageData, ApiError> {
+    let report = crate::leader::probe::report(here).await?;
+    let (fleetlock, leases) = here.raft().read_local(|s| {
         let groups = s
             .fleetlock
             .groups
@@ -187,7 +187,7 @@ async function refresh() {
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     document.body.dataset.loaded = "true";
   } catch (e) {
-    document.getElementById("error").textContent = "cannot reach the agent: " + e.message;
+    document.getElementById("error").textContent = "cannot here the agent: " + e.message;
   } finally {
     busy = false;
   }

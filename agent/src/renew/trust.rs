@@ -5,7 +5,7 @@
 
 use muster_shared::tls;
 
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::datadir::{self, TlsFiles};
 use crate::leader::{self, Authority, LeaderOp};
 use crate::state::ca_rotation::CaStage;
@@ -23,9 +23,13 @@ struct NextCa {
 
 /// Keeps the CAs this node trusts in step with the cluster's (a CA rotation adds the new one,
 /// its end drops the old), and tells the leader how far this member is in a rotation.
-pub(super) async fn follow_trust(agent: &Agent, key_pem: &str) {
-    let me = agent.node_id();
-    let Ok((trusted, next)) = agent.raft().read_local(|s| {
+pub(super) async fn follow_trust(
+    here: Here<'_>,
+    credentials: &tls::NodeCredentials,
+    key_pem: &str,
+) {
+    let me = here.me.node_id;
+    let Ok((trusted, next)) = here.raft().read_local(|s| {
         (
             s.trusted_ca_pems(),
             s.ca_next.as_ref().map(|n| NextCa {
@@ -38,12 +42,18 @@ pub(super) async fn follow_trust(agent: &Agent, key_pem: &str) {
     }) else {
         return;
     };
-    let Ok(files) = datadir::read_tls(agent.data_dir()) else {
+    let Ok(files) = datadir::read_tls(here.me.data_dir.as_path()) else {
         return;
     };
     let bundle = trusted.concat();
     if !bundle.is_empty() && files.ca_pem != bundle {
-        match take_into_use(agent, key_pem, &files, &bundle) {
+        match take_into_use(
+            credentials,
+            here.me.data_dir.as_path(),
+            key_pem,
+            &files,
+            &bundle,
+        ) {
             Ok(()) => tracing::info!(
                 trusted_cas = trusted.len(),
                 "the cluster's CAs changed; this node now trusts {}",
@@ -71,7 +81,7 @@ pub(super) async fn follow_trust(agent: &Agent, key_pem: &str) {
         pin: next.pin,
         stage,
     };
-    if let Err(e) = leader::run(agent, &Authority::Node, op).await {
+    if let Err(e) = leader::run(here, &Authority::Node, op).await {
         tracing::info!(error = %e, ?stage, "cannot report this member's CA rotation progress yet");
     }
 }
@@ -80,17 +90,16 @@ pub(super) async fn follow_trust(agent: &Agent, key_pem: &str) {
 /// it is used. CAs dropped (a finished rotation) are remembered, so that an old token in this
 /// machine's settings reads as this cluster's on the next start, not as another cluster's.
 fn take_into_use(
-    agent: &Agent,
+    credentials: &tls::NodeCredentials,
+    data_dir: &std::path::Path,
     key_pem: &str,
     files: &TlsFiles,
     bundle: &str,
 ) -> Result<(), TrustError> {
-    datadir::retire_pins(agent.data_dir(), &dropped_pins(&files.ca_pem, bundle))?;
+    datadir::retire_pins(data_dir, &dropped_pins(&files.ca_pem, bundle))?;
     tls::NodeCredentials::new(bundle, &files.cert_pem, key_pem)?;
-    datadir::write_trust(agent.data_dir(), bundle)?;
-    Ok(agent
-        .credentials()
-        .replace(bundle, &files.cert_pem, key_pem)?)
+    datadir::write_trust(data_dir, bundle)?;
+    Ok(credentials.replace(bundle, &files.cert_pem, key_pem)?)
 }
 
 /// Why the cluster's CAs could not be taken into use (logged; the next round tries again).

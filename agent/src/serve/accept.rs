@@ -69,11 +69,7 @@ impl Gate<'_> {
     }
 
     fn over_limit(&self, over: OverLimit, remote: SocketAddr) {
-        if self
-            .agent
-            .counters()
-            .count_over_limit(crate::clock::now_ms())
-        {
+        if self.agent.counters.count_over_limit(crate::clock::now_ms()) {
             let name = self.name;
             tracing::warn!(%remote, ?over, listener = name, "connection refused: over the listener's connection limit");
         }
@@ -82,11 +78,7 @@ impl Gate<'_> {
     fn accept_failed(&self, e: &io::Error) {
         // EMFILE/ENFILE: the process is out of descriptors. Counted with the refusals; the
         // budget of each listener should keep this from happening at all.
-        if self
-            .agent
-            .counters()
-            .count_over_limit(crate::clock::now_ms())
-        {
+        if self.agent.counters.count_over_limit(crate::clock::now_ms()) {
             let name = self.name;
             if is_out_of_descriptors(e) {
                 tracing::error!(listener = name, error = %e, "out of file descriptors: shedding new connections; raise LimitNOFILE or lower --max-connections");

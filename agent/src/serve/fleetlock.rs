@@ -162,7 +162,7 @@ async fn handle(State(state): State<FleetLockState>, req: Request) -> Response {
         state.counters.count(endpoint.name(), limited.kind());
         return refused(&limited, "");
     }
-    let (kind, response) = decide(&state.agent, endpoint, &caller, req).await;
+    let (kind, response) = decide(state.agent.here(), endpoint, &caller, req).await;
     state.counters.count(endpoint.name(), &kind);
     response
 }
@@ -186,6 +186,7 @@ fn metrics(state: &FleetLockState) -> Response {
     }
     let fleetlock = state
         .agent
+        .group
         .raft()
         .read_local(|s| s.fleetlock.clone())
         .unwrap_or_default();

@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::fleetlock_access::{Caller, Refused, may_act_for};
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::api::fleetlock::{ProtocolAnswer, ProtocolRequest};
 use crate::api::{ApiError, ErrorKind};
 use crate::clock::now_ms;
@@ -71,7 +71,7 @@ impl Rejection {
 /// Checks the request in the protocol's order, then decides on the leader. Returns the
 /// answer's kind (for the counters) and the answer.
 pub(super) async fn decide(
-    agent: &Agent,
+    here: Here<'_>,
     endpoint: Endpoint,
     caller: &Caller,
     req: Request,
@@ -80,8 +80,8 @@ pub(super) async fn decide(
         Ok(asked) => asked,
         Err(refusal) => return refusal,
     };
-    let command = command(endpoint, &id, &group, agent.node_id(), now_ms());
-    match on_leader(agent, command).await {
+    let command = command(endpoint, &id, &group, here.me.node_id, now_ms());
+    match on_leader(here, command).await {
         Ok(outcome) => granted(outcome, &id, &group),
         Err(rejection) => rejection.answered(),
     }
@@ -183,18 +183,14 @@ fn command(endpoint: Endpoint, id: &str, group: &str, via: NodeId, now_ms: u64) 
 }
 
 /// The leader's decision, within [`DECISION_TIMEOUT`].
-async fn on_leader(agent: &Agent, command: Command) -> Result<Outcome, Rejection> {
+async fn on_leader(here: Here<'_>, command: Command) -> Result<Outcome, Rejection> {
     let decided = tokio::time::timeout(
         DECISION_TIMEOUT,
-        leader::ask(
-            agent,
-            &Authority::FleetLock,
-            leader::ask::fleetlock(command),
-        ),
+        leader::ask(here, &Authority::FleetLock, leader::ask::fleetlock(command)),
     )
     .await;
     match decided {
-        Err(_) => Err(timed_out(agent)),
+        Err(_) => Err(timed_out(here)),
         // An answer that does not decode is `internal`, answered 500 `internal_error` too.
         Ok(Err(e)) => Err(leader_refusal(e)),
         Ok(Ok(outcome)) => Ok(outcome),
@@ -207,8 +203,8 @@ async fn on_leader(agent: &Agent, command: Command) -> Result<Outcome, Rejection
 /// time (`no_quorum`). Without asking here, `no_leader` could never be answered:
 /// `leader::run` waits for an election (up to 5 s) before it gives up with `no_leader`,
 /// longer than the timeout.
-fn timed_out(agent: &Agent) -> Rejection {
-    let kind = match readiness(&ReadyInput::of(agent)) {
+fn timed_out(here: Here<'_>) -> Rejection {
+    let kind = match readiness(&ReadyInput::of(here.group, here.me.node_id)) {
         Err(e) if e.kind == ErrorKind::NoLeader => "no_leader",
         _ => "no_quorum",
     };

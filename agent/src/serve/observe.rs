@@ -25,7 +25,7 @@ use crate::observe::{metrics, page};
 
 /// Prometheus text of this node.
 pub async fn metrics_text(State(agent): State<Arc<Agent>>) -> Response {
-    let text = metrics::render(&metrics::gather(&agent).await);
+    let text = metrics::render(&metrics::gather(agent.here()).await);
     let mut response = text.into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -36,13 +36,13 @@ pub async fn metrics_text(State(agent): State<Arc<Agent>>) -> Response {
 
 /// 200 while the node serves and its raft runs (a stopped raft ends the agent anyway).
 async fn healthz(State(agent): State<Arc<Agent>>) -> Response {
-    let view = agent.raft().view();
+    let view = agent.group.raft().view();
     json_response(&serde_json::json!({ "healthy": true, "term": view.term }))
 }
 
 /// 200 once the node has the log and sees a leader with a quorum, else 503 with the reason.
 async fn readyz(State(agent): State<Arc<Agent>>) -> Response {
-    match readiness(&ReadyInput::of(&agent)) {
+    match readiness(&ReadyInput::of(&agent.group, agent.me.node_id)) {
         Ok(status) => json_response(&serde_json::json!({ "ready": true, "status": status })),
         Err(not_ready) => error_response(&not_ready),
     }
@@ -74,7 +74,7 @@ async fn status_json(
     {
         return json_response(data);
     }
-    match page::data(&agent).await {
+    match page::data(agent.here()).await {
         Ok(data) => {
             let response = json_response(&data);
             *cached = Some((std::time::Instant::now(), data));

@@ -52,7 +52,7 @@ struct RemoveQuery {
 }
 
 async fn status(State(agent): State<Arc<Agent>>) -> Response {
-    answer(leader::status(&agent).await)
+    answer(leader::status(agent.here()).await)
 }
 
 /// Who is asking: put into every request by the socket's router (`LocalSocket`) or by the TCP
@@ -70,11 +70,11 @@ async fn token_create(
             Err(e) => return error_response(&e),
         };
     let ttl = std::time::Duration::from_millis(req.ttl_ms);
-    answer(leader::issue_join_token(&agent, &by, ttl, req.uses, req.description).await)
+    answer(leader::issue_join_token(agent.here(), &by, ttl, req.uses, req.description).await)
 }
 
 async fn token_list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::ListJoinTokens).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::ListJoinTokens).await)
 }
 
 async fn token_revoke(
@@ -82,7 +82,7 @@ async fn token_revoke(
     Extension(by): By,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::RevokeJoinToken { id }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::RevokeJoinToken { id }).await)
 }
 
 async fn operator_token_create(
@@ -97,11 +97,11 @@ async fn operator_token_create(
         Ok(r) => r,
         Err(e) => return error_response(&e),
     };
-    answer(leader::issue_operator_token(&agent, &by, req.description, req.scopes).await)
+    answer(leader::issue_operator_token(agent.here(), &by, req.description, req.scopes).await)
 }
 
 async fn operator_token_list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::ListOperatorTokens).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::ListOperatorTokens).await)
 }
 
 async fn operator_token_revoke(
@@ -109,7 +109,7 @@ async fn operator_token_revoke(
     Extension(by): By,
     UrlPath(id): UrlPath<String>,
 ) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::RevokeOperatorToken { id }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::RevokeOperatorToken { id }).await)
 }
 
 async fn member_remove(
@@ -122,7 +122,7 @@ async fn member_remove(
         name,
         force: q.force,
     };
-    answer(leader::run(&agent, &by, op).await)
+    answer(leader::run(agent.here(), &by, op).await)
 }
 
 #[derive(Deserialize)]
@@ -144,11 +144,11 @@ async fn member_set_address(
         name,
         addr: new.address,
     };
-    answer(leader::run(&agent, &by, op).await)
+    answer(leader::run(agent.here(), &by, op).await)
 }
 
 async fn ca_status(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::CaStatus).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::CaStatus).await)
 }
 
 #[derive(Deserialize, Default)]
@@ -169,7 +169,7 @@ async fn ca_rotate(State(agent): State<Arc<Agent>>, Extension(by): By, body: Byt
         }
     };
     if !asked.finish {
-        return answer(leader::run(&agent, &by, LeaderOp::CaRotate).await);
+        return answer(leader::run(agent.here(), &by, LeaderOp::CaRotate).await);
     }
     // A live join secret ends with the old CA; its successor is made here so that the secret
     // leaves this node only in the answer (the leader records its hash).
@@ -182,17 +182,19 @@ async fn ca_rotate(State(agent): State<Arc<Agent>>, Extension(by): By, body: Byt
             verify_key: secret.verify_key(),
         }),
     );
-    let finished = leader::ask(&agent, &by, finish).await.map(|mut status| {
-        if status.join_secret.is_some() {
-            status.join_secret = Some(secret.reveal());
-        }
-        status
-    });
+    let finished = leader::ask(agent.here(), &by, finish)
+        .await
+        .map(|mut status| {
+            if status.join_secret.is_some() {
+                status.join_secret = Some(secret.reveal());
+            }
+            status
+        });
     answer(finished)
 }
 
 async fn settings_get(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::Settings).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::Settings).await)
 }
 
 async fn settings_put(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes) -> Response {
@@ -203,7 +205,7 @@ async fn settings_put(State(agent): State<Arc<Agent>>, Extension(by): By, body: 
         Ok(s) => s,
         Err(e) => return error_response(&e),
     };
-    answer(leader::run(&agent, &by, LeaderOp::SetSettings { settings }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::SetSettings { settings }).await)
 }
 
 /// Gathered by this member (not the leader): it must answer while there is no leader, so that
@@ -213,6 +215,7 @@ async fn settings_put(State(agent): State<Arc<Agent>>, Extension(by): By, body: 
 async fn probe(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
     if let Authority::OperatorToken { id, .. } = &by {
         let scopes = agent
+            .group
             .raft()
             .read_local(|s| s.operator_tokens.get(id).map(|t| t.scopes.clone()))
             .ok()
@@ -228,11 +231,11 @@ async fn probe(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
             ));
         }
     }
-    answer(leader::probe::report(&agent).await)
+    answer(leader::probe::report(agent.here()).await)
 }
 
 async fn backup(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::Backup).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::Backup).await)
 }
 
 /// The operator API. The unix socket serves it as is; the node's TLS port serves it behind an

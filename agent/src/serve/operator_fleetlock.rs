@@ -12,7 +12,7 @@ use axum::routing::{get, post, put};
 use serde::Deserialize;
 
 use super::http::{answer, error_response, parse_json};
-use crate::agent::Agent;
+use crate::agent::{Agent, Here};
 use crate::api::paths;
 use crate::leader::{self, Authority, LeaderOp};
 use crate::state::fleetlock::{Command, UnknownGroups};
@@ -53,12 +53,12 @@ pub fn routes() -> Router<Arc<Agent>> {
         .route(paths::FLEETLOCK_SETTINGS, put(settings))
 }
 
-async fn run(agent: &Agent, by: &Authority, command: Command) -> Response {
-    answer(leader::run(agent, by, LeaderOp::FleetLock { command }).await)
+async fn run(here: Here<'_>, by: &Authority, command: Command) -> Response {
+    answer(leader::run(here, by, LeaderOp::FleetLock { command }).await)
 }
 
 async fn status(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::FleetLockStatus).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::FleetLockStatus).await)
 }
 
 async fn history(
@@ -67,7 +67,7 @@ async fn history(
     Query(q): Query<HistoryQuery>,
 ) -> Response {
     let op = LeaderOp::FleetLockHistory { group: q.group };
-    answer(leader::run(&agent, &by, op).await)
+    answer(leader::run(agent.here(), &by, op).await)
 }
 
 async fn set_group(
@@ -79,7 +79,7 @@ async fn set_group(
     match parse_json::<SetGroup>(&body, r#"{"slots": N}"#) {
         Ok(set) => {
             run(
-                &agent,
+                agent.here(),
                 &by,
                 Command::SetGroup {
                     name,
@@ -97,7 +97,7 @@ async fn delete_group(
     Extension(by): By,
     UrlPath(name): UrlPath<String>,
 ) -> Response {
-    run(&agent, &by, Command::DeleteGroup { name }).await
+    run(agent.here(), &by, Command::DeleteGroup { name }).await
 }
 
 /// A force-release by an operator: the holder's slot goes whatever the holder thinks.
@@ -106,12 +106,12 @@ async fn release(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes
         Ok(r) => {
             tracing::warn!(group = %r.group, id = %r.id, "FleetLock slot force-released by an operator");
             run(
-                &agent,
+                agent.here(),
                 &by,
                 Command::Unlock {
                     group: r.group,
                     id: r.id,
-                    via: agent.node_id(),
+                    via: agent.me.node_id,
                     // The leader stamps its own clock.
                     now_ms: 0,
                     forced: true,
@@ -127,7 +127,7 @@ async fn settings(State(agent): State<Arc<Agent>>, Extension(by): By, body: Byte
     match parse_json::<Settings>(&body, r#"{"unknown_groups": "create" | "reject"}"#) {
         Ok(s) => {
             run(
-                &agent,
+                agent.here(),
                 &by,
                 Command::SetUnknownGroups {
                     mode: s.unknown_groups,

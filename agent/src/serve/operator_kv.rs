@@ -75,7 +75,7 @@ async fn kv_get(
     if let Err(e) = check_key(&q.key) {
         return error_response(&e);
     }
-    answer(leader::run(&agent, &by, LeaderOp::KvGet { key: q.key }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::KvGet { key: q.key }).await)
 }
 
 async fn kv_put(
@@ -112,7 +112,7 @@ async fn kv_put(
         value: put.value,
         expect,
     };
-    answer(leader::run(&agent, &by, LeaderOp::Write { request }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::Write { request }).await)
 }
 
 async fn kv_del(
@@ -127,7 +127,7 @@ async fn kv_del(
         key: q.key,
         expect: q.if_revision.map(Expect::Revision),
     };
-    answer(leader::run(&agent, &by, LeaderOp::Write { request }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::Write { request }).await)
 }
 
 async fn kv_list(
@@ -135,7 +135,7 @@ async fn kv_list(
     Extension(by): By,
     Query(q): Query<PrefixQuery>,
 ) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::KvList { prefix: q.prefix }).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::KvList { prefix: q.prefix }).await)
 }
 
 /// How often a watch held on a spare asks the leader again.
@@ -153,9 +153,9 @@ async fn kv_watch(
     let deadline = tokio::time::Instant::now() + wait;
     let mut from = q.from_revision;
     loop {
-        let applied = agent.raft().view().last_applied;
+        let applied = agent.group.raft().view().last_applied;
         let watch = leader::ask::kv_watch(q.prefix.clone(), from);
-        let found = match leader::ask(&agent, &by, watch).await {
+        let found = match leader::ask(agent.here(), &by, watch).await {
             Ok(found) => found,
             Err(e) => return error_response(&e),
         };
@@ -168,7 +168,7 @@ async fn kv_watch(
         // space (lease renewals and other entries do not count), or at the deadline.
         // A node out of replication (a spare) applies nothing: it asks the leader again every
         // quarter second instead.
-        if agent.hears_no_leader() {
+        if agent.group.hears_no_leader() {
             let pause = tokio::time::Instant::now() + SPARE_WATCH_POLL;
             tokio::time::sleep_until(pause.min(deadline)).await;
             if tokio::time::Instant::now() >= deadline {
@@ -178,12 +178,13 @@ async fn kv_watch(
         }
         let mut applied = applied;
         loop {
-            agent.raft().applied_after(applied, deadline).await;
+            agent.group.raft().applied_after(applied, deadline).await;
             if tokio::time::Instant::now() >= deadline {
                 return answer(Ok(found));
             }
-            applied = agent.raft().view().last_applied;
+            applied = agent.group.raft().view().last_applied;
             let local = agent
+                .group
                 .raft()
                 .read_local(|s| s.kv.revision)
                 .unwrap_or(u64::MAX);

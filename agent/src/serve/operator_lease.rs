@@ -12,7 +12,7 @@ use axum::response::Response;
 use axum::routing::get;
 
 use super::http::{answer, error_response, parse_json};
-use crate::agent::Agent;
+use crate::agent::{Agent, Here};
 use crate::api::types::{LeaseClaim, LeaseRelease};
 use crate::api::{ApiError, ErrorKind, paths};
 use crate::leader::lease::LeaseRequest;
@@ -31,11 +31,11 @@ pub fn routes() -> Router<Arc<Agent>> {
     )
 }
 
-async fn change(agent: &Agent, by: &Authority, request: LeaseRequest) -> Response {
+async fn change(here: Here<'_>, by: &Authority, request: LeaseRequest) -> Response {
     if let Err(e) = request.check() {
         return error_response(&e);
     }
-    answer(leader::run(agent, by, LeaderOp::Lease { request }).await)
+    answer(leader::run(here, by, LeaderOp::Lease { request }).await)
 }
 
 async fn claim(
@@ -57,7 +57,7 @@ async fn claim(
         ttl_ms: claim.ttl_ms,
         key_sha256: claim.key.as_deref().map(hash),
     };
-    change(&agent, &by, request).await
+    change(agent.here(), &by, request).await
 }
 
 async fn release(
@@ -75,7 +75,7 @@ async fn release(
         holder: release.holder,
         key_sha256: hash(&release.key),
     };
-    change(&agent, &by, request).await
+    change(agent.here(), &by, request).await
 }
 
 async fn read(
@@ -83,12 +83,12 @@ async fn read(
     Extension(by): By,
     UrlPath(name): UrlPath<String>,
 ) -> Response {
-    let found = leader::ask(&agent, &by, leader::ask::lease_get(name.clone())).await;
+    let found = leader::ask(agent.here(), &by, leader::ask::lease_get(name.clone())).await;
     answer(found.and_then(|found| {
         found.ok_or_else(|| ApiError::new(ErrorKind::NotFound, format!("lease {name} is not held")))
     }))
 }
 
 async fn list(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
-    answer(leader::run(&agent, &by, LeaderOp::LeaseList).await)
+    answer(leader::run(agent.here(), &by, LeaderOp::LeaseList).await)
 }

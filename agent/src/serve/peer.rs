@@ -93,18 +93,18 @@ fn router(agent: Arc<Agent>) -> Router {
 }
 
 async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    if let Err(refused) = require_member(&agent, &req) {
+    if let Err(refused) = require_member(agent.here(), &req) {
         return error_response(&refused);
     }
     let path = req.uri().path().to_string();
     if path == paths::RAFT_APPEND {
-        agent.removal().heard_from_leader();
+        agent.group.removal().heard_from_leader();
     }
     let body = match read_body(req.into_body(), RAFT_BODY_LIMIT).await {
         Ok(b) => b,
         Err(e) => return error_response(&e),
     };
-    match agent.raft().handle_rpc(&path, &body).await {
+    match agent.group.raft().handle_rpc(&path, &body).await {
         Ok(out) => (
             [(header::CONTENT_TYPE, "application/json")],
             Bytes::from(out),
@@ -116,25 +116,25 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
 
 /// A member's report of itself, for the member gathering `muster plan`'s probes.
 async fn probe(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    if let Err(refused) = require_member_or_spare(&agent, &req) {
+    if let Err(refused) = require_member_or_spare(agent.here(), &req) {
         return error_response(&refused);
     }
-    json_response(&crate::leader::probe::local(&agent).await)
+    json_response(&crate::leader::probe::local(agent.here()).await)
 }
 
 /// A member checks in: it learns that it is still a member, who leads and where everyone is.
 /// On the leader the check-in counts as hearing from it (a spare is heard from no other way).
 async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let caller = match require_member_or_spare(&agent, &req) {
+    let caller = match require_member_or_spare(agent.here(), &req) {
         Ok(caller) => caller,
         Err(refused) => return error_response(&refused),
     };
-    let view = agent.raft().view();
+    let view = agent.group.raft().view();
     // Only a spare's check-in counts as hearing from it: a member of the configuration is
     // judged by its answers to replication, which a one-way cut stops even while it can still
     // call in.
     if view.is_leader && !view.nodes.contains_key(&caller.node_id) {
-        agent.raft().liveness().checked_in(caller.node_id);
+        agent.group.raft().liveness().checked_in(caller.node_id);
     }
     let address = |id: NodeId, name: &str, addr: &str| PeerAddress {
         id: member_id(id),
@@ -142,6 +142,7 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
         addr: addr.to_string(),
     };
     let members = agent
+        .group
         .raft()
         .read_local(|s| {
             s.nodes
@@ -155,12 +156,13 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
     // lately. A spare's raft view stands still; passing it on would send others to a leader
     // that is gone.
     let hears_leader =
-        view.is_leader || agent.removal().silence() < crate::agent::CHECK_IN_AFTER_SILENCE;
+        view.is_leader || agent.group.removal().silence() < crate::agent::CHECK_IN_AFTER_SILENCE;
     let leader = if hears_leader {
         view.leader
             .and_then(|id| view.nodes.get(&id).map(|n| address(id, &n.name, &n.addr)))
     } else {
         agent
+            .group
             .check_in()
             .confirmed_leader()
             .map(|(id, n)| address(id, &n.name, &n.addr))
@@ -173,12 +175,12 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
 }
 
 async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
-    let caller = match require_member_or_spare(&agent, &req) {
+    let caller = match require_member_or_spare(agent.here(), &req) {
         Err(refused) => return error_response(&refused),
         // A removed node still in the configuration (a voter being demoted) keeps replicating,
         // but it no longer acts for operators.
-        Ok(caller) if is_tombstoned(&agent, caller.node_id) => {
-            agent.counters().count_refused();
+        Ok(caller) if is_tombstoned(agent.here(), caller.node_id) => {
+            agent.counters.count_refused();
             return error_response(&ApiError::new(
                 ErrorKind::Unauthorized,
                 format!(
@@ -202,17 +204,18 @@ async fn forwarded(State(agent): State<Arc<Agent>>, req: Request) -> Response {
             "only key-value writes can be forwarded",
         ));
     }
-    if !agent.raft().view().is_leader {
+    if !agent.group.raft().view().is_leader {
         return error_response(&ApiError::new(
             ErrorKind::NoLeader,
             "this node is no longer the leader; retry",
         ));
     }
-    if let Err(e) = leader::check_forwarded(agent.leader(), caller.node_id, &forwarded).await {
+    if let Err(e) = leader::check_forwarded(agent.here().leader(), caller.node_id, &forwarded).await
+    {
         tracing::warn!(caller = %member_id(caller.node_id), error = %e, "refused a forwarded operation");
         return error_response(&e);
     }
-    answer(leader::execute(&agent, forwarded.op).await)
+    answer(leader::execute(agent.here(), forwarded.op).await)
 }
 
 /// Serves the peer API until `stop` resolves.
@@ -249,7 +252,7 @@ pub async fn serve_peers(
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
                     // Most often a client certificate from another CA: refused and counted.
-                    agent.counters().count_refused();
+                    agent.counters.count_refused();
                     tracing::debug!(%remote, error = %e, "TLS handshake failed");
                     return;
                 }
@@ -263,16 +266,16 @@ pub async fn serve_peers(
                 .and_then(|chain| chain.first())
                 .and_then(|leaf| peer_identity(leaf.as_ref()).ok());
             if let Some(id) = &identity
-                && id.cluster_id != agent.cluster_id()
+                && id.cluster_id != agent.me.cluster_id.as_str()
             {
                 tracing::warn!(%remote, peer_cluster = %id.cluster_id, "peer from another cluster");
             }
             // A second line behind the handshake's check: a certificate revoked since.
             if let Some(id) = &identity
-                && id.cluster_id == agent.cluster_id()
-                && agent.revoked().contains(id.node_id)
+                && id.cluster_id == agent.me.cluster_id.as_str()
+                && agent.trust.revoked.contains(id.node_id)
             {
-                agent.counters().count_refused();
+                agent.counters.count_refused();
                 return;
             }
             let peer = Peer(identity);

@@ -13,7 +13,7 @@ use muster_shared::token::random_hex;
 
 use super::admitted::{Admitted, FollowUp};
 use super::{issue_own_certificate, print_operator_token};
-use crate::agent::Agent;
+use crate::agent::Here;
 use crate::clock::now_ms;
 use crate::config::AgentConfig;
 use crate::datadir::{ClusterFile, Formation, Identity};
@@ -155,8 +155,8 @@ pub async fn finish(
     running: &RunningNode,
 ) -> Result<(), AgentError> {
     let me = Initiator::new(config, identity, formation);
-    init_raft_group(&me, running.agent(), formation).await?;
-    let cluster_id = running.agent().cluster_id();
+    init_raft_group(&me, running.agent().here(), formation).await?;
+    let cluster_id = running.agent().me.cluster_id.as_str();
     if !formation.discovery_url.is_empty() {
         publish_record(&me, cluster_id, formation).await?;
     } else if formation.size == 1 {
@@ -187,7 +187,7 @@ pub fn resume(
     running.spawn(async move {
         loop {
             let step = async {
-                init_raft_group(&me, &agent, &formation).await?;
+                init_raft_group(&me, agent.here(), &formation).await?;
                 if formation.published {
                     Ok(())
                 } else {
@@ -214,10 +214,10 @@ pub fn resume(
 /// run it again.
 async fn init_raft_group(
     me: &Initiator,
-    agent: &Agent,
+    here: Here<'_>,
     formation: &Formation,
 ) -> Result<(), AgentError> {
-    let raft = agent.raft();
+    let raft = here.raft();
     raft.initialize(Node {
         name: me.name.clone(),
         addr: me.advertise.clone(),
@@ -233,9 +233,9 @@ async fn init_raft_group(
             .clone()
             .ok_or_else(|| AgentError::failed("formation state lacks the CA"))?;
         let (operator_token, record) =
-            new_operator_token(&agent.leader().ca_pin(), "created at formation");
+            new_operator_token(&here.leader().ca_pin(), "created at formation");
         raft.write(Request::InitCluster {
-            cluster_id: agent.cluster_id().to_string(),
+            cluster_id: here.cluster_id().to_string(),
             ca,
             operator_token: Some((operator_token.id().to_string(), record)),
             // Replicated, so whichever node leads admits the cohort and ends the formation.

@@ -92,11 +92,11 @@ pub fn finish(
     running: &mut RunningNode,
 ) {
     if let Some(from) = moved_from {
-        let task = move_here(running.agent().clone(), from, config.advertise.clone());
-        running.spawn(task);
+        let (agent, to) = (running.agent().clone(), config.advertise.clone());
+        running.spawn(async move { move_here(agent.here(), from, to).await });
     }
     if let Some(formation) = unfinished {
-        let cluster_id = running.agent().cluster_id().to_string();
+        let cluster_id = running.agent().me.cluster_id.clone();
         initiate::resume(config, identity, &cluster_id, &formation, running);
     }
 }
@@ -137,9 +137,9 @@ async fn refuse_join_targets_of_another_cluster(
 const MOVE_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Asks the leader, until it is done, to record that this member is now at `to`. Peers cannot
-/// reach it at the new address until then, but it can reach them: it learns the leader by
+/// here it at the new address until then, but it can here them: it learns the leader by
 /// checking in with the members and forwards the request over mutual TLS.
-async fn move_here(agent: std::sync::Arc<crate::agent::Agent>, from: String, to: String) {
+async fn move_here(here: crate::agent::Here<'_>, from: String, to: String) {
     println!(
         "this member moved from {from} to {to}; asking the leader to record the new address …"
     );
@@ -148,10 +148,10 @@ async fn move_here(agent: std::sync::Arc<crate::agent::Agent>, from: String, to:
         .start();
     loop {
         let op = LeaderOp::SetAddress {
-            name: agent.name().to_string(),
+            name: here.me.name.clone(),
             addr: to.clone(),
         };
-        match leader::run(&agent, &Authority::Node, op).await {
+        match leader::run(here, &Authority::Node, op).await {
             Ok(_) => {
                 println!("the cluster records this member at {to}; peers dial it there now");
                 return;

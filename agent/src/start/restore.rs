@@ -172,7 +172,7 @@ pub async fn finish(
     restored: Restored,
     running: &RunningNode,
 ) -> Result<(), AgentError> {
-    let raft = running.agent().raft();
+    let raft = running.agent().group.raft();
     raft.initialize(Node {
         name: identity.name.clone(),
         addr: config.advertise.clone(),
@@ -198,7 +198,7 @@ pub async fn finish(
     raft.compact_log(Duration::from_secs(60))
         .await
         .context("compacting the raft log after the restore")?;
-    let cluster_id = running.agent().cluster_id();
+    let cluster_id = running.agent().me.cluster_id.as_str();
     ClusterFile::new(cluster_id, &config.advertise, None).write(&config.data_dir)?;
     println!("{}", restored.summary);
     print_operator_token(&restored.operator_token, &config.advertise);

@@ -55,7 +55,12 @@ pub(super) async fn join(State(agent): State<Arc<Agent>>, req: Request) -> Respo
     // Any member answers; the admission runs on the leader (the formation is replicated, so
     // whichever node leads admits the cohort).
     let (name, member) = (join.name.clone(), join.member_id.clone());
-    let result = leader::run(&agent, &Authority::Node, LeaderOp::RegistrantJoin { join }).await;
+    let result = leader::run(
+        agent.here(),
+        &Authority::Node,
+        LeaderOp::RegistrantJoin { join },
+    )
+    .await;
     if let Err(e) = &result {
         tracing::warn!(node = %name, member = %member, kind = %e.kind, error = %e, "join refused");
     }
@@ -77,14 +82,14 @@ pub(super) async fn token_join(State(agent): State<Arc<Agent>>, req: Request) ->
     // A signed secret join has no hash to compare here; the leader checks its signature.
     let checked = match join.secret_signature {
         Some(_) => Ok(()),
-        None => leader::precheck_token(agent.leader(), &join.token_id, &join.secret_sha256),
+        None => leader::precheck_token(agent.here().leader(), &join.token_id, &join.secret_sha256),
     };
     if let Err(e) = checked {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, "token join refused here");
         return error_response(&e);
     }
     let join = LeaderOp::TokenJoin { join };
-    let result = leader::run(&agent, &Authority::Node, join).await;
+    let result = leader::run(agent.here(), &Authority::Node, join).await;
     if let Err(e) = &result {
         tracing::warn!(node = %name, token = %token_id, kind = %e.kind, error = %e, "token join refused");
     }
@@ -100,5 +105,5 @@ pub(super) async fn secret_hello(State(agent): State<Arc<Agent>>, req: Request) 
         Ok(h) => h,
         Err(e) => return error_response(&e),
     };
-    answer(leader::prove_secret(agent.leader(), &hello))
+    answer(leader::prove_secret(agent.here().leader(), &hello))
 }

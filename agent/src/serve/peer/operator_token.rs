@@ -9,7 +9,7 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::response::Response;
 
-use crate::agent::Agent;
+use crate::agent::{Agent, Here};
 use crate::api::ApiError;
 use crate::leader::{self, Authority, LeaderOp};
 use crate::serve::http::error_response;
@@ -25,10 +25,10 @@ pub(super) async fn require_operator(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let authorized = if agent.hears_no_leader() {
-        authorize_with_leader(&agent, bearer).await
+    let authorized = if agent.group.hears_no_leader() {
+        authorize_with_leader(agent.here(), bearer).await
     } else {
-        leader::authorize_operator(agent.leader(), bearer)
+        leader::authorize_operator(agent.here().leader(), bearer)
     };
     match authorized {
         Ok(authority) => {
@@ -37,6 +37,7 @@ pub(super) async fn require_operator(
             // The member records (a removed member's goes at once; the raft configuration
             // drops it a moment later).
             let members: Vec<String> = agent
+                .group
                 .raft()
                 .read_local(|s| s.nodes.values().map(|n| n.addr.clone()).collect())
                 .unwrap_or_default();
@@ -45,7 +46,7 @@ pub(super) async fn require_operator(
                     .headers_mut()
                     .insert(crate::api::paths::MEMBERS_HEADER, value);
             }
-            if let Ok(value) = header::HeaderValue::from_str(agent.cluster_id()) {
+            if let Ok(value) = header::HeaderValue::from_str(agent.me.cluster_id.as_str()) {
                 answer
                     .headers_mut()
                     .insert(crate::api::paths::CLUSTER_HEADER, value);
@@ -61,12 +62,15 @@ pub(super) async fn require_operator(
 
 /// A node out of replication (a spare) cannot judge a token from its own state, which stopped
 /// when it stopped replicating: the leader checks it, on a status call made with it.
-async fn authorize_with_leader(agent: &Agent, bearer: Option<&str>) -> Result<Authority, ApiError> {
+async fn authorize_with_leader(
+    here: Here<'_>,
+    bearer: Option<&str>,
+) -> Result<Authority, ApiError> {
     let Some(text) = bearer else {
         // The same refusal as a member's.
-        return leader::authorize_operator(agent.leader(), None);
+        return leader::authorize_operator(here.leader(), None);
     };
-    let authority = leader::operator_authority(agent.leader(), text)?;
-    leader::run(agent, &authority, LeaderOp::Status).await?;
+    let authority = leader::operator_authority(here.leader(), text)?;
+    leader::run(here, &authority, LeaderOp::Status).await?;
     Ok(authority)
 }
