@@ -22,7 +22,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use tokio::net::TcpListener;
 
-use super::accept::{self, Gate, serve_http1};
+use muster_shared::serve::serve_http1;
+
+use super::accept;
 use super::fleetlock_access::{self, Caller, Limiter};
 use super::fleetlock_decide::{Endpoint, answer, decide, refused};
 use super::limits::ConnectionLimits;
@@ -89,12 +91,7 @@ pub async fn serve_fleetlock(
         accept::budget(MAX_CONNECTIONS, DESCRIPTOR_SHARE),
         MAX_CONNECTIONS_PER_SOURCE,
     );
-    let gate = Gate {
-        listener: &port.listener,
-        limits: &limits,
-        name: "FleetLock",
-        agent: &state.agent,
-    };
+    let gate = accept::gate(&port.listener, &limits, "FleetLock", &state.agent);
     loop {
         let accepted = tokio::select! {
             accepted = gate.next() => accepted,
