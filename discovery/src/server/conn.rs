@@ -1,14 +1,15 @@
 //! One accepted connection, from admission to close: the connection caps (a connection over
-//! one is answered 503 and closed), then plain HTTP/1.1, h2c or TLS. Apart from the accept loop
-//! so that the loop reads as accept, admit, serve, and what one connection goes through is in
-//! one place.
+//! one is answered 503 and closed), as the [`Admission`] of the shared accept path, then plain
+//! HTTP/1.1, h2c or TLS. Apart from the accept loop so that the loop reads as accept, admit,
+//! serve, and what one connection goes through is in one place.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::Watcher;
+use muster_shared::serve::{Accepted, Admission, http1_builder};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
@@ -19,11 +20,11 @@ use crate::limits::{ClientKey, LimitKind, PerClient, Slot, Total, TotalSlot, kin
 use crate::store::Store;
 
 /// The places a connection holds under both caps; dropping them gives the places back.
-type Places = (Slot, TotalSlot);
+pub type Places = (Slot, TotalSlot);
 
 /// Why a connection found no place: one client's cap, or the service's.
 #[derive(Debug, thiserror::Error)]
-enum Full {
+pub enum Full {
     #[error(
         "{client} has {cap} connections open, the most one client may (--max-connections-per-client)"
     )]
@@ -60,18 +61,9 @@ impl<S: Store> Connections<S> {
         }
     }
 
-    /// Admits `stream` and serves it on its own task, or refuses it.
-    pub fn take(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher) {
-        let _ = stream.set_nodelay(true);
-        match self.admit(ClientKey::of(peer.ip())) {
-            Ok(places) => self.spawn_serve(stream, peer, places, watcher),
-            Err(full) => refuse(&self.app, stream, full.to_string()),
-        }
-    }
-
     /// A place under both caps for a connection of `client`, or why there is none. The
     /// per-client cap is asked first, so that one client's flood is named as such.
-    fn admit(&self, client: ClientKey) -> Result<Places, Full> {
+    fn places_for(&self, client: ClientKey) -> Result<Places, Full> {
         let Some(slot) = self.per_client.acquire(client) else {
             return Err(Full::Client {
                 client,
@@ -86,7 +78,13 @@ impl<S: Store> Connections<S> {
         Ok((slot, place))
     }
 
-    fn spawn_serve(&self, stream: TcpStream, peer: SocketAddr, places: Places, watcher: Watcher) {
+    /// Serves an admitted connection on its own task, which holds its places until it closes.
+    pub fn serve(&self, accepted: Accepted<TcpStream, Places>, watcher: Watcher) {
+        let Accepted {
+            stream,
+            remote: peer,
+            admitted: places,
+        } = accepted;
         let app = self.app.clone();
         app.metrics.connection_opened();
         let router = self.router.clone();
@@ -117,6 +115,21 @@ impl<S: Store> Connections<S> {
                 });
             }
         }
+    }
+}
+
+/// The connection caps on the shared accept path.
+impl<S: Store> Admission<TcpStream> for Connections<S> {
+    type Admitted = Places;
+    type Refused = Full;
+
+    fn admit(&self, remote: SocketAddr) -> Result<Places, Full> {
+        self.places_for(ClientKey::of(remote.ip()))
+    }
+
+    /// Answered 503 `too_many_connections` (on a task of its own) and closed.
+    fn refuse(&self, stream: TcpStream, _: SocketAddr, full: Full) {
+        refuse(&self.app, stream, full.to_string());
     }
 }
 
@@ -172,14 +185,6 @@ fn http1_service(
         req.extensions_mut().insert(ClientAddr(peer));
         router.clone().oneshot(req.map(axum::body::Body::new))
     })
-}
-
-fn http1_builder(header_timeout: Duration) -> hyper::server::conn::http1::Builder {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
-    builder
 }
 
 /// A plain HTTP/1.1 connection. An idle keep-alive connection is closed without a word; one cut

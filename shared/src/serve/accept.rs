@@ -54,6 +54,24 @@ pub trait Admission<S> {
     }
 }
 
+/// A policy shared by reference (the listener's owner keeps it, to serve what it admits).
+impl<S, A: Admission<S>> Admission<S> for &A {
+    type Admitted = A::Admitted;
+    type Refused = A::Refused;
+
+    fn admit(&self, remote: SocketAddr) -> Result<Self::Admitted, Self::Refused> {
+        (**self).admit(remote)
+    }
+
+    fn refuse(&self, stream: S, remote: SocketAddr, why: Self::Refused) {
+        (**self).refuse(stream, remote, why);
+    }
+
+    fn accept_failed(&self) -> bool {
+        (**self).accept_failed()
+    }
+}
+
 /// One admitted connection: the stream, who opened it, and what its admission holds (keep it
 /// as long as the connection).
 pub struct Accepted<S, T> {
@@ -187,7 +205,7 @@ mod tests {
         failures: AtomicUsize,
     }
 
-    impl Admission<u32> for &OddOnly {
+    impl Admission<u32> for OddOnly {
         type Admitted = u16;
         type Refused = ();
 
