@@ -143,6 +143,8 @@ impl BoundPort {
     ) -> Self {
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
+            // Closes every connection until the node serves the port: `next` never returns
+            // (no connection is admitted), so only `stopped` ends this.
             let gate = crate::serve::accept::closing_gate(&listener);
             tokio::select! {
                 _ = &mut stopped => {}

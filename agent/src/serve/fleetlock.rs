@@ -20,9 +20,8 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
-use tokio::net::TcpListener;
-
 use muster_shared::serve::serve_http1;
+use tokio::net::TcpListener;
 
 use super::accept;
 use super::fleetlock_access::{self, Caller, Limiter};

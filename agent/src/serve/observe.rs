@@ -12,10 +12,9 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use muster_shared::serve::serve_http1;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
-
-use muster_shared::serve::serve_http1;
 
 use super::accept;
 use super::http::{error_response, json_response};

@@ -15,6 +15,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use muster_shared::serve::serve_http1;
 use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
@@ -22,8 +23,6 @@ use tower::ServiceExt;
 mod join;
 mod members;
 mod operator_token;
-
-use muster_shared::serve::serve_http1;
 
 use super::accept::{self, Accepted};
 use super::http::{
