@@ -1,6 +1,7 @@
 //! Pieces that both Muster binaries speak: the JSON error shape and its stable kinds, the
 //! bootstrap record kept under a discovery token, token and hash helpers, duration parsing,
-//! the cluster CA and mutual-TLS configs, and the one way we open and flush a fjall database, and the process limits budgets are sized by.
+//! the cluster CA and mutual-TLS configs, the one way we open and flush a fjall database, the
+//! process limits budgets are sized by, and the one accept path of every listener.
 
 pub mod bootstrap;
 pub mod duration;
@@ -10,6 +11,7 @@ pub mod limits;
 pub mod policy;
 pub mod ratelimit;
 pub mod retry;
+pub mod serve;
 pub mod storage;
 pub mod tls;
 pub mod token;

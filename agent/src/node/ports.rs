@@ -143,12 +143,14 @@ impl BoundPort {
     ) -> Self {
         let (stop, mut stopped) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = &mut stopped => return listener,
-                    accepted = listener.accept() => drop(accepted),
-                }
+            // Closes every connection until the node serves the port: `next` never returns
+            // (no connection is admitted), so only `stopped` ends this.
+            let gate = crate::serve::accept::closing_gate(&listener);
+            tokio::select! {
+                _ = &mut stopped => {}
+                accepted = gate.next() => match accepted.admitted {},
             }
+            listener
         });
         let metrics = metrics.map(|listener| {
             let (stop, stopped) = tokio::sync::oneshot::channel();

@@ -1,119 +1,141 @@
-//! The one accept path of every listener the agent opens (node port, metrics, FleetLock plain
-//! and TLS): connections are admitted under a budget and a per-source limit before anything
-//! else is spent on them, running out of file descriptors sheds new connections instead of
-//! spinning, and HTTP/1 connections must send their headers within a deadline.
+//! The agent's policy on the shared accept path (`muster_shared::serve`) that every listener it
+//! opens takes (node port, metrics, FleetLock plain and TLS): connections are admitted under a
+//! budget and a per-source limit before anything else is spent on them; one over a limit is
+//! closed at once and counted with the accept failures (logged now and then).
 //!
-//! Why one path: a listener without a budget lets one local user hold every descriptor of the
+//! Why a budget on every listener: without one, one local user can hold every descriptor of the
 //! process (idle connections cost nothing to open), and then the node port, the metrics
 //! listener and fjall all fail together while raft's pooled heartbeats keep the node leader.
 
-use std::io;
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use muster_shared::serve::Admission;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::limits::{Admitted, ConnectionLimits, OverLimit};
-use crate::agent::Agent;
+use crate::observe::counters::ListenerCounters;
 
 /// How long to back off after an accept error (descriptors exhausted, most often): long enough
 /// for connections to finish, short enough that a member's dial is not refused for long.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// A listener with its budget.
+pub type Gate<'a> = muster_shared::serve::Gate<'a, TcpListener, Budget<'a>>;
+
 /// One admitted connection: the stream, who sent it, and its place in the budget (given back
 /// when dropped, so keep it as long as the connection).
-pub struct Accepted {
-    pub stream: TcpStream,
-    pub remote: SocketAddr,
-    pub admitted: Admitted,
+pub type Accepted = muster_shared::serve::Accepted<TcpStream, Admitted>;
+
+/// The gate of a serving listener: refusals and accept failures are counted in the agent's
+/// listener counters and logged now and then, naming the listener ("node port", "FleetLock",
+/// "metrics").
+pub fn gate<'a>(
+    listener: &'a TcpListener,
+    limits: &'a Arc<ConnectionLimits>,
+    name: &'static str,
+    counters: &'a ListenerCounters,
+) -> Gate<'a> {
+    muster_shared::serve::Gate {
+        listener,
+        name,
+        pause: ACCEPT_BACKOFF,
+        admission: Budget {
+            limits,
+            name,
+            counters: Some(counters),
+        },
+    }
 }
 
-/// A listener with its budget.
-pub struct Gate<'a> {
-    pub listener: &'a TcpListener,
-    pub limits: &'a Arc<ConnectionLimits>,
-    /// Named in logs: "node port", "FleetLock", "metrics".
-    pub name: &'static str,
-    /// Refusals are counted (and logged now and then) here.
-    pub agent: &'a Agent,
+/// The gate of a listener that answers before the node runs (there are no counters yet):
+/// refusals and accept failures are neither counted nor logged.
+pub fn quiet_gate<'a>(
+    listener: &'a TcpListener,
+    limits: &'a Arc<ConnectionLimits>,
+    name: &'static str,
+) -> Gate<'a> {
+    muster_shared::serve::Gate {
+        listener,
+        name,
+        pause: ACCEPT_BACKOFF,
+        admission: Budget {
+            limits,
+            name,
+            counters: None,
+        },
+    }
 }
 
-impl Gate<'_> {
-    /// The next connection within the limits. Connections over a limit are closed at once,
-    /// before any handshake; accept errors back off and are logged now and then.
-    pub async fn next(&self) -> Accepted {
-        loop {
-            let (stream, remote) = match self.listener.accept().await {
-                Ok(c) => c,
-                Err(e) => {
-                    self.accept_failed(&e);
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            };
-            match self.limits.admit(remote.ip()) {
-                Ok(admitted) => {
-                    let _ = stream.set_nodelay(true);
-                    return Accepted {
-                        stream,
-                        remote,
-                        admitted,
-                    };
-                }
-                Err(over) => self.over_limit(over, remote),
-            }
-        }
+/// The admission of one listener: its limits, and where refusals are counted.
+pub struct Budget<'a> {
+    limits: &'a Arc<ConnectionLimits>,
+    name: &'static str,
+    counters: Option<&'a ListenerCounters>,
+}
+
+impl Admission<TcpStream> for Budget<'_> {
+    type Admitted = Admitted;
+    type Refused = OverLimit;
+
+    fn admit(&self, remote: SocketAddr) -> Result<Admitted, OverLimit> {
+        self.limits.admit(remote.ip())
     }
 
-    fn over_limit(&self, over: OverLimit, remote: SocketAddr) {
-        if self.agent.counters.count_over_limit(crate::clock::now_ms()) {
+    /// Closed at once, before any handshake.
+    fn refuse(&self, stream: TcpStream, remote: SocketAddr, over: OverLimit) {
+        drop(stream);
+        if self
+            .counters
+            .is_some_and(|counters| counters.count_over_limit(crate::clock::now_ms()))
+        {
             let name = self.name;
             tracing::warn!(%remote, ?over, listener = name, "connection refused: over the listener's connection limit");
         }
     }
 
-    fn accept_failed(&self, e: &io::Error) {
-        // EMFILE/ENFILE: the process is out of descriptors. Counted with the refusals; the
-        // budget of each listener should keep this from happening at all.
-        if self.agent.counters.count_over_limit(crate::clock::now_ms()) {
-            let name = self.name;
-            if is_out_of_descriptors(e) {
-                tracing::error!(listener = name, error = %e, "out of file descriptors: shedding new connections; raise LimitNOFILE or lower --max-connections");
-            } else {
-                tracing::warn!(listener = name, error = %e, "accept failed");
-            }
-        }
+    /// EMFILE/ENFILE most often: the process is out of descriptors. Counted with the refusals;
+    /// the budget of each listener should keep this from happening at all.
+    fn accept_failed(&self) -> bool {
+        self.counters
+            .is_some_and(|counters| counters.count_over_limit(crate::clock::now_ms()))
     }
 }
 
-fn is_out_of_descriptors(e: &io::Error) -> bool {
-    // EMFILE (24) and ENFILE (23) on Linux.
-    matches!(e.raw_os_error(), Some(23 | 24))
+/// Before the node serves on its port: every connection is closed at once, without a word in
+/// the log (nothing is served yet, so nothing is refused).
+pub struct Closing;
+
+impl Admission<TcpStream> for Closing {
+    /// No connection is ever admitted.
+    type Admitted = Infallible;
+    type Refused = ();
+
+    fn admit(&self, _: SocketAddr) -> Result<Infallible, ()> {
+        Err(())
+    }
+
+    fn refuse(&self, stream: TcpStream, _: SocketAddr, (): ()) {
+        drop(stream);
+    }
+
+    fn accept_failed(&self) -> bool {
+        false
+    }
 }
 
-/// Serves HTTP/1 on `io` until the client closes, with `header_timeout` for the headers of
-/// every request (an idle connection is closed, not kept).
-pub async fn serve_http1<IO, S, B>(io: IO, service: S, header_timeout: Duration)
-where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::Service<
-            hyper::Request<hyper::body::Incoming>,
-            Response = hyper::Response<B>,
-        > + Send,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
-    let _ = builder.serve_connection(TokioIo::new(io), service).await;
+/// The gate of the node port while the start path runs: connections are closed at once.
+pub fn closing_gate(
+    listener: &TcpListener,
+) -> muster_shared::serve::Gate<'_, TcpListener, Closing> {
+    muster_shared::serve::Gate {
+        listener,
+        name: "node port",
+        pause: ACCEPT_BACKOFF,
+        admission: Closing,
+    }
 }
 
 /// A listener's budget as a share of the descriptors the process may open: `share` of the
@@ -147,12 +169,5 @@ mod tests {
                 "{limit}/{share} ≤ {most}"
             );
         }
-    }
-
-    #[test]
-    fn out_of_descriptors_is_told_from_other_errors() {
-        assert!(is_out_of_descriptors(&io::Error::from_raw_os_error(24)));
-        assert!(is_out_of_descriptors(&io::Error::from_raw_os_error(23)));
-        assert!(!is_out_of_descriptors(&io::Error::from_raw_os_error(104)));
     }
 }

@@ -20,9 +20,10 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
+use muster_shared::serve::serve_http1;
 use tokio::net::TcpListener;
 
-use super::accept::{self, Gate, serve_http1};
+use super::accept;
 use super::fleetlock_access::{self, Caller, Limiter};
 use super::fleetlock_decide::{Endpoint, answer, decide, refused};
 use super::limits::ConnectionLimits;
@@ -89,12 +90,7 @@ pub async fn serve_fleetlock(
         accept::budget(MAX_CONNECTIONS, DESCRIPTOR_SHARE),
         MAX_CONNECTIONS_PER_SOURCE,
     );
-    let gate = Gate {
-        listener: &port.listener,
-        limits: &limits,
-        name: "FleetLock",
-        agent: &state.agent,
-    };
+    let gate = accept::gate(&port.listener, &limits, "FleetLock", &state.agent.counters);
     loop {
         let accepted = tokio::select! {
             accepted = gate.next() => accepted,

@@ -1,7 +1,8 @@
 //! The node's servers: the mutual-TLS listener for peers and joiners (`peer.rs`, which also
 //! serves the operator API to token holders) and the operator API on the unix socket
-//! (`operator.rs`). `http.rs` holds the answer and body helpers both use; `accept.rs` the one
-//! accept path (budget, per-source limit, header deadline) of every TCP listener, with
+//! (`operator.rs`). `http.rs` holds the answer and body helpers both use; `accept.rs` the
+//! agent's admission (budget, per-source limit) on the shared accept path of every TCP listener
+//! (`muster_shared::serve`: the pause after a failed accept, the header deadline), with
 //! `limits.rs` its counting.
 
 pub mod accept;

@@ -12,10 +12,11 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use muster_shared::serve::serve_http1;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-use super::accept::{Gate, serve_http1};
+use super::accept;
 use super::http::{error_response, json_response};
 use super::limits::ConnectionLimits;
 use crate::agent::Agent;
@@ -110,32 +111,24 @@ pub async fn serve_starting(
     let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE);
     // Dropped on return: every connection served so far is closed.
     let mut connections = tokio::task::JoinSet::new();
+    let gate = accept::quiet_gate(&listener, &limits, "metrics");
     loop {
-        let (stream, remote) = tokio::select! {
-            _ = &mut stop => return listener,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(_) => {
-                    // Out of descriptors, most often: let connections finish first.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let Ok(admitted) = limits.admit(remote.ip()) else {
-            continue;
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            accepted = gate.next() => accepted,
         };
         while connections.try_join_next().is_some() {}
         let app = app.clone();
         connections.spawn(async move {
-            let _admitted = admitted;
+            let _admitted = accepted.admitted;
             let service =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     app.clone().oneshot(req.map(axum::body::Body::new))
                 });
-            serve_http1(stream, service, HEADER_TIMEOUT).await;
+            serve_http1(accepted.stream, service, HEADER_TIMEOUT).await;
         });
     }
+    listener
 }
 
 /// Serves the metrics listener until `stop` flips.
@@ -154,12 +147,7 @@ pub async fn serve_observe(
         .layer(Extension(Arc::new(PageCache::default())))
         .with_state(agent.clone());
     let limits = ConnectionLimits::new(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE);
-    let gate = Gate {
-        listener: &listener,
-        limits: &limits,
-        name: "metrics",
-        agent: &agent,
-    };
+    let gate = accept::gate(&listener, &limits, "metrics", &agent.counters);
     loop {
         let accepted = tokio::select! {
             accepted = gate.next() => accepted,

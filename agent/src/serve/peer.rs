@@ -15,6 +15,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use muster_shared::serve::serve_http1;
 use muster_shared::tls::{PeerIdentity, peer_identity};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
@@ -23,7 +24,7 @@ mod join;
 mod members;
 mod operator_token;
 
-use super::accept::{Accepted, Gate, serve_http1};
+use super::accept::{self, Accepted};
 use super::http::{
     answer, error_response, json_response, no_route, parse_json, read_body, wrong_method,
 };
@@ -228,12 +229,7 @@ pub async fn serve_peers(
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let app = router(agent.clone());
-    let gate = Gate {
-        listener: &listener,
-        limits: &limits,
-        name: "node port",
-        agent: &agent,
-    };
+    let gate = accept::gate(&listener, &limits, "node port", &agent.counters);
     loop {
         let Accepted {
             stream,

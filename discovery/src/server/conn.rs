@@ -1,14 +1,15 @@
 //! One accepted connection, from admission to close: the connection caps (a connection over
-//! one is answered 503 and closed), then plain HTTP/1.1, h2c or TLS. Apart from the accept loop
-//! so that the loop reads as accept, admit, serve, and what one connection goes through is in
-//! one place.
+//! one is answered 503 and closed), as the [`Admission`] of the shared accept path, then plain
+//! HTTP/1.1, h2c or TLS. Apart from the accept loop so that the loop reads as accept, admit,
+//! serve, and what one connection goes through is in one place.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::Watcher;
+use muster_shared::serve::{Accepted, Admission, http1_builder};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
@@ -19,11 +20,11 @@ use crate::limits::{ClientKey, LimitKind, PerClient, Slot, Total, TotalSlot, kin
 use crate::store::Store;
 
 /// The places a connection holds under both caps; dropping them gives the places back.
-type Places = (Slot, TotalSlot);
+pub type Places = (Slot, TotalSlot);
 
 /// Why a connection found no place: one client's cap, or the service's.
 #[derive(Debug, thiserror::Error)]
-enum Full {
+pub enum Full {
     #[error(
         "{client} has {cap} connections open, the most one client may (--max-connections-per-client)"
     )]
@@ -40,38 +41,20 @@ pub struct Connections<S: Store> {
     router: axum::Router,
     tls: Option<tokio_rustls::TlsAcceptor>,
     header_timeout: Duration,
+    caps: ConnectionCaps,
+}
+
+/// The two connection caps: one client's (`--max-connections-per-client`) and the service's
+/// (`--max-connections`).
+struct ConnectionCaps {
     per_client: PerClient,
     total: Total,
 }
 
-impl<S: Store> Connections<S> {
-    pub fn new(
-        app: Arc<App<S>>,
-        tls: Option<tokio_rustls::TlsAcceptor>,
-        config: &ServeConfig,
-    ) -> Self {
-        Self {
-            router: crate::http::router(app.clone()),
-            app,
-            tls,
-            header_timeout: config.header_timeout,
-            per_client: PerClient::new(config.max_connections_per_client),
-            total: Total::new(crate::limits::within_descriptors(config.max_connections)),
-        }
-    }
-
-    /// Admits `stream` and serves it on its own task, or refuses it.
-    pub fn take(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher) {
-        let _ = stream.set_nodelay(true);
-        match self.admit(ClientKey::of(peer.ip())) {
-            Ok(places) => self.spawn_serve(stream, peer, places, watcher),
-            Err(full) => refuse(&self.app, stream, full.to_string()),
-        }
-    }
-
+impl ConnectionCaps {
     /// A place under both caps for a connection of `client`, or why there is none. The
     /// per-client cap is asked first, so that one client's flood is named as such.
-    fn admit(&self, client: ClientKey) -> Result<Places, Full> {
+    fn places_for(&self, client: ClientKey) -> Result<Places, Full> {
         let Some(slot) = self.per_client.acquire(client) else {
             return Err(Full::Client {
                 client,
@@ -85,8 +68,33 @@ impl<S: Store> Connections<S> {
         };
         Ok((slot, place))
     }
+}
 
-    fn spawn_serve(&self, stream: TcpStream, peer: SocketAddr, places: Places, watcher: Watcher) {
+impl<S: Store> Connections<S> {
+    pub fn new(
+        app: Arc<App<S>>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        config: &ServeConfig,
+    ) -> Self {
+        Self {
+            router: crate::http::router(app.clone()),
+            app,
+            tls,
+            header_timeout: config.header_timeout,
+            caps: ConnectionCaps {
+                per_client: PerClient::new(config.max_connections_per_client),
+                total: Total::new(crate::limits::within_descriptors(config.max_connections)),
+            },
+        }
+    }
+
+    /// Serves an admitted connection on its own task, which holds its places until it closes.
+    pub fn serve(&self, accepted: Accepted<TcpStream, Places>, watcher: Watcher) {
+        let Accepted {
+            stream,
+            remote: peer,
+            admitted: places,
+        } = accepted;
         let app = self.app.clone();
         app.metrics.connection_opened();
         let router = self.router.clone();
@@ -117,6 +125,21 @@ impl<S: Store> Connections<S> {
                 });
             }
         }
+    }
+}
+
+/// The connection caps on the shared accept path.
+impl<S: Store> Admission<TcpStream> for Connections<S> {
+    type Admitted = Places;
+    type Refused = Full;
+
+    fn admit(&self, remote: SocketAddr) -> Result<Places, Full> {
+        self.caps.places_for(ClientKey::of(remote.ip()))
+    }
+
+    /// Answered 503 `too_many_connections` (on a task of its own) and closed.
+    fn refuse(&self, stream: TcpStream, _: SocketAddr, full: Full) {
+        refuse(&self.app, stream, full.to_string());
     }
 }
 
@@ -174,14 +197,6 @@ fn http1_service(
     })
 }
 
-fn http1_builder(header_timeout: Duration) -> hyper::server::conn::http1::Builder {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout);
-    builder
-}
-
 /// A plain HTTP/1.1 connection. An idle keep-alive connection is closed without a word; one cut
 /// in the middle of its request headers is told why.
 async fn serve_plain_http1<S: Store>(
@@ -234,4 +249,75 @@ async fn serve_tls<S: Store>(
     let conn = http1_builder(header_timeout)
         .serve_connection(TokioIo::new(tls_stream), http1_service(router, peer));
     let _ = watcher.watch(conn).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Which cap a connection from each client in turn meets (none: `"open"`), with every
+    /// admitted connection held.
+    fn outcomes(per_client: usize, total: usize, clients: &[u8]) -> Vec<&'static str> {
+        let caps = ConnectionCaps {
+            per_client: PerClient::new(per_client),
+            total: Total::new(total),
+        };
+        let mut held = Vec::new();
+        clients
+            .iter()
+            .map(
+                |&n| match caps.places_for(ClientKey::of([10, 0, 0, n].into())) {
+                    Ok(places) => {
+                        held.push(places);
+                        "open"
+                    }
+                    Err(Full::Client { .. }) => "client",
+                    Err(Full::Service { .. }) => "service",
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn the_per_client_cap_is_asked_first_and_a_refusal_takes_no_place() {
+        // (per-client cap, total cap, clients in turn, outcomes)
+        let cases: [(usize, usize, &[u8], &[&str]); 5] = [
+            (2, 10, &[1, 1, 1, 2], &["open", "open", "client", "open"]),
+            (10, 2, &[1, 2, 3], &["open", "open", "service"]),
+            // Over both: named as the client's flood.
+            (1, 1, &[1, 1], &["open", "client"]),
+            // A refusal by the total cap gives the client's slot back.
+            (1, 1, &[1, 2, 2], &["open", "service", "service"]),
+            // 0: unlimited.
+            (0, 0, &[1, 1, 1], &["open", "open", "open"]),
+        ];
+        for (per_client, total, clients, want) in cases {
+            assert_eq!(
+                outcomes(per_client, total, clients),
+                want,
+                "per client {per_client}, total {total}, clients {clients:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_its_flag() {
+        let caps = ConnectionCaps {
+            per_client: PerClient::new(1),
+            total: Total::new(1),
+        };
+        let client = ClientKey::of([10, 0, 0, 1].into());
+        let _held = caps.places_for(client).expect("the first");
+        let Err(full) = caps.places_for(client) else {
+            panic!("a second connection over the client's cap");
+        };
+        assert_eq!(
+            full.to_string(),
+            "10.0.0.1 has 1 connections open, the most one client may (--max-connections-per-client)"
+        );
+        let Err(other) = caps.places_for(ClientKey::of([10, 0, 0, 2].into())) else {
+            panic!("another client's connection over the service's cap");
+        };
+        assert!(other.to_string().contains("(--max-connections)"), "{other}");
+    }
 }

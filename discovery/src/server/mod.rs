@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulShutdown;
-use muster_shared::retry::{RetryPolicy, retry};
-use tokio::net::{TcpListener, TcpStream};
+use muster_shared::serve::Gate;
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use self::conn::Connections;
@@ -32,8 +32,9 @@ use muster_shared::ratelimit::RateLimiter;
 /// How long in-flight requests may take to finish after SIGTERM.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The pause after a failed accept, for as long as accepts fail.
-const ACCEPT_PAUSE: RetryPolicy = RetryPolicy::constant(Duration::from_millis(50));
+/// The pause after a failed accept (out of file descriptors, most often), for as long as
+/// accepts fail: connections finish and give theirs back meanwhile.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -187,41 +188,27 @@ fn new_app<S: Store>(
     }
 }
 
-/// Takes connections until SIGTERM or SIGINT.
+/// Takes connections until SIGTERM or SIGINT: the shared accept path, with the connection caps
+/// of [`Connections`] as its admission (a connection over one is answered 503 and closed).
 async fn accept_until_stopped<S: Store>(
     listener: &TcpListener,
     connections: &Connections<S>,
     graceful: &GracefulShutdown,
 ) {
+    let gate = Gate {
+        listener,
+        name: "discovery",
+        pause: ACCEPT_PAUSE,
+        admission: connections,
+    };
     let mut stop = Box::pin(shutdown_signal());
     loop {
-        let (stream, peer) = tokio::select! {
-            accepted = accept(listener) => match accepted {
-                Ok(c) => c,
-                // Only with a policy that gives up; ACCEPT_PAUSE does not.
-                Err(_) => continue,
-            },
+        let accepted = tokio::select! {
+            accepted = gate.next() => accepted,
             _ = &mut stop => return,
         };
-        connections.take(stream, peer, graceful.watcher());
+        connections.serve(accepted, graceful.watcher());
     }
-}
-
-/// The next connection. A failed accept (out of file descriptors and the like) is tried again
-/// after a pause instead of spinning.
-async fn accept(listener: &TcpListener) -> std::io::Result<(TcpStream, SocketAddr)> {
-    retry(
-        &ACCEPT_PAUSE,
-        |_| true,
-        || async {
-            let accepted = listener.accept().await;
-            if let Err(e) = &accepted {
-                tracing::warn!(error = %e, "accept failed");
-            }
-            accepted
-        },
-    )
-    .await
 }
 
 async fn gc_loop<S: Store>(app: Arc<App<S>>, ttl: Duration) {
