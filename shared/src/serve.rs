@@ -11,6 +11,8 @@
 
 mod accept;
 mod http1;
+mod log_every;
 
 pub use accept::{AcceptFailure, Accepted, Admission, Gate, Listen, failure_of};
 pub use http1::{http1_builder, serve_http1};
+pub use log_every::LogEvery;

@@ -6,21 +6,33 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use muster_shared::serve::LogEvery;
+
 use crate::state::NodeId;
 
 /// A flood must not flood the log: one over-limit line per this long.
 const OVER_LIMIT_LOGGED_EVERY_MS: u64 = 10_000;
 
-#[derive(Default)]
 pub struct ListenerCounters {
     refused_rpcs: AtomicU64,
     /// Connections closed at once for being over a connection limit.
     over_limit: AtomicU64,
-    /// When an over-limit refusal was last logged (ms since the epoch).
-    over_limit_logged_ms: AtomicU64,
+    /// When an over-limit refusal is logged.
+    over_limit_logged: LogEvery,
     /// Callers already logged as refused, and why: a refused node retries for ever, and one
     /// line says it.
     refusals_logged: Mutex<HashSet<(NodeId, &'static str)>>,
+}
+
+impl Default for ListenerCounters {
+    fn default() -> Self {
+        Self {
+            refused_rpcs: AtomicU64::default(),
+            over_limit: AtomicU64::default(),
+            over_limit_logged: LogEvery::new(OVER_LIMIT_LOGGED_EVERY_MS),
+            refusals_logged: Mutex::default(),
+        }
+    }
 }
 
 impl ListenerCounters {
@@ -46,12 +58,7 @@ impl ListenerCounters {
     /// logged (the first in 10 s).
     pub fn count_over_limit(&self, now_ms: u64) -> bool {
         self.over_limit.fetch_add(1, Ordering::Relaxed);
-        let last = self.over_limit_logged_ms.load(Ordering::Relaxed);
-        now_ms.saturating_sub(last) >= OVER_LIMIT_LOGGED_EVERY_MS
-            && self
-                .over_limit_logged_ms
-                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        self.over_limit_logged.due(now_ms)
     }
 
     pub fn over_limit(&self) -> u64 {

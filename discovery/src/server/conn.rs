@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::Watcher;
-use muster_shared::serve::{Accepted, Admission, http1_builder};
+use muster_shared::serve::{Accepted, Admission, LogEvery, http1_builder};
 use tokio::net::TcpStream;
 use tower::ServiceExt;
 
@@ -42,7 +42,13 @@ pub struct Connections<S: Store> {
     tls: Option<tokio_rustls::TlsAcceptor>,
     header_timeout: Duration,
     caps: ConnectionCaps,
+    /// Failed accepts come in floods while the process is out of descriptors (one per pause):
+    /// the log says so now and then, not twenty times a second.
+    accept_failures_logged: LogEvery,
 }
+
+/// One line about failed accepts per this long.
+const ACCEPT_FAILURE_LOGGED_EVERY_MS: u64 = 10_000;
 
 /// The two connection caps: one client's (`--max-connections-per-client`) and the service's
 /// (`--max-connections`).
@@ -85,6 +91,7 @@ impl<S: Store> Connections<S> {
                 per_client: PerClient::new(config.max_connections_per_client),
                 total: Total::new(crate::limits::within_descriptors(config.max_connections)),
             },
+            accept_failures_logged: LogEvery::new(ACCEPT_FAILURE_LOGGED_EVERY_MS),
         }
     }
 
@@ -140,6 +147,10 @@ impl<S: Store> Admission<TcpStream> for Connections<S> {
     /// Answered 503 `too_many_connections` (on a task of its own) and closed.
     fn refuse(&self, stream: TcpStream, _: SocketAddr, full: Full) {
         refuse(&self.app, stream, full.to_string());
+    }
+
+    fn accept_failed(&self) -> bool {
+        self.accept_failures_logged.due(crate::store::now_ms())
     }
 }
 
