@@ -19,71 +19,62 @@ pub(super) struct Sources<'a> {
     pub(super) file: FileConfig,
 }
 
-/// The settings that are text in all three places (numbers in the file are read as text too),
-/// named as their flag is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Setting {
-    Name,
-    Advertise,
-    Listen,
-    Discovery,
-    Join,
-    Heartbeat,
-    ElectionTimeout,
-    PromoteAfter,
-    ReplaceAfter,
-    CleanupDeadAfter,
-    MinVoters,
-    Standbys,
-    MaxConnections,
-    MaxConnectionsPerSource,
-    FleetlockRateLimit,
-    SnapshotEvery,
-    SnapshotKeep,
-    CertValidity,
-    InitialCluster,
-    JoinSecretTtl,
-    CaPin,
-    FleetlockListen,
-    MetricsListen,
-    FleetlockTlsCert,
-    FleetlockTlsKey,
-    FleetlockTlsClientCa,
+/// Declares [`Setting`] from one list of variants and flag names, so that the enum, its flag
+/// names and [`Setting::ALL`] cannot drift apart.
+macro_rules! settings {
+    ($($variant:ident => $flag:literal,)*) => {
+        /// The settings that are text in all three places (numbers in the file are read as
+        /// text too), named as their flag is.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(super) enum Setting {
+            $($variant,)*
+        }
+
+        impl Setting {
+            /// Every setting, in declaration order.
+            #[cfg(test)]
+            pub(super) const ALL: &[Setting] = &[$(Setting::$variant,)*];
+
+            /// The flag's name without `--`; errors name the setting this way.
+            pub(super) fn flag(self) -> &'static str {
+                match self {
+                    $(Setting::$variant => $flag,)*
+                }
+            }
+        }
+    };
+}
+
+settings! {
+    Name => "name",
+    Advertise => "advertise",
+    Listen => "listen",
+    Discovery => "discovery",
+    Join => "join",
+    Heartbeat => "heartbeat",
+    ElectionTimeout => "election-timeout",
+    PromoteAfter => "promote-after",
+    ReplaceAfter => "replace-after",
+    CleanupDeadAfter => "cleanup-dead-after",
+    MinVoters => "min-voters",
+    Standbys => "standbys",
+    MaxConnections => "max-connections",
+    MaxConnectionsPerSource => "max-connections-per-source",
+    FleetlockRateLimit => "fleetlock-rate-limit",
+    SnapshotEvery => "snapshot-every",
+    SnapshotKeep => "snapshot-keep",
+    CertValidity => "cert-validity",
+    InitialCluster => "initial-cluster",
+    JoinSecretTtl => "join-secret-ttl",
+    CaPin => "ca-pin",
+    FleetlockListen => "fleetlock-listen",
+    MetricsListen => "metrics-listen",
+    FleetlockTlsCert => "fleetlock-tls-cert",
+    FleetlockTlsKey => "fleetlock-tls-key",
+    FleetlockTlsClientCa => "fleetlock-tls-client-ca",
 }
 
 impl Setting {
-    /// The flag's name without `--`; errors name the setting this way.
-    pub(super) fn flag(self) -> &'static str {
-        match self {
-            Setting::Name => "name",
-            Setting::Advertise => "advertise",
-            Setting::Listen => "listen",
-            Setting::Discovery => "discovery",
-            Setting::Join => "join",
-            Setting::Heartbeat => "heartbeat",
-            Setting::ElectionTimeout => "election-timeout",
-            Setting::PromoteAfter => "promote-after",
-            Setting::ReplaceAfter => "replace-after",
-            Setting::CleanupDeadAfter => "cleanup-dead-after",
-            Setting::MinVoters => "min-voters",
-            Setting::Standbys => "standbys",
-            Setting::MaxConnections => "max-connections",
-            Setting::MaxConnectionsPerSource => "max-connections-per-source",
-            Setting::FleetlockRateLimit => "fleetlock-rate-limit",
-            Setting::SnapshotEvery => "snapshot-every",
-            Setting::SnapshotKeep => "snapshot-keep",
-            Setting::CertValidity => "cert-validity",
-            Setting::InitialCluster => "initial-cluster",
-            Setting::JoinSecretTtl => "join-secret-ttl",
-            Setting::CaPin => "ca-pin",
-            Setting::FleetlockListen => "fleetlock-listen",
-            Setting::MetricsListen => "metrics-listen",
-            Setting::FleetlockTlsCert => "fleetlock-tls-cert",
-            Setting::FleetlockTlsKey => "fleetlock-tls-key",
-            Setting::FleetlockTlsClientCa => "fleetlock-tls-client-ca",
-        }
-    }
-
     /// Its environment variable: `MUSTER_` and the flag in upper case, `-` as `_`.
     pub(super) fn var(self) -> String {
         format!(
@@ -247,35 +238,7 @@ mod tests {
             flags: AgentFlags,
         }
         let cmd = Cli::command();
-        let all = [
-            Setting::Name,
-            Setting::Advertise,
-            Setting::Listen,
-            Setting::Discovery,
-            Setting::Join,
-            Setting::Heartbeat,
-            Setting::ElectionTimeout,
-            Setting::PromoteAfter,
-            Setting::ReplaceAfter,
-            Setting::CleanupDeadAfter,
-            Setting::MinVoters,
-            Setting::Standbys,
-            Setting::MaxConnections,
-            Setting::MaxConnectionsPerSource,
-            Setting::FleetlockRateLimit,
-            Setting::SnapshotEvery,
-            Setting::SnapshotKeep,
-            Setting::CertValidity,
-            Setting::InitialCluster,
-            Setting::JoinSecretTtl,
-            Setting::CaPin,
-            Setting::FleetlockListen,
-            Setting::MetricsListen,
-            Setting::FleetlockTlsCert,
-            Setting::FleetlockTlsKey,
-            Setting::FleetlockTlsClientCa,
-        ];
-        for s in all {
+        for &s in Setting::ALL {
             let arg = cmd
                 .get_arguments()
                 .find(|a| a.get_long() == Some(s.flag()))
