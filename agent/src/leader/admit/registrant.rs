@@ -55,6 +55,7 @@ pub async fn admit_registrant_from(
     // A member of the cohort whose answer was lost asks again, perhaps after the formation
     // ended: its key proves it is that member, so it gets its certificate again.
     let existing = leader.replica.read(|s| s.nodes.get(&id).cloned()).await?;
+    let asked_again = existing.is_some();
     let node = match existing {
         Some(existing) => {
             if existing.key_fingerprint != key_fingerprint
@@ -97,7 +98,9 @@ pub async fn admit_registrant_from(
         },
     )
     .await?;
-    tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as a standby");
+    if !asked_again {
+        tracing::info!(node = %req.name, id = %req.member_id, "admitted registrant as a standby");
+    }
     Ok(response)
 }
 
