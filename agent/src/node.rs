@@ -153,18 +153,31 @@ impl Trust {
     }
 }
 
-/// The node's tasks, each owning the agent and given the parts of it it uses; all of them
-/// end when the node stops.
+/// The node's tasks: its listeners, then its loops; all of them end when the node stops.
 fn spawn_tasks(
     agent: &Arc<Agent>,
     config: &AgentConfig,
-    (listener, fleetlock, metrics): Listeners,
+    listeners: Listeners,
     server_tls: Arc<rustls::ServerConfig>,
     key_pem: String,
     stop_rx: watch::Receiver<bool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = spawn_listeners(agent, config, listeners, server_tls, stop_rx);
+    tasks.extend(spawn_loops(agent, config, key_pem));
+    tasks
+}
+
+/// The node port, the operator socket, and FleetLock's and the metrics listeners when set:
+/// each serves the whole agent as its routers' state.
+fn spawn_listeners(
+    agent: &Arc<Agent>,
+    config: &AgentConfig,
+    (listener, fleetlock, metrics): Listeners,
+    server_tls: Arc<rustls::ServerConfig>,
+    stop_rx: watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let dir = &config.data_dir;
-    let tasks = vec![
+    vec![
         tokio::spawn(crate::serve::serve_peers(
             agent.clone(),
             listener,
@@ -185,15 +198,11 @@ fn spawn_tasks(
                         error = %e,
                         socket = %crate::datadir::socket_path(&dir).display(),
                         "the operator socket in the data dir failed (local `muster` commands \
-                         cannot here this agent); check the data dir's permissions and free \
+                         cannot reach this agent); check the data dir's permissions and free \
                          space (--data-dir), then restart the agent"
                     );
                 }
             }
-        }),
-        tokio::spawn({
-            let agent = agent.clone();
-            async move { crate::reconcile::reconcile_loop(agent.here()).await }
         }),
         tokio::spawn({
             let (agent, stop) = (agent.clone(), stop_rx.clone());
@@ -204,16 +213,30 @@ fn spawn_tasks(
             }
         }),
         tokio::spawn({
-            let agent = agent.clone();
-            async move { crate::watch::removal_watch(&agent.group, agent.me.node_id).await }
-        }),
-        tokio::spawn({
-            let (agent, stop) = (agent.clone(), stop_rx.clone());
+            let (agent, stop) = (agent.clone(), stop_rx);
             async move {
                 if let Some(listener) = metrics {
                     crate::serve::serve_observe(agent, listener, stop).await;
                 }
             }
+        }),
+    ]
+}
+
+/// The node's loops, each owning the agent and given the parts of it it uses.
+fn spawn_loops(
+    agent: &Arc<Agent>,
+    config: &AgentConfig,
+    key_pem: String,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    vec![
+        tokio::spawn({
+            let agent = agent.clone();
+            async move { crate::reconcile::reconcile_loop(agent.here()).await }
+        }),
+        tokio::spawn({
+            let agent = agent.clone();
+            async move { crate::watch::removal_watch(&agent.group, agent.me.node_id).await }
         }),
         tokio::spawn({
             let agent = agent.clone();
@@ -244,8 +267,7 @@ fn spawn_tasks(
                 }
             }
         }),
-    ];
-    tasks
+    ]
 }
 
 impl RunningNode {

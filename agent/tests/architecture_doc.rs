@@ -108,6 +108,7 @@ fn module_files(root: &Path, path: &[&str]) -> Vec<PathBuf> {
 #[test]
 fn every_module_item_the_page_names_is_defined_there() {
     let root = repo().join("agent/src");
+    let shared_root = repo().join("shared/src");
     let mut missing = Vec::new();
     let mut checked = 0;
     let (_, agent_text) = sections(&page()).remove(0);
@@ -122,6 +123,11 @@ fn every_module_item_the_page_names_is_defined_there() {
             continue;
         }
         let (item, module) = parts.split_last().expect("two parts");
+        // An item of the shared crate is named with its crate (`muster_shared::serve::Gate`).
+        let (root, module) = match module.split_first() {
+            Some((&"muster_shared", rest)) if !rest.is_empty() => (shared_root.clone(), rest),
+            _ => (root.clone(), module),
+        };
         // `Type::method` or `module::Type::method`: find the longest module prefix that exists.
         let found = (1..=module.len()).rev().find_map(|n| {
             let files = module_files(&root, &module[..n]);
@@ -236,10 +242,10 @@ fn the_node_tasks_the_page_lists_are_the_ones_node_rs_spawns() {
     }
     // And the other way: every `crate::module::function(` node.rs starts as a task is listed.
     let tasks = node
-        .split("let tasks = vec![")
+        .split("fn spawn_tasks(")
         .nth(1)
-        .and_then(|s| s.split("\n    ];").next())
-        .expect("node.rs's task list");
+        .and_then(|s| s.split("impl RunningNode").next())
+        .expect("node.rs's spawn_tasks and the functions after it");
     let mut started = 0;
     for call in tasks.split("crate::").skip(1) {
         let path: String = call
@@ -247,11 +253,13 @@ fn the_node_tasks_the_page_lists_are_the_ones_node_rs_spawns() {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
             .collect();
         let rest = &call[path.len()..];
-        // A task is started with the agent: `crate::serve::serve_socket(agent, …)`. Anything
-        // else called while building one (a constructor, a path) is not a task.
+        // A task is started with the agent or a part of it: `crate::serve::serve_socket(agent,
+        // …)`, `crate::watch::removal_watch(&agent.group, …)`. Anything else called while
+        // building one (a constructor, a path) is not a task.
         let takes_agent = rest
             .strip_prefix('(')
-            .is_some_and(|args| args.trim_start().starts_with("agent"));
+            .and_then(|args| args.split(')').next())
+            .is_some_and(|first| first.contains("agent"));
         if path.matches("::").count() != 1 || !takes_agent {
             continue;
         }

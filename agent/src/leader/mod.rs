@@ -1,6 +1,6 @@
 //! Leader-side operations: everything that reads the replicated state linearizably or writes
 //! it. One file per action (admission, tokens, removal, backup, key-value, status); this module
-//! is the one dispatcher ([`execute`]) and the one way to here the leader ([`run`]), which
+//! is the one dispatcher ([`execute`]) and the one way to reach the leader ([`run`]), which
 //! runs an operation here when this node leads and forwards it over mutual TLS otherwise.
 //!
 //! Who may ask for what ([`Authority`], the checks of a forwarded operation) is
@@ -277,8 +277,8 @@ pub async fn execute(here: Here<'_>, op: LeaderOp) -> Result<serde_json::Value, 
             json(ca::ack(leader, id, pin, stage).await?)
         }
         LeaderOp::SetAddress { name, addr } => {
-            let here = address::PeerReach(here.group.peers());
-            json(address::set_address(leader, &here, &name, &addr).await?)
+            let reach = address::PeerReach(here.group.peers());
+            json(address::set_address(leader, &reach, &name, &addr).await?)
         }
     }
 }

@@ -187,7 +187,7 @@ async function refresh() {
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
     document.body.dataset.loaded = "true";
   } catch (e) {
-    document.getElementById("error").textContent = "cannot here the agent: " + e.message;
+    document.getElementById("error").textContent = "cannot reach the agent: " + e.message;
   } finally {
     busy = false;
   }

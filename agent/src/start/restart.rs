@@ -137,7 +137,7 @@ async fn refuse_join_targets_of_another_cluster(
 const MOVE_DEADLINE: Duration = Duration::from_secs(600);
 
 /// Asks the leader, until it is done, to record that this member is now at `to`. Peers cannot
-/// here it at the new address until then, but it can here them: it learns the leader by
+/// reach it at the new address until then, but it can reach them: it learns the leader by
 /// checking in with the members and forwards the request over mutual TLS.
 async fn move_here(here: crate::agent::Here<'_>, from: String, to: String) {
     println!(
