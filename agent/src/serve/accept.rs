@@ -38,16 +38,7 @@ pub fn gate<'a>(
     name: &'static str,
     counters: &'a ListenerCounters,
 ) -> Gate<'a> {
-    muster_shared::serve::Gate {
-        listener,
-        name,
-        pause: ACCEPT_BACKOFF,
-        admission: Budget {
-            limits,
-            name,
-            counters: Some(counters),
-        },
-    }
+    gate_counting_in(listener, limits, name, Some(counters))
 }
 
 /// The gate of a listener that answers before the node runs (there are no counters yet):
@@ -57,6 +48,15 @@ pub fn quiet_gate<'a>(
     limits: &'a Arc<ConnectionLimits>,
     name: &'static str,
 ) -> Gate<'a> {
+    gate_counting_in(listener, limits, name, None)
+}
+
+fn gate_counting_in<'a>(
+    listener: &'a TcpListener,
+    limits: &'a Arc<ConnectionLimits>,
+    name: &'static str,
+    counters: Option<&'a ListenerCounters>,
+) -> Gate<'a> {
     muster_shared::serve::Gate {
         listener,
         name,
@@ -64,7 +64,7 @@ pub fn quiet_gate<'a>(
         admission: Budget {
             limits,
             name,
-            counters: None,
+            counters,
         },
     }
 }
