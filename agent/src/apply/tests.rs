@@ -194,6 +194,9 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
                 slots: 1,
                 configured: false,
                 holders: Vec::new(),
+                windows: Vec::new(),
+                open: true,
+                next_open_ms: None,
             }],
             recent: Vec::new(),
         }),
@@ -421,12 +424,18 @@ fn settings_and_fleetlock_drift() {
             slots: 1,
             configured: true,
             holders: Vec::new(),
+            windows: Vec::new(),
+            open: true,
+            next_open_ms: None,
         });
         f.groups.push(GroupStatus {
             name: "old".into(),
             slots: 1,
             configured: true,
             holders: Vec::new(),
+            windows: Vec::new(),
+            open: true,
+            next_open_ms: None,
         });
     }
     let p = plan(&want, &have);
