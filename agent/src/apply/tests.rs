@@ -43,7 +43,7 @@ fn parses_a_full_file() {
     assert_eq!(m.settings.standbys, Some(1));
     let f = m.fleetlock.expect("fleetlock table");
     assert_eq!(f.unknown_groups.as_deref(), Some("reject"));
-    assert_eq!(f.groups.get("workers"), Some(&2));
+    assert_eq!(f.groups.get("workers").map(|g| g.slots), Some(2));
 }
 
 #[test]
@@ -622,3 +622,5 @@ fn the_member_asked_is_never_removed_under_apply() {
         p.blocked
     );
 }
+
+mod windows;
