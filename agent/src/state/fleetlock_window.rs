@@ -122,10 +122,10 @@ pub fn next_open(windows: &[Window], now_ms: u64) -> Option<u64> {
         wait = Some(wait.map_or(this, |m| m.min(this)));
     }
     let on_minute = now_ms - now_ms % MS_PER_MINUTE;
-    wait.map(|m| on_minute + u64::from(m) * MS_PER_MINUTE)
+    wait.map(|m| on_minute.saturating_add(u64::from(m) * MS_PER_MINUTE))
 }
 
-/// `2026-11-28T02:00:00Z (in 1d 7h 3m)`: when, and how long from `now_ms`.
+/// `2026-11-28T02:00:00Z (in 1d7h3m)`: when, and how long from `now_ms`.
 pub fn describe_opening(at_ms: u64, now_ms: u64) -> String {
     let when = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(at_ms));
     format!("{when} (in {})", in_minutes(at_ms.saturating_sub(now_ms)))
