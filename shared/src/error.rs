@@ -50,6 +50,8 @@ pub enum ErrorKind {
     Unavailable,
     /// FleetLock: every slot of the group is held.
     SemaphoreFull,
+    /// FleetLock: a lock outside every maintenance window of its group.
+    OutsideWindow,
     /// FleetLock: the group is not configured and unknown groups are refused.
     UnknownGroup,
     /// FleetLock: a lock would create a group on first use, and as many as allowed exist.
@@ -91,6 +93,7 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::MembershipBusy, "membership_busy", 503),
     (ErrorKind::Unavailable, "unavailable", 503),
     (ErrorKind::SemaphoreFull, "failed_lock_semaphore_full", 409),
+    (ErrorKind::OutsideWindow, "failed_lock_outside_window", 409),
     (ErrorKind::UnknownGroup, "unknown_group", 400),
     (ErrorKind::TooManyGroups, "failed_too_many_groups", 503),
     (ErrorKind::LeaseHeld, "lease_held", 409),

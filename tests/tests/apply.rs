@@ -413,6 +413,50 @@ async fn removing_the_leader_and_a_follower_takes_the_follower_first_and_keeps_a
     assert!(out.contains("no changes"), "{out}");
 }
 
+/// Maintenance windows set by hand on a group the file lists without any: plan shows the
+/// difference as a `set_fleetlock_group` step, export writes them, apply takes them away.
+async fn windows_drift(agents: &[AgentProc], file: &str) {
+    let set = [
+        "fleetlock",
+        "group",
+        "set",
+        "workers",
+        "--slots",
+        "2",
+        "--window",
+        "sat 02:00-06:00 UTC",
+    ];
+    let (code, _, err) = agents[2].cli(&set).await.expect("group set");
+    assert_eq!(code, 0, "{err}");
+    let (code, exported, _) = agents[0].cli(&["config", "export"]).await.expect("export");
+    assert!(
+        code == 0 && exported.contains("windows = [\"Sat 02:00-06:00 UTC\"]"),
+        "{exported}"
+    );
+    let (code, out, _) = agents[1]
+        .cli(&["plan", "-f", file, "--exit-code", "--json"])
+        .await
+        .expect("plan");
+    assert_eq!(code, 2, "{out}");
+    let plan: serde_json::Value = serde_json::from_str(&out).expect("plan --json");
+    let steps = plan["steps"].as_array().cloned().unwrap_or_default();
+    assert!(
+        steps.iter().any(|s| s["action"] == "set_fleetlock_group"
+            && s["from_windows"] == serde_json::json!(["Sat 02:00-06:00 UTC"])),
+        "{out}"
+    );
+    let (code, out, err) = agents[1]
+        .cli(&["apply", "-f", file, "--yes"])
+        .await
+        .expect("apply");
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = agents[0]
+        .cli(&["plan", "-f", file, "--exit-code"])
+        .await
+        .expect("plan");
+    assert_eq!(code, 0, "the windows are gone again\n{out}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_replicated_settings() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -502,6 +546,7 @@ async fn settings_drift_is_planned_and_repaired_and_the_leader_follows_the_repli
         .and_then(|g| g.iter().find(|g| g["name"] == "workers"))
         .expect("workers group");
     assert_eq!(workers["slots"], 2, "{groups}");
+    windows_drift(&agents, &file).await;
 
     // Settings: the file's cleanup delay (2 s, min_voters 1) is the leader's, not its flags'
     // 10 minutes: a killed member is cleaned up within seconds.

@@ -68,6 +68,20 @@ pub struct GroupStatus {
     /// False for `default` (and groups created on first use) until someone sets its slots.
     pub configured: bool,
     pub holders: Vec<HolderStatus>,
+    /// Its maintenance windows (`Sat 02:00-06:00 UTC`); none: always open. Absent from older
+    /// servers, as are the two below.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<String>,
+    /// Whether a lock may take a slot now (the leader's clock): inside a window, or none set.
+    #[serde(default = "always_open")]
+    pub open: bool,
+    /// When closed: when the next window opens (ms since the epoch, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_open_ms: Option<u64>,
+}
+
+fn always_open() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,9 +10,12 @@ use serde::Deserialize;
 use toml::Spanned;
 
 mod export;
+mod fleetlock;
+
+pub use fleetlock::DesiredGroup;
+use fleetlock::{RawFleetLock, fleetlock};
 
 use crate::config::{validate_host_port, validate_name};
-use crate::state::fleetlock::{MAX_GROUPS, valid_group};
 use crate::state::settings::{
     MAX_DELAY_MS, MAX_MIN_VOTERS, MAX_STANDBYS, MIN_DELAY_MS, MIN_MIN_VOTERS,
 };
@@ -57,7 +60,7 @@ pub struct DesiredSettings {
 pub struct DesiredFleetLock {
     /// `create` or `reject` (`None`: left as it is).
     pub unknown_groups: Option<String>,
-    pub groups: BTreeMap<String, u32>,
+    pub groups: BTreeMap<String, DesiredGroup>,
 }
 
 /// The whole desired cluster.
@@ -90,21 +93,6 @@ struct RawCluster {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawFleetLock {
-    unknown_groups: Option<Spanned<String>>,
-    #[serde(default)]
-    group: Vec<RawGroup>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawGroup {
-    name: Spanned<String>,
-    slots: Spanned<i64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawMember {
     name: Spanned<String>,
     address: Spanned<String>,
@@ -132,7 +120,7 @@ impl Manifest {
             line: e.span().map_or(1, |s| line_of(text, s.start)),
             message: format!(
                 "{}; the keys are [cluster] replace_after, cleanup_dead_after, min_voters, \
-                 standbys; [fleetlock] unknown_groups and [[fleetlock.group]] name, slots; \
+                 standbys; [fleetlock] unknown_groups and [[fleetlock.group]] name, slots, windows; \
                  [defaults] data_dir; [[member]] name, address, data_dir (docs/apply.md)",
                 e.message()
             ),
@@ -244,65 +232,6 @@ fn settings(text: &str, c: &RawCluster) -> Result<DesiredSettings, ManifestError
             .map(|n| count_at(n, 0, MAX_STANDBYS, "standbys"))
             .transpose()?,
     })
-}
-
-/// The `[fleetlock]` table: the rule for unknown groups, and the groups with their slots.
-fn fleetlock(text: &str, f: &RawFleetLock) -> Result<DesiredFleetLock, ManifestError> {
-    let unknown_groups = match &f.unknown_groups {
-        Some(mode) if ["create", "reject"].contains(&mode.get_ref().as_str()) => {
-            Some(mode.get_ref().clone())
-        }
-        Some(mode) => {
-            return Err(refuse(
-                text,
-                mode.span(),
-                &format!(
-                    "unknown_groups = {:?}: write \"create\" (a group nobody \
-                     configured is created on first use) or \"reject\"",
-                    mode.get_ref()
-                ),
-            ));
-        }
-        None => None,
-    };
-    Ok(DesiredFleetLock {
-        unknown_groups,
-        groups: groups(text, &f.group)?,
-    })
-}
-
-/// The `[[fleetlock.group]]` tables: valid, unique names, slots in range, not too many.
-fn groups(text: &str, raw: &[RawGroup]) -> Result<BTreeMap<String, u32>, ManifestError> {
-    let mut groups = BTreeMap::new();
-    for g in raw {
-        let name = g.name.get_ref();
-        if !valid_group(name) {
-            return Err(refuse(
-                text,
-                g.name.span(),
-                &format!(
-                    "group name {name:?}: use 1 to 253 characters of [a-zA-Z0-9.-] \
-                     (Zincati's group names)"
-                ),
-            ));
-        }
-        let slots =
-            count(&g.slots, 1, MAX_SLOTS, "slots").map_err(|m| refuse(text, g.slots.span(), &m))?;
-        if groups.insert(name.clone(), slots).is_some() {
-            return Err(refuse(
-                text,
-                g.name.span(),
-                &format!("group {name:?} is listed twice"),
-            ));
-        }
-    }
-    if groups.len() > MAX_GROUPS {
-        return Err(ManifestError {
-            line: 1,
-            message: format!("at most {MAX_GROUPS} FleetLock groups"),
-        });
-    }
-    Ok(groups)
 }
 
 /// A value in `cluster.toml` that parses but cannot be used; [`Manifest::parse`] puts its line

@@ -106,11 +106,16 @@ pub enum Action {
         from: SettingsUpdate,
         to: SettingsUpdate,
     },
-    /// A FleetLock group's slots (`from`: none when it is not configured).
+    /// A FleetLock group's slots and maintenance windows (`from`: none when it is not
+    /// configured; windows left out when there are none, i.e. always open).
     SetFleetlockGroup {
         group: String,
         from: Option<u32>,
         slots: u32,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        from_windows: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        windows: Vec<String>,
     },
     /// A FleetLock group the file does not list.
     DeleteFleetlockGroup { group: String },

@@ -43,7 +43,7 @@ fn parses_a_full_file() {
     assert_eq!(m.settings.standbys, Some(1));
     let f = m.fleetlock.expect("fleetlock table");
     assert_eq!(f.unknown_groups.as_deref(), Some("reject"));
-    assert_eq!(f.groups.get("workers"), Some(&2));
+    assert_eq!(f.groups.get("workers").map(|g| g.slots), Some(2));
 }
 
 #[test]
@@ -194,6 +194,9 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
                 slots: 1,
                 configured: false,
                 holders: Vec::new(),
+                windows: Vec::new(),
+                open: true,
+                next_open_ms: None,
             }],
             recent: Vec::new(),
         }),
@@ -421,12 +424,18 @@ fn settings_and_fleetlock_drift() {
             slots: 1,
             configured: true,
             holders: Vec::new(),
+            windows: Vec::new(),
+            open: true,
+            next_open_ms: None,
         });
         f.groups.push(GroupStatus {
             name: "old".into(),
             slots: 1,
             configured: true,
             holders: Vec::new(),
+            windows: Vec::new(),
+            open: true,
+            next_open_ms: None,
         });
     }
     let p = plan(&want, &have);
@@ -613,3 +622,5 @@ fn the_member_asked_is_never_removed_under_apply() {
         p.blocked
     );
 }
+
+mod windows;

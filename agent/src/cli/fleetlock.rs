@@ -3,10 +3,11 @@
 use muster_shared::form::urlencode;
 
 use super::{CliError, Target, output};
-use crate::api::fleetlock::{EventStatus, FleetLockHistory, FleetLockStatus};
+use crate::api::fleetlock::{EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus};
 use crate::api::paths;
 use crate::outln;
 use crate::state::fleetlock::Outcome;
+use crate::state::fleetlock_window;
 
 pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
     let status: FleetLockStatus = target.call("GET", paths::FLEETLOCK, None).await?;
@@ -50,12 +51,39 @@ pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
         })
         .collect();
     output::print_table(&["GROUP", "HELD", "HOLDER", "SINCE", "VIA"], rows, &[]);
+    print_windows(&status.groups, now);
     if !status.recent.is_empty() {
         outln!();
         outln!("recent events (all: muster fleetlock history):");
         print_events(&status.recent, now);
     }
     Ok(())
+}
+
+/// Each group with maintenance windows: its windows, and whether it is open now or when it
+/// opens next (by the leader's clock, which the server decided with).
+fn print_windows(groups: &[GroupStatus], now: u64) {
+    let with: Vec<&GroupStatus> = groups.iter().filter(|g| !g.windows.is_empty()).collect();
+    if with.is_empty() {
+        return;
+    }
+    outln!();
+    outln!("maintenance windows (UTC; groups not listed are always open):");
+    let rows = with
+        .iter()
+        .map(|g| {
+            let state = match g.next_open_ms {
+                _ if g.open => "open now".to_string(),
+                Some(at) => format!(
+                    "closed; opens {}",
+                    fleetlock_window::describe_opening(at, now)
+                ),
+                None => "closed".to_string(),
+            };
+            vec![g.name.clone(), g.windows.join(", "), state]
+        })
+        .collect();
+    output::print_table(&["GROUP", "WINDOWS", "NOW"], rows, &[]);
 }
 
 /// `muster fleetlock history`: the whole audit trail, or one group's.
@@ -116,16 +144,40 @@ pub async fn release(target: &Target, group: &str, id: &str, json: bool) -> Resu
     )
 }
 
+/// What `muster fleetlock group set` sets.
+pub struct GroupSetting<'a> {
+    pub name: &'a str,
+    pub slots: u32,
+    /// As the operator wrote them; checked here before anything is sent.
+    pub windows: &'a [String],
+}
+
 pub async fn set_group(
     target: &Target,
-    name: &str,
-    slots: u32,
+    group: &GroupSetting<'_>,
     json: bool,
 ) -> Result<(), CliError> {
+    let windows: Vec<String> = fleetlock_window::parse_all(group.windows)
+        .map_err(|e| CliError::Usage(e.to_string()))?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let (name, slots) = (group.name, group.slots);
     let path = format!("{}/{}", paths::FLEETLOCK_GROUPS, urlencode(name));
-    let body = serde_json::json!({ "slots": slots }).to_string();
+    let body = serde_json::json!({ "slots": slots, "windows": windows }).to_string();
     let outcome: Outcome = target.call("PUT", &path, Some(body)).await?;
-    report(json, outcome, &format!("group {name}: {slots} slot(s)"), "")
+    // Without windows the line reads as it always did.
+    let when = if windows.is_empty() {
+        String::new()
+    } else {
+        format!(", open {}", windows.join(", "))
+    };
+    report(
+        json,
+        outcome,
+        &format!("group {name}: {slots} slot(s){when}"),
+        "",
+    )
 }
 
 pub async fn delete_group(target: &Target, name: &str, json: bool) -> Result<(), CliError> {

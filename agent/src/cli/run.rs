@@ -257,8 +257,18 @@ async fn run_fleetlock(command: FleetlockCommand) -> Result<(), Failure> {
 async fn run_fleetlock_group(command: FleetlockGroupCommand) -> Result<(), Failure> {
     use super::fleetlock;
     match command {
-        FleetlockGroupCommand::Set { name, slots, op } => {
-            Ok(fleetlock::set_group(&op.target()?, &name, slots, op.json).await?)
+        FleetlockGroupCommand::Set {
+            name,
+            slots,
+            windows,
+            op,
+        } => {
+            let group = fleetlock::GroupSetting {
+                name: &name,
+                slots,
+                windows: &windows,
+            };
+            Ok(fleetlock::set_group(&op.target()?, &group, op.json).await?)
         }
         FleetlockGroupCommand::List(op) => Ok(fleetlock::status(&op.target()?, op.json).await?),
         FleetlockGroupCommand::Del { name, op } => {

@@ -13,6 +13,7 @@ use crate::api::fleetlock::{
 use crate::leading::{Leader, Replica};
 use crate::state::fleetlock::{Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, UnknownGroups};
 use crate::state::fleetlock_trail::{Event, MAX_EVENTS};
+use crate::state::fleetlock_window;
 use crate::state::{NodeId, NodeRecord, Request, member_id};
 
 /// A holder older than this is flagged in status (a machine that rebooted and never came back?).
@@ -54,9 +55,12 @@ pub async fn command(
         _ => None,
     };
     if let Some((group, id, lock)) = asked {
+        // The same clock the write would be stamped with: a window that is closed now refuses
+        // from the read, as the write would.
+        let now = leader.replica.wall_ms();
         let decided = leader
             .replica
-            .read(|s| s.fleetlock.decide(&group, &id, lock))
+            .read(|s| s.fleetlock.decide(&group, &id, lock, now))
             .await;
         match decided {
             Ok(Ok(Outcome::Locked | Outcome::Unlocked)) => {}
@@ -103,6 +107,9 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
                     stale: now.saturating_sub(h.since_ms) > STALE_AFTER_MS,
                 })
                 .collect(),
+            windows: g.windows.iter().map(ToString::to_string).collect(),
+            open: fleetlock_window::is_open(&g.windows, now),
+            next_open_ms: fleetlock_window::next_open(&g.windows, now),
         })
         .collect();
     if !fleetlock.groups.contains_key(DEFAULT_GROUP) {
@@ -111,6 +118,9 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             slots: DEFAULT_SLOTS,
             configured: false,
             holders: Vec::new(),
+            windows: Vec::new(),
+            open: true,
+            next_open_ms: None,
         });
         groups.sort_by(|a, b| a.name.cmp(&b.name));
     }

@@ -220,7 +220,9 @@ fn timed_out(here: Here<'_>) -> Rejection {
 /// The leader's refusal in the protocol's terms.
 fn leader_refusal(e: ApiError) -> Rejection {
     let (status, kind) = match e.kind {
-        ErrorKind::SemaphoreFull => (StatusCode::CONFLICT, e.kind.as_str()),
+        ErrorKind::SemaphoreFull | ErrorKind::OutsideWindow => {
+            (StatusCode::CONFLICT, e.kind.as_str())
+        }
         ErrorKind::UnknownGroup => (StatusCode::BAD_REQUEST, e.kind.as_str()),
         ErrorKind::TooManyGroups => (StatusCode::SERVICE_UNAVAILABLE, e.kind.as_str()),
         ErrorKind::NoLeader => (StatusCode::SERVICE_UNAVAILABLE, "no_leader"),
@@ -323,6 +325,11 @@ mod tests {
                 ErrorKind::SemaphoreFull,
                 StatusCode::CONFLICT,
                 "failed_lock_semaphore_full",
+            ),
+            (
+                ErrorKind::OutsideWindow,
+                StatusCode::CONFLICT,
+                "failed_lock_outside_window",
             ),
             (
                 ErrorKind::UnknownGroup,

@@ -16,12 +16,17 @@ use crate::agent::{Agent, Here};
 use crate::api::paths;
 use crate::leader::{self, Authority, LeaderOp};
 use crate::state::fleetlock::{Command, UnknownGroups};
+use crate::state::fleetlock_window::Window;
 
 type By = Extension<Authority>;
 
 #[derive(Deserialize)]
 struct SetGroup {
     slots: u32,
+    /// Maintenance windows as text (`"Sat 02:00-06:00 UTC"`); none: always open. Each is
+    /// checked as it decodes, so a bad one is refused with what is wrong with it.
+    #[serde(default)]
+    windows: Vec<Window>,
 }
 
 #[derive(Deserialize)]
@@ -76,7 +81,7 @@ async fn set_group(
     UrlPath(name): UrlPath<String>,
     body: Bytes,
 ) -> Response {
-    match parse_json::<SetGroup>(&body, r#"{"slots": N}"#) {
+    match parse_json::<SetGroup>(&body, r#"{"slots": N, "windows": ["Sat 02:00-06:00 UTC"]}"#) {
         Ok(set) => {
             run(
                 agent.here(),
@@ -84,6 +89,7 @@ async fn set_group(
                 Command::SetGroup {
                     name,
                     slots: set.slots,
+                    windows: set.windows,
                 },
             )
             .await

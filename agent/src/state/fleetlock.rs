@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::NodeId;
 use super::fleetlock_trail::{EventKind, Trail};
+use super::fleetlock_window::{self, Window};
 use crate::api::ErrorKind;
 use crate::state::Refusal;
 
@@ -57,6 +58,9 @@ pub struct Group {
     /// and counted under [`MAX_GROUPS_ON_FIRST_USE`]. Absent (false) in state written before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub on_first_use: bool,
+    /// When its machines may take a slot; none: always. Absent in state written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<Window>,
 }
 
 /// All of FleetLock's replicated state.
@@ -100,6 +104,9 @@ pub enum Command {
     SetGroup {
         name: String,
         slots: u32,
+        /// Its maintenance windows; none: always open (and in commands written before).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        windows: Vec<Window>,
     },
     DeleteGroup {
         name: String,
@@ -150,6 +157,7 @@ impl FleetLock {
                     slots: DEFAULT_SLOTS,
                     holders: BTreeMap::new(),
                     on_first_use: true,
+                    windows: Vec::new(),
                 })
             }
             None => None,
@@ -169,8 +177,15 @@ impl FleetLock {
 
     /// What a lock (`lock == true`) or unlock of `id` in `group` comes to against this state,
     /// changing nothing. Only [`Outcome::Locked`] and [`Outcome::Unlocked`] change the state;
-    /// every other answer, refusals included, may be given from a linearizable read.
-    pub fn decide(&self, group: &str, id: &str, lock: bool) -> Result<Outcome, Refusal> {
+    /// every other answer, refusals included, may be given from a linearizable read. `now_ms`
+    /// (the leader's clock) says whether the group's maintenance windows are open.
+    pub fn decide(
+        &self,
+        group: &str,
+        id: &str,
+        lock: bool,
+        now_ms: u64,
+    ) -> Result<Outcome, Refusal> {
         let existing = self.groups.get(group);
         if !lock {
             if existing.is_none() && self.group_or_default(group).is_none() {
@@ -209,8 +224,12 @@ impl FleetLock {
                 return Ok(Outcome::Locked);
             }
         };
+        // A holder keeps its slot whenever it asks: it took it inside a window.
         if g.holders.contains_key(id) {
             return Ok(Outcome::AlreadyHeld);
+        }
+        if let Some(refusal) = Self::outside_window(group, g, now_ms) {
+            return Err(refusal);
         }
         if g.holders.len() >= g.slots as usize {
             // Never who holds them: the protocol port is open to anyone who can reach it, and
@@ -225,6 +244,21 @@ impl FleetLock {
             ));
         }
         Ok(Outcome::Locked)
+    }
+
+    /// The refusal of a lock in `group` at `now_ms` when none of its windows is open: which
+    /// windows it has, and when the next opens (so that whoever reads Zincati's log knows).
+    fn outside_window(group: &str, g: &Group, now_ms: u64) -> Option<Refusal> {
+        let opens = fleetlock_window::next_open(&g.windows, now_ms)?;
+        let windows: Vec<String> = g.windows.iter().map(Window::to_string).collect();
+        Some(Refusal::new(
+            ErrorKind::OutsideWindow,
+            format!(
+                "group {group} is outside its maintenance windows ({}); the next opens at {}",
+                windows.join(", "),
+                fleetlock_window::describe_opening(opens, now_ms)
+            ),
+        ))
     }
 
     /// Applies `command`; a refusal leaves everything as it was.
@@ -243,7 +277,11 @@ impl FleetLock {
                 now_ms,
                 forced,
             } => self.unlock(group, id, *via, *now_ms, *forced),
-            Command::SetGroup { name, slots } => self.set_group(name, *slots),
+            Command::SetGroup {
+                name,
+                slots,
+                windows,
+            } => self.set_group(name, *slots, windows),
             Command::DeleteGroup { name } => self.delete_group(name),
             Command::SetUnknownGroups { mode } => {
                 self.unknown_groups = *mode;
@@ -260,7 +298,7 @@ impl FleetLock {
         via: NodeId,
         now_ms: u64,
     ) -> Result<Outcome, Refusal> {
-        let outcome = self.decide(group, id, true)?;
+        let outcome = self.decide(group, id, true, now_ms)?;
         if outcome == Outcome::Locked
             && let Some(mut g) = self.group_or_default(group)
         {
@@ -286,7 +324,7 @@ impl FleetLock {
         now_ms: u64,
         forced: bool,
     ) -> Result<Outcome, Refusal> {
-        let outcome = self.decide(group, id, false)?;
+        let outcome = self.decide(group, id, false, now_ms)?;
         if outcome == Outcome::Unlocked {
             self.release(group, id);
             let kind = if forced {
@@ -297,60 +335,6 @@ impl FleetLock {
             self.trail.record(kind, group, id, via, now_ms);
         }
         Ok(outcome)
-    }
-
-    /// Configures a group's slots (`muster fleetlock group set`).
-    fn set_group(&mut self, name: &str, slots: u32) -> Result<Outcome, Refusal> {
-        if !valid_group(name) || slots == 0 || slots > 1_000 {
-            return Err(Refusal::new(
-                ErrorKind::InvalidArgument,
-                "a group name is 1 to 253 characters of [a-zA-Z0-9.-] and has 1 to 1000 slots",
-            ));
-        }
-        let configured = self.groups.values().filter(|g| !g.on_first_use).count();
-        let is_configured = self.groups.get(name).is_some_and(|g| !g.on_first_use);
-        if !is_configured && configured >= MAX_GROUPS {
-            return Err(Refusal::new(
-                ErrorKind::InvalidArgument,
-                format!("at most {MAX_GROUPS} configured groups"),
-            ));
-        }
-        // Fewer slots than holders: nobody loses a slot; new locks wait until enough
-        // holders have unlocked. A group created on first use becomes a configured one.
-        self.groups
-            .entry(name.to_string())
-            .and_modify(|g| {
-                g.slots = slots;
-                g.on_first_use = false;
-            })
-            .or_insert(Group {
-                slots,
-                holders: BTreeMap::new(),
-                on_first_use: false,
-            });
-        Ok(Outcome::Done)
-    }
-
-    /// Deletes a group nobody holds a slot of.
-    fn delete_group(&mut self, name: &str) -> Result<Outcome, Refusal> {
-        match self.groups.get(name) {
-            None => Err(Refusal::new(
-                ErrorKind::NotFound,
-                format!("no group {name:?} is configured"),
-            )),
-            Some(g) if !g.holders.is_empty() => Err(Refusal::new(
-                ErrorKind::InvalidArgument,
-                format!(
-                    "group {name} still has holders ({}); release them first (muster \
-                     fleetlock release {name} ID)",
-                    g.holders.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            )),
-            Some(_) => {
-                self.groups.remove(name);
-                Ok(Outcome::Done)
-            }
-        }
     }
 
     /// Releases `id`'s slot of `group`; a group created on first use goes with its last
@@ -386,5 +370,6 @@ impl FleetLock {
     }
 }
 
+mod groups;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@ mod admission;
 pub mod ca_rotation;
 pub mod fleetlock;
 pub mod fleetlock_trail;
+pub mod fleetlock_window;
 pub mod kv;
 pub mod lease;
 mod lifecycle;

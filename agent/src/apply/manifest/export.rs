@@ -47,10 +47,15 @@ impl Manifest {
             if let Some(mode) = &f.unknown_groups {
                 out.push_str(&format!("unknown_groups = {mode:?}\n"));
             }
-            for (name, slots) in &f.groups {
+            for (name, g) in &f.groups {
                 out.push_str(&format!(
-                    "\n[[fleetlock.group]]\nname = {name:?}\nslots = {slots}\n"
+                    "\n[[fleetlock.group]]\nname = {name:?}\nslots = {}\n",
+                    g.slots
                 ));
+                if !g.windows.is_empty() {
+                    let list: Vec<String> = g.windows.iter().map(|w| format!("{w:?}")).collect();
+                    out.push_str(&format!("windows = [{}]   # UTC\n", list.join(", ")));
+                }
             }
         }
         let dirs: BTreeSet<&str> = self.members.iter().map(|m| m.data_dir.as_str()).collect();
@@ -100,7 +105,13 @@ impl Manifest {
             let groups: Vec<serde_json::Value> = f
                 .groups
                 .iter()
-                .map(|(name, slots)| serde_json::json!({ "name": name, "slots": slots }))
+                .map(|(name, g)| {
+                    let mut group = serde_json::json!({ "name": name, "slots": g.slots });
+                    if !g.windows.is_empty() {
+                        group["windows"] = g.windows.clone().into();
+                    }
+                    group
+                })
                 .collect();
             fleetlock.insert("group".into(), groups.into());
             file.insert("fleetlock".into(), fleetlock.into());

@@ -61,23 +61,30 @@ pub(super) fn fleetlock(desired: &Manifest, observed: &Observed, q: Quorum) -> V
             q,
         ));
     }
-    for (group, slots) in &want.groups {
-        let current = have.groups.iter().find(|g| g.name == *group);
-        let configured = current.filter(|g| g.configured).map(|g| g.slots);
-        if configured != Some(*slots) {
-            steps.push(steady(
-                Action::SetFleetlockGroup {
-                    group: group.clone(),
-                    from: configured,
-                    slots: *slots,
-                },
-                match configured {
-                    Some(n) => format!("the file gives group {group} {slots} slot(s), not {n}"),
-                    None => format!("group {group} is not configured"),
-                },
-                q,
-            ));
+    for (group, g) in &want.groups {
+        let current = have.groups.iter().find(|h| h.name == *group);
+        let configured = current.filter(|h| h.configured);
+        let from = configured.map(|h| h.slots);
+        let from_windows = configured.map(|h| h.windows.clone()).unwrap_or_default();
+        // Windows count as slots do: a group set by hand with other windows is set again.
+        if from == Some(g.slots) && from_windows == g.windows {
+            continue;
         }
+        let why = match from {
+            None => format!("group {group} is not configured"),
+            Some(n) if n != g.slots => {
+                format!("the file gives group {group} {} slot(s), not {n}", g.slots)
+            }
+            Some(_) => format!("the file gives group {group} other maintenance windows"),
+        };
+        let action = Action::SetFleetlockGroup {
+            group: group.clone(),
+            from,
+            slots: g.slots,
+            from_windows,
+            windows: g.windows.clone(),
+        };
+        steps.push(steady(action, why, q));
     }
     for g in have
         .groups

@@ -76,9 +76,14 @@ pub async fn carry_out(
             issue_token(target, &machine, &join, tokens_out).await
         }
         Action::SetSettings { to, .. } => set_settings(target, to).await,
-        Action::SetFleetlockGroup { group, slots, .. } => {
+        Action::SetFleetlockGroup {
+            group,
+            slots,
+            windows,
+            ..
+        } => {
             let path = format!("{}/{}", paths::FLEETLOCK_GROUPS, urlencode(group));
-            let body = serde_json::json!({ "slots": slots }).to_string();
+            let body = serde_json::json!({ "slots": slots, "windows": windows }).to_string();
             let _: serde_json::Value = target.call("PUT", &path, Some(body)).await?;
             Ok(Done::said(format!(
                 "FleetLock group {group}: {slots} slot(s)"

@@ -39,10 +39,28 @@ pub fn describe(action: &Action) -> String {
             settings_text(to),
             settings_text(from)
         ),
-        Action::SetFleetlockGroup { group, from, slots } => match from {
-            Some(n) => format!("set FleetLock group {group} to {slots} slot(s) (now {n})"),
-            None => format!("configure FleetLock group {group} with {slots} slot(s)"),
-        },
+        Action::SetFleetlockGroup {
+            group,
+            from,
+            slots,
+            from_windows,
+            windows,
+        } => {
+            // Windows are named only where a side has some: a plan of slots reads as before.
+            let any = !windows.is_empty() || !from_windows.is_empty();
+            let shown = |w: &[String]| if any { windows_text(w) } else { String::new() };
+            match from {
+                Some(n) => format!(
+                    "set FleetLock group {group} to {slots} slot(s){} (now {n}{})",
+                    shown(windows),
+                    shown(from_windows)
+                ),
+                None => format!(
+                    "configure FleetLock group {group} with {slots} slot(s){}",
+                    shown(windows)
+                ),
+            }
+        }
         Action::DeleteFleetlockGroup { group } => format!("delete FleetLock group {group}"),
         Action::SetUnknownGroups { from, to } => {
             format!("FleetLock unknown groups: {to} (now {from})")
@@ -52,5 +70,14 @@ pub fn describe(action: &Action) -> String {
             from_version,
             to_version,
         } => format!("upgrade {name} from {from_version} to {to_version}"),
+    }
+}
+
+/// A group's maintenance windows in a plan's line, after its slots.
+fn windows_text(windows: &[String]) -> String {
+    if windows.is_empty() {
+        ", always open".into()
+    } else {
+        format!(", open {}", windows.join(", "))
     }
 }

@@ -4,6 +4,7 @@
 
 use super::gather::gather;
 use crate::api::probe::SettingsUpdate;
+use crate::apply::manifest::DesiredGroup;
 use crate::apply::{DesiredFleetLock, DesiredMember, DesiredSettings, Manifest, Observed};
 use crate::cli::{CliError, Target, output};
 use crate::outln;
@@ -77,7 +78,13 @@ fn manifest_of(observed: &Observed, settings: &SettingsUpdate) -> Manifest {
                 .groups
                 .iter()
                 .filter(|g| g.configured)
-                .map(|g| (g.name.clone(), g.slots))
+                .map(|g| {
+                    let group = DesiredGroup {
+                        slots: g.slots,
+                        windows: g.windows.clone(),
+                    };
+                    (g.name.clone(), group)
+                })
                 .collect(),
         }),
     }

@@ -189,6 +189,11 @@ pub enum FleetlockGroupCommand {
         /// How many machines of the group may reboot at once (1 to 1000)
         #[arg(long)]
         slots: u32,
+        /// A maintenance window, in UTC: `Sat 02:00-06:00 UTC`, `Mon-Fri 22:00-02:00 UTC`
+        /// (an end before the start is the next day), `daily 02:00-04:00 UTC`. Repeat for
+        /// several (at most 16); none: always open. Replaces the group's windows.
+        #[arg(long = "window", value_name = "WINDOW")]
+        windows: Vec<String>,
         #[command(flatten)]
         op: OperatorArgs,
     },

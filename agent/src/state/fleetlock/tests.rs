@@ -51,6 +51,7 @@ fn slots_and_unknown_groups_follow_the_settings() {
     let set = |name: &str, slots| Command::SetGroup {
         name: name.into(),
         slots,
+        windows: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set("db", 2))), Ok(Outcome::Done));
     assert_eq!(kind(f.apply(&lock("db", "a"))), Ok(Outcome::Locked));
@@ -127,7 +128,7 @@ fn decide_changes_nothing_and_agrees_with_apply() {
             f.apply(c).expect("setup");
         }
         let snapshot = f.clone();
-        assert_eq!(kind(f.decide(group, id, is_lock)), want, "case {i}");
+        assert_eq!(kind(f.decide(group, id, is_lock, 5)), want, "case {i}");
         assert_eq!(f, snapshot, "case {i}: decide changed the state");
         let command = if is_lock {
             lock(group, id)
@@ -170,6 +171,7 @@ fn groups_made_on_first_use_are_capped_apart_and_go_with_their_last_holder() {
     let set = Command::SetGroup {
         name: "db".into(),
         slots: 1,
+        windows: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set)), Ok(Outcome::Done));
     assert_eq!(kind(f.apply(&lock("db", "y"))), Ok(Outcome::Locked));
@@ -187,6 +189,7 @@ fn groups_made_on_first_use_are_capped_apart_and_go_with_their_last_holder() {
     let adopt = Command::SetGroup {
         name: "ghost1".into(),
         slots: 2,
+        windows: Vec::new(),
     };
     assert_eq!(kind(f.apply(&adopt)), Ok(Outcome::Done));
     assert_eq!(kind(f.apply(&unlock("ghost1", "x"))), Ok(Outcome::Unlocked));
@@ -320,3 +323,5 @@ fn names_follow_the_protocol() {
         assert_eq!(valid_id(id), ok, "{id:?}");
     }
 }
+
+mod windows;
