@@ -182,7 +182,8 @@ pub enum FleetlockCommand {
 
 #[derive(Subcommand)]
 pub enum FleetlockGroupCommand {
-    /// Create a group, or change its number of slots (machines that may reboot at once).
+    /// Create a group, or change its slots (machines that may reboot at once) and its
+    /// maintenance windows (when they may).
     Set {
         /// The group's name, as Zincati's `group` setting says it
         name: String,
