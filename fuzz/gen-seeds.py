@@ -196,6 +196,11 @@ write("leader_op", "create-token", j({"op": "create_join_token", "create": {
     "id": "0123456789abcdef", "secret_sha256": "0" * 64, "ttl_ms": 3600000, "uses": 1, "description": "x"}}))
 write("leader_op", "remove", j({"op": "remove_node", "name": "n1", "force": False}))
 write("leader_op", "status", j({"op": "status"}))
+# A FleetLock group with maintenance windows: each window is parsed from its text and written
+# back (state/fleetlock_window.rs), so the round trip checks the window parser too.
+write("leader_op", "fleetlock-windows", j({"op": "fleet_lock", "command": {
+    "fleetlock": "set_group", "name": "workers", "slots": 2,
+    "windows": ["Sat 02:00-06:00 UTC", "mon-fri 22:00-02:00 UTC", "daily 00:00-24:00 UTC"]}}))
 
 # discovery_grpc: selector byte (0 Range, 1 Put, 2 Watch), then one gRPC frame of the message
 def pb_varint(n):
