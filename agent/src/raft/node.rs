@@ -21,6 +21,8 @@ mod watch;
 pub use errors::{RaftNodeError, RpcError};
 pub use watch::RaftView;
 
+use muster_shared::retry::RetryPolicy;
+
 use super::TypeConfig;
 use super::network::{Network, PeerLiveness};
 use super::pacemaker::{LeaderContact, Pacemaker, TimerPlan};
@@ -35,6 +37,9 @@ use watch::count_leader_changes;
 /// Every write and membership change gets at most this long: an isolated leader in openraft 0.9
 /// accepts writes that never commit, so an unbounded wait would hang the caller forever.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pause before another round of heartbeats for a linearizable read that no majority
+/// answered: about a heartbeat.
+const READ_ROUND_PAUSE: Duration = Duration::from_millis(50);
 
 /// Raft timing from the agent's flags.
 #[derive(Debug, Clone, Copy)]
@@ -262,32 +267,33 @@ impl RaftNode {
     }
 
     /// Runs `f` on state that includes every write committed before this call (leader only).
+    ///
+    /// A round of heartbeats that no majority answered in time is tried again while this node
+    /// still hears from a majority (`check_quorum_contact`): the one live follower of three may
+    /// be busy writing a large append to disk, and a busy follower is not a lost quorum. A
+    /// leader that is cut off stops hearing from a majority within its quorum window and is
+    /// answered `quorum_lost` then; every read ends within [`WRITE_TIMEOUT`].
     pub async fn read_linearizable<R>(
         &self,
         f: impl FnOnce(&ClusterState) -> R,
     ) -> Result<R, RaftNodeError> {
-        self.check_quorum_contact()?;
-        let checked = tokio::time::timeout(WRITE_TIMEOUT, self.reads.check())
-            .await
-            .ok()
-            .flatten()
-            .ok_or(RaftNodeError::Timeout("the linearizable read"))?;
-        if let Err(e) = checked {
-            return Err(match e.forward_to_leader::<Node>() {
-                Some(fwd) => RaftNodeError::NotLeader {
-                    leader: fwd.leader_id.zip(fwd.leader_node.clone()),
-                },
-                None if matches!(
-                    e,
-                    RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))
-                ) =>
-                {
-                    RaftNodeError::QuorumLost(e.to_string())
-                }
-                None => RaftNodeError::Other(e.to_string()),
-            });
+        let mut rounds = RetryPolicy::constant(READ_ROUND_PAUSE)
+            .within(WRITE_TIMEOUT)
+            .start();
+        loop {
+            self.check_quorum_contact()?;
+            let wait = rounds.remaining().unwrap_or(WRITE_TIMEOUT);
+            let checked = tokio::time::timeout(wait, self.reads.check())
+                .await
+                .ok()
+                .flatten()
+                .ok_or(RaftNodeError::Timeout("the linearizable read"))?;
+            match checked.map_err(leadership_check_error) {
+                Ok(_) => return Ok(self.state_machine.read(f)?),
+                Err(RaftNodeError::QuorumLost(_)) if rounds.wait().await => {}
+                Err(e) => return Err(e),
+            }
         }
-        Ok(self.state_machine.read(f)?)
     }
 
     /// Snapshots everything applied so far and drops the log it covers, so that peers catch up
@@ -324,5 +330,22 @@ impl RaftNode {
         self.pacemaker.abort();
         self.leader_watch.abort();
         let _ = self.raft.shutdown().await;
+    }
+}
+
+/// What a failed leadership check for a linearizable read answers.
+fn leadership_check_error(e: RaftError<NodeId, CheckIsLeaderError<NodeId, Node>>) -> RaftNodeError {
+    match e.forward_to_leader::<Node>() {
+        Some(fwd) => RaftNodeError::NotLeader {
+            leader: fwd.leader_id.zip(fwd.leader_node.clone()),
+        },
+        None if matches!(
+            e,
+            RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_))
+        ) =>
+        {
+            RaftNodeError::QuorumLost(e.to_string())
+        }
+        None => RaftNodeError::Other(e.to_string()),
     }
 }
