@@ -46,12 +46,10 @@ pub trait Admission<S> {
     /// must not wait: the listener takes no one else meanwhile, so any writing is spawned.
     fn refuse(&self, stream: S, remote: SocketAddr, why: Self::Refused);
 
-    /// Called on every failed accept; true when this one is logged. A flood of failures must not
-    /// flood the log, and a policy may count them: the default logs every one (there is at
-    /// most one per pause).
-    fn accept_failed(&self) -> bool {
-        true
-    }
+    /// Called on every failed accept; true when this one is logged. Failures come in floods
+    /// (one per pause while the process is out of descriptors), so every policy says how
+    /// often it logs them (and may count them).
+    fn accept_failed(&self) -> bool;
 }
 
 /// A policy shared by reference (the listener's owner keeps it, to serve what it admits).
