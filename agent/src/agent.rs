@@ -46,6 +46,10 @@ pub struct AgentInit {
     pub credentials: muster_shared::tls::NodeCredentials,
     /// `--cert-validity`: lifetime of the certificates this node issues as leader.
     pub cert_validity: Duration,
+    /// `--fleetlock-min-tolerance` (`None`: FleetLock's quorum gate is off).
+    pub fleetlock_min_tolerance: Option<u32>,
+    /// `--fleetlock-id`: the FleetLock id of this machine's Zincati, if known.
+    pub fleetlock_id: Option<String>,
 }
 
 /// The running node, as the parts its modules use: each function takes the part (or the
@@ -71,6 +75,9 @@ pub struct Me {
     pub node_id: NodeId,
     pub name: String,
     pub cluster_id: String,
+    /// The FleetLock id this machine's Zincati uses (`--fleetlock-id`, by default derived from
+    /// /etc/machine-id as Zincati does); `None` when neither is known.
+    pub fleetlock_id: Option<String>,
 }
 
 /// This node's certificate and trusted CAs, and the ids its node port refuses.
@@ -188,6 +195,7 @@ impl Agent {
                 node_id: init.node_id,
                 name: init.name,
                 cluster_id: init.cluster_id.clone(),
+                fleetlock_id: init.fleetlock_id,
             },
             trust: Trust {
                 credentials: init.credentials,
@@ -206,6 +214,7 @@ impl Agent {
                 cert_validity: init.cert_validity,
                 automation: init.automation,
                 promote_after: init.promote_after,
+                fleetlock_min_tolerance: init.fleetlock_min_tolerance,
             }),
             counters: ListenerCounters::default(),
         }

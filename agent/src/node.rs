@@ -99,6 +99,8 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             revoked_at_start: spec.revoked_at_start,
             credentials: trust.credentials,
             cert_validity: config.cert_validity,
+            fleetlock_min_tolerance: config.fleetlock_min_tolerance,
+            fleetlock_id: config.fleetlock_id.clone(),
         },
     ));
     agent.refresh_revoked();

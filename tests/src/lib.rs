@@ -5,7 +5,8 @@
 //! One file per job: [`process`] the child-process type every wrapper is built on,
 //! [`discovery`], [`etcd`] and [`agent`] the wrappers, [`http`] plain HTTP, [`operator`] the
 //! operator API, [`cluster`] cluster builders, [`wait`] deadlines, [`ports`] ports and
-//! [`prereq`] missing prerequisites, [`exclusive`] one heavy test at a time. Everything is
+//! [`prereq`] missing prerequisites, [`exclusive`] one heavy test at a time, [`zincati`]
+//! FleetLock requests as Zincati sends them. Everything is
 //! re-exported here, so suites import from the crate root.
 //!
 //! Binaries are found next to the running test or bench executable (`target/<profile>/`), or in
@@ -32,6 +33,7 @@ pub mod terminal;
 pub mod v3_client;
 pub mod wait;
 pub mod workload;
+pub mod zincati;
 
 pub use agent::{AgentProc, CLI_TIMEOUT, clear_muster_env, run_muster};
 pub use cluster::{
@@ -49,3 +51,4 @@ pub use ports::free_port;
 pub use prereq::{env_truthy, missing_prerequisite, skip_allowed};
 pub use process::{Process, bin_path, signal, tail};
 pub use wait::{poll_until, wait_for};
+pub use zincati::{PRE_REBOOT, STEADY_STATE, zincati};

@@ -7,43 +7,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use muster_tests::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const FORM: Duration = Duration::from_secs(60);
 const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-
-/// A FleetLock request as Zincati sends it; (status, kind, body), status 0 when none came.
-async fn zincati(addr: &str, path: &str, id: &str, group: &str) -> (u16, String, String) {
-    let body = serde_json::json!({"client_params": {"id": id, "group": group}}).to_string();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nfleet-lock-protocol: true\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.write_all(request.as_bytes()).await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    };
-    let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(10), exchange).await else {
-        return (0, String::new(), String::new());
-    };
-    let text = String::from_utf8_lossy(&answer);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let kind = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["kind"].as_str().map(String::from))
-        .unwrap_or_default();
-    (status, kind, body.to_string())
-}
 
 /// `HH:MM` of the minute `ms` falls in, and its weekday (UTC).
 fn hm_and_day(ms: u64) -> (String, &'static str) {

@@ -34,6 +34,40 @@ pub struct FleetLockStatus {
     /// The newest events of the audit trail, oldest first (absent from older servers).
     #[serde(default)]
     pub recent: Vec<EventStatus>,
+    /// The members whose machines' Zincati ids are known (learned from their requests over
+    /// loopback), voters first (absent from older servers).
+    #[serde(default)]
+    pub machines: Vec<MachineStatus>,
+    /// The quorum gate as the leader sees it now; `None`: off (or an older server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_gate: Option<QuorumGateStatus>,
+}
+
+/// A member and the Zincati id its machine uses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineStatus {
+    pub member: String,
+    pub id: String,
+    pub voter: bool,
+}
+
+/// The quorum gate: its floor, and each voter as the gate counts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumGateStatus {
+    /// Voters kept to spare once a voter reboots (`--fleetlock-min-tolerance`).
+    pub min_tolerance: u32,
+    pub voters: Vec<VoterStatus>,
+}
+
+/// A voter as the quorum gate counts it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VoterStatus {
+    pub name: String,
+    /// `up`, `unreachable` or `holds a reboot slot`.
+    pub state: String,
+    /// Its machine's Zincati id, once learned: until then its Zincati's locks are not gated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_id: Option<String>,
 }
 
 /// `muster fleetlock history`: the audit trail, oldest first.

@@ -199,6 +199,8 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
                 next_open_ms: None,
             }],
             recent: Vec::new(),
+            machines: Vec::new(),
+            quorum_gate: None,
         }),
     }
 }

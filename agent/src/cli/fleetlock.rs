@@ -52,6 +52,7 @@ pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
         .collect();
     output::print_table(&["GROUP", "HELD", "HOLDER", "SINCE", "VIA"], rows, &[]);
     print_windows(&status.groups, now);
+    print_quorum_gate(&status);
     if !status.recent.is_empty() {
         outln!();
         outln!("recent events (all: muster fleetlock history):");
@@ -84,6 +85,34 @@ fn print_windows(groups: &[GroupStatus], now: u64) {
         })
         .collect();
     output::print_table(&["GROUP", "WINDOWS", "NOW"], rows, &[]);
+}
+
+/// The quorum gate: off, or each voter as it counts it, with its machine's Zincati id.
+fn print_quorum_gate(status: &FleetLockStatus) {
+    outln!();
+    let Some(gate) = &status.quorum_gate else {
+        outln!("quorum gate: off (voters reboot whatever the quorum)");
+        return;
+    };
+    outln!(
+        "quorum gate: a voter's machine gets a slot only while a majority of the voters stays up \
+         with {} to spare:",
+        gate.min_tolerance
+    );
+    let rows = gate
+        .voters
+        .iter()
+        .map(|v| {
+            vec![
+                v.name.clone(),
+                v.state.clone(),
+                v.machine_id
+                    .clone()
+                    .unwrap_or_else(|| "(not learned yet: not gated)".into()),
+            ]
+        })
+        .collect();
+    output::print_table(&["VOTER", "NOW", "ZINCATI ID"], rows, &[]);
 }
 
 /// `muster fleetlock history`: the whole audit trail, or one group's.

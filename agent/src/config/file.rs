@@ -42,9 +42,28 @@ pub(super) struct FileConfig {
     pub(super) fleetlock_tls_key: Option<String>,
     pub(super) fleetlock_tls_client_ca: Option<String>,
     pub(super) fleetlock_rate_limit: Option<u32>,
+    pub(super) fleetlock_min_tolerance: Option<NumberOrWord>,
+    pub(super) fleetlock_id: Option<String>,
     pub(super) snapshot_every: Option<String>,
     pub(super) snapshot_keep: Option<u32>,
     pub(super) snapshot_dir: Option<PathBuf>,
+}
+
+/// A setting that is a number or a word (`fleetlock_min_tolerance = 1`, or `= "off"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum NumberOrWord {
+    Number(u32),
+    Word(String),
+}
+
+impl std::fmt::Display for NumberOrWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NumberOrWord::Number(n) => write!(f, "{n}"),
+            NumberOrWord::Word(w) => f.write_str(w),
+        }
+    }
 }
 
 /// Reads and parses the config file; a missing or unreadable file named by the operator is an

@@ -106,6 +106,17 @@ pub struct AgentFlags {
     /// [env: MUSTER_FLEETLOCK_RATE_LIMIT]
     #[arg(long, help_heading = HELP_NETWORK)]
     pub fleetlock_rate_limit: Option<String>,
+    /// FleetLock's quorum gate: a machine that is a voter gets a reboot slot only while the
+    /// other voters, less those unreachable or holding slots, keep a majority with this many
+    /// to spare; `off` lets voters reboot whatever the quorum. Give every member the same
+    /// value (the leader's decides) [default: 0] [env: MUSTER_FLEETLOCK_MIN_TOLERANCE]
+    #[arg(long, help_heading = HELP_ROLES)]
+    pub fleetlock_min_tolerance: Option<String>,
+    /// The id this machine's Zincati sends FleetLock (its `node_uuid`), so that the quorum
+    /// gate knows its locks are this member's; needed only when Zincati's id is not the one it
+    /// derives from /etc/machine-id (the default) [env: MUSTER_FLEETLOCK_ID]
+    #[arg(long, help_heading = HELP_ROLES)]
+    pub fleetlock_id: Option<String>,
 
     /// How many members beyond the voters replicate the log, ready to be promoted when a voter
     /// fails (standbys); every further member is a spare: it serves the operator API,

@@ -17,7 +17,7 @@
 //! | `identity.rs` | name, advertise, listen, data dir |
 //! | `start.rs` | discovery, join, token, init, initial cluster, join secret, CA pin (the credentials themselves: `credentials.rs`) |
 //! | `timing.rs` | heartbeat, election timeout, promote-after, cert validity |
-//! | `roles.rs` | replace-after, cleanup-dead-after, min-voters, standbys |
+//! | `roles.rs` | replace-after, cleanup-dead-after, min-voters, standbys, fleetlock-min-tolerance, fleetlock-id |
 //! | `listeners.rs` | FleetLock, metrics, connection and request limits |
 //! | `snapshots.rs` | the snapshot schedule |
 //!
@@ -128,6 +128,10 @@ pub struct AgentConfig {
     pub fleetlock_client_ca: Option<PathBuf>,
     /// FleetLock requests per second per source (0: no limit).
     pub fleetlock_rate_limit: u32,
+    /// `--fleetlock-min-tolerance`: voters the quorum gate keeps to spare (`None`: off).
+    pub fleetlock_min_tolerance: Option<u32>,
+    /// `--fleetlock-id`, else Zincati's id derived from /etc/machine-id (`None`: neither).
+    pub fleetlock_id: Option<String>,
     /// `--snapshot-every`, `--snapshot-keep`, `--snapshot-dir` (`None`: no scheduled snapshots).
     pub snapshots: Option<SnapshotSchedule>,
     /// Settings that work but are probably not what was meant; logged at start.
@@ -224,6 +228,8 @@ pub fn resolve(
         fleetlock_tls: ports.fleetlock_tls,
         fleetlock_client_ca: ports.fleetlock_client_ca,
         fleetlock_rate_limit: ports.fleetlock_rate_limit,
+        fleetlock_min_tolerance: roles::fleetlock_min_tolerance(&src)?,
+        fleetlock_id: roles::fleetlock_id(&src)?,
         snapshots,
         warnings,
     })

@@ -61,6 +61,8 @@ settings! {
     MaxConnections => "max-connections",
     MaxConnectionsPerSource => "max-connections-per-source",
     FleetlockRateLimit => "fleetlock-rate-limit",
+    FleetlockMinTolerance => "fleetlock-min-tolerance",
+    FleetlockId => "fleetlock-id",
     SnapshotEvery => "snapshot-every",
     SnapshotKeep => "snapshot-keep",
     CertValidity => "cert-validity",
@@ -194,6 +196,11 @@ impl<'a> Sources<'a> {
             Setting::FleetlockRateLimit => (
                 f.fleetlock_rate_limit.clone(),
                 number(c.fleetlock_rate_limit),
+            ),
+            Setting::FleetlockId => (f.fleetlock_id.clone(), c.fleetlock_id.clone()),
+            Setting::FleetlockMinTolerance => (
+                f.fleetlock_min_tolerance.clone(),
+                c.fleetlock_min_tolerance.as_ref().map(ToString::to_string),
             ),
             Setting::SnapshotEvery => (f.snapshot_every.clone(), c.snapshot_every.clone()),
             Setting::SnapshotKeep => (f.snapshot_keep.clone(), number(c.snapshot_keep)),

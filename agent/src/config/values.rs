@@ -11,7 +11,7 @@ use muster_shared::duration::parse_duration;
 use super::ConfigError;
 use super::sources::Setting;
 
-fn invalid(setting: Setting, message: String) -> ConfigError {
+pub(super) fn invalid(setting: Setting, message: String) -> ConfigError {
     ConfigError::Invalid {
         setting: setting.flag(),
         message,

@@ -8,10 +8,15 @@ use std::collections::BTreeMap;
 
 use crate::api::ApiError;
 use crate::api::fleetlock::{
-    EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus, HolderStatus,
+    EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus, HolderStatus, MachineStatus,
+    QuorumGateStatus, VoterStatus,
 };
 use crate::leading::{Leader, Replica};
-use crate::state::fleetlock::{Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, UnknownGroups};
+use crate::policy;
+use crate::state::fleetlock::{
+    Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, Stamped, UnknownGroups,
+};
+use crate::state::fleetlock_quorum::QuorumFacts;
 use crate::state::fleetlock_trail::{Event, MAX_EVENTS};
 use crate::state::fleetlock_window;
 use crate::state::{NodeId, NodeRecord, Request, member_id};
@@ -41,31 +46,59 @@ fn event_status(nodes: &BTreeMap<NodeId, NodeRecord>, e: &Event) -> EventStatus 
     }
 }
 
-/// Applies a FleetLock command through the log; `Lock` and `Unlock` get the leader's clock. A
-/// lock or unlock that would change nothing is answered from a linearizable read instead (when
-/// the read succeeds). Between that read and a write the state may change; the write decides again
-/// when it is applied.
+/// Applies a FleetLock command through the log; `Lock` and `Unlock` get the leader's clock, and
+/// `Lock` the quorum gate's facts. A lock or unlock that would change nothing is answered from a
+/// linearizable read instead (when the read succeeds). Between that read and a write the state
+/// may change; the write decides again when it is applied, on the facts stamped into it.
 pub async fn command(
     leader: Leader<'_, impl Replica>,
     mut command: Command,
 ) -> Result<Outcome, ApiError> {
+    if let Command::Lock { quorum, .. } = &mut command {
+        *quorum = quorum_facts(&leader);
+    }
     let asked = match &command {
-        Command::Lock { group, id, .. } => Some((group.clone(), id.clone(), true)),
-        Command::Unlock { group, id, .. } => Some((group.clone(), id.clone(), false)),
+        Command::Lock {
+            group,
+            id,
+            via,
+            own,
+            quorum,
+            ..
+        } => Some((group.clone(), id.clone(), true, *via, *own, quorum.clone())),
+        Command::Unlock {
+            group,
+            id,
+            via,
+            own,
+            ..
+        } => Some((group.clone(), id.clone(), false, *via, *own, None)),
         _ => None,
     };
-    if let Some((group, id, lock)) = asked {
+    if let Some((group, id, lock, via, own, quorum)) = asked {
         // The same clock the write would be stamped with: a window that is closed now refuses
         // from the read, as the write would.
         let now = leader.replica.wall_ms();
+        let stamped = Stamped {
+            machine: own.then_some(via),
+            quorum: quorum.as_ref(),
+        };
         let decided = leader
             .replica
-            .read(|s| s.fleetlock.decide(&group, &id, lock, now))
+            .read(|s| {
+                let f = &s.fleetlock;
+                (
+                    f.decide(&group, &id, lock, now, stamped),
+                    f.learns(via, &id, own),
+                )
+            })
             .await;
         match decided {
-            Ok(Ok(Outcome::Locked | Outcome::Unlocked)) => {}
-            Ok(Ok(unchanged)) => return Ok(unchanged),
-            Ok(Err(refusal)) => return Err(refusal.into()),
+            Ok((Ok(Outcome::Locked | Outcome::Unlocked), _)) => {}
+            // It teaches the state whose machine this id is: worth its log entry, once.
+            Ok((Ok(_), true)) => {}
+            Ok((Ok(unchanged), false)) => return Ok(unchanged),
+            Ok((Err(refusal), _)) => return Err(refusal.into()),
             // One heartbeat round did not confirm the leadership (a new leader, a member
             // restarting): the write below waits for a quorum as long as a write may, where
             // the read gives up at once. Only under churn does a no-op cost a log entry.
@@ -83,6 +116,38 @@ pub async fn command(
         .ok_or_else(|| ApiError::internal("FleetLock command without an outcome"))
 }
 
+/// The quorum gate's facts as this leader knows them now: the voters, the ones it has not heard
+/// from lately, and the floor; `None` when the gate is off (`--fleetlock-min-tolerance off`).
+fn quorum_facts(leader: &Leader<'_, impl Replica>) -> Option<QuorumFacts> {
+    let min_tolerance = leader.local.settings.fleetlock_min_tolerance?;
+    let view = leader.replica.view();
+    let me = leader.replica.id();
+    let name = |id: &NodeId| {
+        view.nodes
+            .get(id)
+            .map(|n| n.name.clone())
+            .unwrap_or_else(|| member_id(*id))
+    };
+    Some(QuorumFacts {
+        voters: view.voters.iter().map(|id| (*id, name(id))).collect(),
+        unreachable: view
+            .voters
+            .iter()
+            .filter(|id| {
+                **id != me
+                    && !policy::is_reachable(
+                        leader
+                            .replica
+                            .last_seen_ms(**id)
+                            .map(std::time::Duration::from_millis),
+                    )
+            })
+            .copied()
+            .collect(),
+        min_tolerance,
+    })
+}
+
 /// The semaphores as of now (a linearizable read).
 pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus, ApiError> {
     let (fleetlock, nodes) = leader
@@ -90,6 +155,38 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
         .read(|s| (s.fleetlock.clone(), s.nodes.clone()))
         .await?;
     let now = leader.replica.wall_ms();
+    let facts = quorum_facts(&leader);
+    let voters = leader.replica.view().voters;
+    let mut machines: Vec<MachineStatus> = fleetlock
+        .machines
+        .iter()
+        .map(|(member, id)| MachineStatus {
+            member: member_name(&nodes, *member),
+            id: id.clone(),
+            voter: voters.contains(member),
+        })
+        .collect();
+    machines.sort_by(|a, b| (!a.voter, &a.member).cmp(&(!b.voter, &b.member)));
+    let holding = fleetlock.holding();
+    let quorum_gate = facts.map(|f| QuorumGateStatus {
+        min_tolerance: f.min_tolerance,
+        voters: f
+            .voters
+            .iter()
+            .map(|(id, name)| VoterStatus {
+                name: name.clone(),
+                state: if f.unreachable.contains(id) {
+                    "unreachable"
+                } else if holding.contains(id) {
+                    "holds a reboot slot"
+                } else {
+                    "up"
+                }
+                .into(),
+                machine_id: fleetlock.machines.get(id).cloned(),
+            })
+            .collect(),
+    });
     let mut groups: Vec<GroupStatus> = fleetlock
         .groups
         .iter()
@@ -137,6 +234,8 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             .skip(fleetlock.trail.len().saturating_sub(RECENT_EVENTS))
             .map(|e| event_status(&nodes, e))
             .collect(),
+        machines,
+        quorum_gate,
     })
 }
 

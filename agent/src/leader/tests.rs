@@ -136,6 +136,8 @@ fn lock(id: &str) -> Command {
         id: id.into(),
         via: LEADER,
         now_ms: 0,
+        own: false,
+        quorum: None,
     }
 }
 
@@ -180,6 +182,51 @@ fn fleetlock_writes_only_changes_and_stamps_locks_with_the_leader_clock() {
     });
 }
 
+#[test]
+fn the_leader_stamps_what_it_hears_into_a_lock_and_a_voter_waits_for_a_silent_one() {
+    let fx = Fixture::new(T0);
+    fx.replica.add_member(2, "n2", true);
+    fx.replica.add_member(3, "n3", true);
+    let l = fx.leader();
+    // The machine of voter n2 asks through its own agent, which knows the id as its own.
+    let from_n2 = Command::Lock {
+        group: "default".into(),
+        id: "m2".into(),
+        via: 2,
+        now_ms: 0,
+        own: true,
+        quorum: None,
+    };
+    block_on(async {
+        fx.replica.set_silent(3, true);
+        let refused = fleetlock::command(l, from_n2.clone())
+            .await
+            .expect_err("n3 is silent");
+        assert_eq!(refused.kind, ErrorKind::QuorumGate);
+        assert!(
+            refused.message.contains("n3 unreachable"),
+            "{}",
+            refused.message
+        );
+        // The refusal came from the read: no log entry, and nothing learned.
+        assert!(fx.replica.state().fleetlock.machines.is_empty());
+        fx.replica.set_silent(3, false);
+        assert_eq!(
+            fleetlock::command(l, from_n2).await.expect("n3 is back"),
+            Outcome::Locked
+        );
+        let state = fx.replica.state();
+        assert_eq!(
+            state.fleetlock.machines.get(&2).map(String::as_str),
+            Some("m2")
+        );
+        assert_eq!(
+            state.fleetlock.groups["default"].holders["m2"].machine,
+            Some(2)
+        );
+    });
+}
+
 fn unlock(id: &str, forced: bool) -> Command {
     Command::Unlock {
         group: "default".into(),
@@ -187,6 +234,7 @@ fn unlock(id: &str, forced: bool) -> Command {
         via: LEADER,
         now_ms: 0,
         forced,
+        own: false,
     }
 }
 

@@ -23,6 +23,9 @@ pub struct LeaderSettings {
     pub automation: Automation,
     /// A nonvoter is promoted only after it has been in the configuration this long.
     pub promote_after: Duration,
+    /// `--fleetlock-min-tolerance`: the voters FleetLock's quorum gate keeps to spare once a
+    /// voter reboots (`None`: the gate is off).
+    pub fleetlock_min_tolerance: Option<u32>,
 }
 
 /// This node's leader-side state (see the module comment).

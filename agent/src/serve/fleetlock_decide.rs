@@ -80,7 +80,14 @@ pub(super) async fn decide(
         Ok(asked) => asked,
         Err(refusal) => return refusal,
     };
-    let command = command(endpoint, &id, &group, here.me.node_id, now_ms());
+    let command = command(
+        endpoint,
+        &id,
+        &group,
+        here.me.node_id,
+        here.me.fleetlock_id.as_deref() == Some(id.as_str()),
+        now_ms(),
+    );
     match on_leader(here, command).await {
         Ok(outcome) => granted(outcome, &id, &group),
         Err(rejection) => rejection.answered(),
@@ -162,8 +169,16 @@ fn params(body: &[u8]) -> Result<(String, String), Rejection> {
     Ok((id, group))
 }
 
-/// The command the endpoint asks for, taken through member `via`.
-fn command(endpoint: Endpoint, id: &str, group: &str, via: NodeId, now_ms: u64) -> Command {
+/// The command the endpoint asks for, taken through member `via` (`own`: for the FleetLock id
+/// of `via`'s own machine). The leader stamps the quorum gate's facts.
+fn command(
+    endpoint: Endpoint,
+    id: &str,
+    group: &str,
+    via: NodeId,
+    own: bool,
+    now_ms: u64,
+) -> Command {
     let (group, id) = (group.to_string(), id.to_string());
     match endpoint {
         Endpoint::PreReboot => Command::Lock {
@@ -171,6 +186,8 @@ fn command(endpoint: Endpoint, id: &str, group: &str, via: NodeId, now_ms: u64) 
             id,
             via,
             now_ms,
+            own,
+            quorum: None,
         },
         Endpoint::SteadyState => Command::Unlock {
             group,
@@ -178,6 +195,7 @@ fn command(endpoint: Endpoint, id: &str, group: &str, via: NodeId, now_ms: u64) 
             via,
             now_ms,
             forced: false,
+            own,
         },
     }
 }
@@ -220,7 +238,7 @@ fn timed_out(here: Here<'_>) -> Rejection {
 /// The leader's refusal in the protocol's terms.
 fn leader_refusal(e: ApiError) -> Rejection {
     let (status, kind) = match e.kind {
-        ErrorKind::SemaphoreFull | ErrorKind::OutsideWindow => {
+        ErrorKind::SemaphoreFull | ErrorKind::OutsideWindow | ErrorKind::QuorumGate => {
             (StatusCode::CONFLICT, e.kind.as_str())
         }
         ErrorKind::UnknownGroup => (StatusCode::BAD_REQUEST, e.kind.as_str()),
@@ -330,6 +348,11 @@ mod tests {
                 ErrorKind::OutsideWindow,
                 StatusCode::CONFLICT,
                 "failed_lock_outside_window",
+            ),
+            (
+                ErrorKind::QuorumGate,
+                StatusCode::CONFLICT,
+                "failed_lock_quorum",
             ),
             (
                 ErrorKind::UnknownGroup,

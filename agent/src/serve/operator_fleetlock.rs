@@ -121,6 +121,7 @@ async fn release(State(agent): State<Arc<Agent>>, Extension(by): By, body: Bytes
                     // The leader stamps its own clock.
                     now_ms: 0,
                     forced: true,
+                    own: false,
                 },
             )
             .await

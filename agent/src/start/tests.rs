@@ -39,6 +39,8 @@ fn config() -> AgentConfig {
         fleetlock_tls: None,
         fleetlock_client_ca: None,
         fleetlock_rate_limit: 10,
+        fleetlock_min_tolerance: Some(0),
+        fleetlock_id: None,
         snapshots: None,
         warnings: Vec::new(),
     }

@@ -1,15 +1,23 @@
 //! FleetLock's reboot semaphores in the replicated state: per group, a number of slots and the
 //! machines holding them. Recursive and owned, as Zincati's protocol asks: a holder locking again
 //! keeps its one slot; an unlock by a non-holder changes nothing. Pure functions, decided the
-//! same way on every node (the clock is in the command). [`FleetLock::decide`] says what a lock
-//! or unlock would come to without changing anything, so that the leader answers the ones that
-//! change nothing from a read instead of a log entry.
+//! same way on every node (the clock, and the facts the quorum gate needs, are in the command).
+//! [`FleetLock::decide`] says what a lock or unlock would come to without changing anything, so
+//! that the leader answers the ones that change nothing from a read instead of a log entry.
+//!
+//! Which member a Zincati id belongs to: every agent knows its own machine's FleetLock id
+//! (`--fleetlock-id`, by default the id Zincati derives from /etc/machine-id). A request for
+//! that id through that agent is marked `own`, and the state learns the id as that member's,
+//! one id per member; a later request for it through any member is then known as that
+//! member's machine too. The quorum gate (`fleetlock_quorum.rs`) needs this to know which
+//! askers and holders vote.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::NodeId;
+use super::fleetlock_quorum::{self, QuorumFacts};
 use super::fleetlock_trail::{EventKind, Trail};
 use super::fleetlock_window::{self, Window};
 use crate::api::ErrorKind;
@@ -46,6 +54,10 @@ pub struct Holder {
     pub since_ms: u64,
     /// The member whose FleetLock endpoint the lock came through: released with that member.
     pub via: NodeId,
+    /// The member whose machine holds the slot, when known (see the module comment): the
+    /// quorum gate counts it as down while it holds. Absent in state written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<NodeId>,
 }
 
 /// One group's semaphore.
@@ -74,6 +86,26 @@ pub struct FleetLock {
     /// state written before the trail existed.
     #[serde(default, skip_serializing_if = "Trail::is_empty")]
     pub trail: Trail,
+    /// The FleetLock id each member's own machine uses, learned from requests the member marked
+    /// as its own (one per member, so bounded by the members). Absent in state written before.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "super::id_keyed_map"
+    )]
+    pub machines: BTreeMap<NodeId, String>,
+}
+
+/// What a lock or unlock carries beside the clock: whether the request came from the machine
+/// of the member it came through, and (locks only) the quorum gate's facts, which the leader
+/// stamps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stamped<'a> {
+    /// The member whose own machine asks (the request was marked `own` by the member it came
+    /// through).
+    pub machine: Option<NodeId>,
+    /// `None`: no quorum gate (it is off, or the command predates it).
+    pub quorum: Option<&'a QuorumFacts>,
 }
 
 /// A FleetLock change, applied by every node the same way.
@@ -85,6 +117,13 @@ pub enum Command {
         id: String,
         via: NodeId,
         now_ms: u64,
+        /// `id` is the FleetLock id of `via`'s own machine (see the module comment); false
+        /// before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        own: bool,
+        /// The quorum gate's facts, stamped by the leader; none: no gate (and before).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        quorum: Option<QuorumFacts>,
     },
     Unlock {
         group: String,
@@ -100,6 +139,10 @@ pub enum Command {
         /// unlock. Only the trail tells them apart: the slot goes either way.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         forced: bool,
+        /// `id` is the FleetLock id of `via`'s own machine (see the module comment); false
+        /// before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        own: bool,
     },
     SetGroup {
         name: String,
@@ -176,15 +219,18 @@ impl FleetLock {
     }
 
     /// What a lock (`lock == true`) or unlock of `id` in `group` comes to against this state,
-    /// changing nothing. Only [`Outcome::Locked`] and [`Outcome::Unlocked`] change the state;
-    /// every other answer, refusals included, may be given from a linearizable read. `now_ms`
-    /// (the leader's clock) says whether the group's maintenance windows are open.
+    /// changing nothing. Only [`Outcome::Locked`] and [`Outcome::Unlocked`] change the
+    /// semaphores; every other answer, refusals included, may be given from a linearizable read
+    /// unless it teaches a member's Zincati id ([`FleetLock::learns`]). `now_ms` (the leader's
+    /// clock) says whether the group's maintenance windows are open; `stamped` who asks and
+    /// whether the quorum gate applies.
     pub fn decide(
         &self,
         group: &str,
         id: &str,
         lock: bool,
         now_ms: u64,
+        stamped: Stamped<'_>,
     ) -> Result<Outcome, Refusal> {
         let existing = self.groups.get(group);
         if !lock {
@@ -220,7 +266,9 @@ impl FleetLock {
                         ),
                     ));
                 }
-                // A new group with one free slot: the lock takes it.
+                // A new group with one free slot: the lock takes it, unless the asker votes
+                // and others are down.
+                self.quorum_gate(id, stamped)?;
                 return Ok(Outcome::Locked);
             }
         };
@@ -243,7 +291,56 @@ impl FleetLock {
                 ),
             ));
         }
+        self.quorum_gate(id, stamped)?;
         Ok(Outcome::Locked)
+    }
+
+    /// The member whose machine asks as `id`: the one it came through when that member marked
+    /// it its own, else the member that id was learned for.
+    fn machine_of(&self, id: &str, machine: Option<NodeId>) -> Option<NodeId> {
+        machine.or_else(|| {
+            self.machines
+                .iter()
+                .find(|(_, known)| known.as_str() == id)
+                .map(|(member, _)| *member)
+        })
+    }
+
+    /// The members whose machines hold a slot, in any group.
+    pub fn holding(&self) -> BTreeSet<NodeId> {
+        self.groups
+            .values()
+            .flat_map(|g| g.holders.iter())
+            .filter_map(|(id, h)| h.machine.or_else(|| self.machine_of(id, None)))
+            .collect()
+    }
+
+    /// Refuses a slot to a voter whose reboot would leave the cluster below its floor (see
+    /// `fleetlock_quorum.rs`).
+    fn quorum_gate(&self, id: &str, stamped: Stamped<'_>) -> Result<(), Refusal> {
+        let (Some(facts), Some(asker)) = (stamped.quorum, self.machine_of(id, stamped.machine))
+        else {
+            return Ok(());
+        };
+        let mut holding = self.holding();
+        holding.remove(&asker);
+        fleetlock_quorum::check(facts, asker, &holding)
+            .map_err(|short| Refusal::new(ErrorKind::QuorumGate, short.to_string()))
+    }
+
+    /// True when a request for `id` through `via`, marked as `via`'s own machine's (`own`),
+    /// would teach the state that id as `via`'s: a change even when the slot stays as it was.
+    pub fn learns(&self, via: NodeId, id: &str, own: bool) -> bool {
+        own && self.machines.get(&via).map(String::as_str) != Some(id)
+    }
+
+    /// Records `id` as the Zincati id of `via`'s machine: one id per member (a new one
+    /// replaces), one member per id (the machine now runs another member).
+    fn learn(&mut self, via: NodeId, id: &str, own: bool) {
+        if self.learns(via, id, own) {
+            self.machines.retain(|_, known| known != id);
+            self.machines.insert(via, id.to_string());
+        }
     }
 
     /// The refusal of a lock in `group` at `now_ms` when none of its windows is open: which
@@ -269,14 +366,29 @@ impl FleetLock {
                 id,
                 via,
                 now_ms,
-            } => self.lock(group, id, *via, *now_ms),
+                own,
+                quorum,
+            } => {
+                let stamped = Stamped {
+                    machine: own.then_some(*via),
+                    quorum: quorum.as_ref(),
+                };
+                let outcome = self.lock(group, id, *via, *now_ms, stamped)?;
+                self.learn(*via, id, *own);
+                Ok(outcome)
+            }
             Command::Unlock {
                 group,
                 id,
                 via,
                 now_ms,
                 forced,
-            } => self.unlock(group, id, *via, *now_ms, *forced),
+                own,
+            } => {
+                let outcome = self.unlock(group, id, *via, *now_ms, *forced)?;
+                self.learn(*via, id, *own);
+                Ok(outcome)
+            }
             Command::SetGroup {
                 name,
                 slots,
@@ -297,16 +409,19 @@ impl FleetLock {
         id: &str,
         via: NodeId,
         now_ms: u64,
+        stamped: Stamped<'_>,
     ) -> Result<Outcome, Refusal> {
-        let outcome = self.decide(group, id, true, now_ms)?;
+        let outcome = self.decide(group, id, true, now_ms, stamped)?;
         if outcome == Outcome::Locked
             && let Some(mut g) = self.group_or_default(group)
         {
+            let machine = self.machine_of(id, stamped.machine);
             g.holders.insert(
                 id.to_string(),
                 Holder {
                     since_ms: now_ms,
                     via,
+                    machine,
                 },
             );
             self.groups.insert(group.to_string(), g);
@@ -324,7 +439,7 @@ impl FleetLock {
         now_ms: u64,
         forced: bool,
     ) -> Result<Outcome, Refusal> {
-        let outcome = self.decide(group, id, false, now_ms)?;
+        let outcome = self.decide(group, id, false, now_ms, Stamped::default())?;
         if outcome == Outcome::Unlocked {
             self.release(group, id);
             let kind = if forced {
@@ -366,6 +481,7 @@ impl FleetLock {
             self.trail
                 .record(EventKind::AutoRelease, group, id, member, now_ms);
         }
+        self.machines.remove(&member);
         released
     }
 }

@@ -11,6 +11,7 @@
 mod admission;
 pub mod ca_rotation;
 pub mod fleetlock;
+pub mod fleetlock_quorum;
 pub mod fleetlock_trail;
 pub mod fleetlock_window;
 pub mod kv;
@@ -99,7 +100,7 @@ pub struct ClusterState {
 /// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
 /// strings; serde turns them back into numbers, except inside an internally tagged enum (a
 /// `Request::RestoreState` entry), where they stay strings and a plain map would refuse them.
-fn id_keyed_map<'de, D, V>(d: D) -> Result<BTreeMap<NodeId, V>, D::Error>
+pub(crate) fn id_keyed_map<'de, D, V>(d: D) -> Result<BTreeMap<NodeId, V>, D::Error>
 where
     D: serde::Deserializer<'de>,
     V: Deserialize<'de>,

@@ -341,6 +341,8 @@ fn a_state_written_before_the_fleetlock_trail_loads_and_a_new_one_round_trips() 
         id: "m1".into(),
         via: 1,
         now_ms: 7,
+        own: false,
+        quorum: None,
     });
     assert_eq!(s.apply(&lock).refused, None);
     // Snapshots and backup payloads are this JSON; one written before the trail has none.

@@ -8,6 +8,8 @@ fn lock(group: &str, id: &str) -> Command {
         id: id.into(),
         via: 1,
         now_ms: 5,
+        own: false,
+        quorum: None,
     }
 }
 
@@ -18,6 +20,7 @@ fn unlock(group: &str, id: &str) -> Command {
         via: 1,
         now_ms: 6,
         forced: false,
+        own: false,
     }
 }
 
@@ -128,7 +131,11 @@ fn decide_changes_nothing_and_agrees_with_apply() {
             f.apply(c).expect("setup");
         }
         let snapshot = f.clone();
-        assert_eq!(kind(f.decide(group, id, is_lock, 5)), want, "case {i}");
+        assert_eq!(
+            kind(f.decide(group, id, is_lock, 5, Stamped::default())),
+            want,
+            "case {i}"
+        );
         assert_eq!(f, snapshot, "case {i}: decide changed the state");
         let command = if is_lock {
             lock(group, id)
@@ -204,6 +211,8 @@ fn a_removed_member_s_slots_are_released() {
         id: id.into(),
         via,
         now_ms: 1,
+        own: false,
+        quorum: None,
     };
     f.apply(&via("default", "a", 7)).expect("lock");
     f.apply(&via("workers", "b", 7)).expect("lock");
@@ -228,6 +237,8 @@ fn the_trail_records_every_change_of_a_slot_and_no_no_op() {
         id: id.into(),
         via,
         now_ms,
+        own: false,
+        quorum: None,
     };
     let release = |id: &str, forced, now_ms| Command::Unlock {
         group: "default".into(),
@@ -235,6 +246,7 @@ fn the_trail_records_every_change_of_a_slot_and_no_no_op() {
         via: 3,
         now_ms,
         forced,
+        own: false,
     };
     f.apply(&at("default", "a", 7, 10)).expect("lock");
     // No-ops and refusals change no slot, and are not events.
@@ -253,6 +265,7 @@ fn the_trail_records_every_change_of_a_slot_and_no_no_op() {
         via: 8,
         now_ms: 18,
         forced: false,
+        own: false,
     })
     .expect("unlock");
     f.apply(&at("default", "d", 8, 19)).expect("lock");
@@ -324,4 +337,5 @@ fn names_follow_the_protocol() {
     }
 }
 
+mod quorum;
 mod windows;

@@ -13,6 +13,8 @@ fn lock_at(group: &str, id: &str, now_ms: u64) -> Command {
         id: id.into(),
         via: 1,
         now_ms,
+        own: false,
+        quorum: None,
     }
 }
 
@@ -42,7 +44,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         refused.message
     );
     assert_eq!(
-        kind(f.decide("db", "b", true, THURSDAY_6PM)),
+        kind(f.decide("db", "b", true, THURSDAY_6PM, Stamped::default())),
         Err(ErrorKind::OutsideWindow)
     );
     // The holder keeps its slot outside the window, and may always give it back.
