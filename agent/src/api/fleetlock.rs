@@ -34,11 +34,11 @@ pub struct FleetLockStatus {
     /// The newest events of the audit trail, oldest first (absent from older servers).
     #[serde(default)]
     pub recent: Vec<EventStatus>,
-    /// The members whose machines' Zincati ids are known (learned from their requests over
-    /// loopback), voters first (absent from older servers).
+    /// The members whose machines' FleetLock ids are known (learned from requests each member
+    /// marked as its own machine's), voters first (absent from older servers).
     #[serde(default)]
     pub machines: Vec<MachineStatus>,
-    /// The quorum gate as the leader sees it now; `None`: off (or an older server).
+    /// The quorum gate as the leader sees it now (absent from older servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quorum_gate: Option<QuorumGateStatus>,
 }
@@ -54,6 +54,8 @@ pub struct MachineStatus {
 /// The quorum gate: its floor, and each voter as the gate counts it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuorumGateStatus {
+    /// False: `--fleetlock-min-tolerance off` on the leader.
+    pub on: bool,
     /// Voters kept to spare once a voter reboots (`--fleetlock-min-tolerance`).
     pub min_tolerance: u32,
     pub voters: Vec<VoterStatus>,
@@ -65,7 +67,8 @@ pub struct VoterStatus {
     pub name: String,
     /// `up`, `unreachable` or `holds a reboot slot`.
     pub state: String,
-    /// Its machine's Zincati id, once learned: until then its Zincati's locks are not gated.
+    /// Its machine's FleetLock id, once learned: until then its Zincati's locks are gated only
+    /// when they come through its own agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_id: Option<String>,
 }

@@ -89,11 +89,15 @@ fn print_windows(groups: &[GroupStatus], now: u64) {
 
 /// The quorum gate: off, or each voter as it counts it, with its machine's Zincati id.
 fn print_quorum_gate(status: &FleetLockStatus) {
-    outln!();
+    // An older leader says nothing about the gate.
     let Some(gate) = &status.quorum_gate else {
-        outln!("quorum gate: off (voters reboot whatever the quorum)");
         return;
     };
+    outln!();
+    if !gate.on {
+        outln!("quorum gate: off (voters reboot whatever the quorum)");
+        return;
+    }
     outln!(
         "quorum gate: a voter's machine gets a slot only while a majority of the voters stays up \
          with {} to spare:",
@@ -108,7 +112,7 @@ fn print_quorum_gate(status: &FleetLockStatus) {
                 v.state.clone(),
                 v.machine_id
                     .clone()
-                    .unwrap_or_else(|| "(not learned yet: not gated)".into()),
+                    .unwrap_or_else(|| "(not learned: gated only through its own agent)".into()),
             ]
         })
         .collect();

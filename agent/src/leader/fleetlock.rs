@@ -49,11 +49,25 @@ fn event_status(nodes: &BTreeMap<NodeId, NodeRecord>, e: &Event) -> EventStatus 
 /// Applies a FleetLock command through the log; `Lock` and `Unlock` get the leader's clock, and
 /// `Lock` the quorum gate's facts. A lock or unlock that would change nothing is answered from a
 /// linearizable read instead (when the read succeeds). Between that read and a write the state
-/// may change; the write decides again when it is applied, on the facts stamped into it.
+/// may change; the write decides again when it is applied, on the facts stamped into it. A lock
+/// is stamped and written under the membership lock, so that no membership change this leader
+/// makes can come between the voters it counted and the decision.
 pub async fn command(
     leader: Leader<'_, impl Replica>,
     mut command: Command,
 ) -> Result<Outcome, ApiError> {
+    // Only a member's own machine can be marked: an id is never learned for a node id that is
+    // no member (which also keeps the learned ids bounded by the members).
+    if let Command::Lock { via, own, .. } | Command::Unlock { via, own, .. } = &mut command
+        && *own
+        && !leader.replica.view().nodes.contains_key(via)
+    {
+        *own = false;
+    }
+    let _voters_hold_still = match &command {
+        Command::Lock { .. } => Some(leader.local.membership_ops.lock().await),
+        _ => None,
+    };
     if let Command::Lock { quorum, .. } = &mut command {
         *quorum = quorum_facts(&leader);
     }
@@ -145,6 +159,7 @@ fn quorum_facts(leader: &Leader<'_, impl Replica>) -> Option<QuorumFacts> {
             .copied()
             .collect(),
         min_tolerance,
+        changing: view.voter_sets.len() > 1,
     })
 }
 
@@ -168,24 +183,32 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
         .collect();
     machines.sort_by(|a, b| (!a.voter, &a.member).cmp(&(!b.voter, &b.member)));
     let holding = fleetlock.holding();
-    let quorum_gate = facts.map(|f| QuorumGateStatus {
-        min_tolerance: f.min_tolerance,
-        voters: f
-            .voters
-            .iter()
-            .map(|(id, name)| VoterStatus {
-                name: name.clone(),
-                state: if f.unreachable.contains(id) {
-                    "unreachable"
-                } else if holding.contains(id) {
-                    "holds a reboot slot"
-                } else {
-                    "up"
-                }
-                .into(),
-                machine_id: fleetlock.machines.get(id).cloned(),
-            })
-            .collect(),
+    let quorum_gate = Some(match facts {
+        None => QuorumGateStatus {
+            on: false,
+            min_tolerance: 0,
+            voters: Vec::new(),
+        },
+        Some(f) => QuorumGateStatus {
+            on: true,
+            min_tolerance: f.min_tolerance,
+            voters: f
+                .voters
+                .iter()
+                .map(|(id, name)| VoterStatus {
+                    name: name.clone(),
+                    state: if f.unreachable.contains(id) {
+                        "unreachable"
+                    } else if holding.contains(id) {
+                        "holds a reboot slot"
+                    } else {
+                        "up"
+                    }
+                    .into(),
+                    machine_id: fleetlock.machines.get(id).cloned(),
+                })
+                .collect(),
+        },
     });
     let mut groups: Vec<GroupStatus> = fleetlock
         .groups

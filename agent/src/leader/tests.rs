@@ -224,6 +224,17 @@ fn the_leader_stamps_what_it_hears_into_a_lock_and_a_voter_waits_for_a_silent_on
             state.fleetlock.groups["default"].holders["m2"].machine,
             Some(2)
         );
+        // A command claiming a machine for a node id that is no member teaches nothing.
+        let stranger = Command::Unlock {
+            group: "default".into(),
+            id: "m77".into(),
+            via: 77,
+            now_ms: 0,
+            forced: false,
+            own: true,
+        };
+        fleetlock::command(l, stranger).await.expect("unlock");
+        assert!(!fx.replica.state().fleetlock.machines.contains_key(&77));
     });
 }
 

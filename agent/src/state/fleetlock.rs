@@ -273,7 +273,12 @@ impl FleetLock {
             }
         };
         // A holder keeps its slot whenever it asks: it took it inside a window.
-        if g.holders.contains_key(id) {
+        if let Some(holder) = g.holders.get(id) {
+            if let (Some(asker), Some(holding)) = (stamped.machine, holder.machine)
+                && asker != holding
+            {
+                return Err(Self::shared_id(id, holding, asker));
+            }
             return Ok(Outcome::AlreadyHeld);
         }
         if let Some(refusal) = Self::outside_window(group, g, now_ms) {
@@ -330,17 +335,38 @@ impl FleetLock {
 
     /// True when a request for `id` through `via`, marked as `via`'s own machine's (`own`),
     /// would teach the state that id as `via`'s: a change even when the slot stays as it was.
+    /// An id another member's machine already has stays that member's (until it is removed):
+    /// two members that share an id (a cloned /etc/machine-id) must not take it in turns.
     pub fn learns(&self, via: NodeId, id: &str, own: bool) -> bool {
         own && self.machines.get(&via).map(String::as_str) != Some(id)
+            && !self
+                .machines
+                .iter()
+                .any(|(member, known)| *member != via && known == id)
     }
 
-    /// Records `id` as the Zincati id of `via`'s machine: one id per member (a new one
-    /// replaces), one member per id (the machine now runs another member).
+    /// Records `id` as the FleetLock id of `via`'s machine: one id per member (a new one
+    /// replaces), one member per id.
     fn learn(&mut self, via: NodeId, id: &str, own: bool) {
         if self.learns(via, id, own) {
-            self.machines.retain(|_, known| known != id);
             self.machines.insert(via, id.to_string());
         }
+    }
+
+    /// The refusal of a lock by member `asker`'s machine for an id whose slot member
+    /// `holding`'s machine holds: both say the id is theirs, and granting it as "already held"
+    /// would let both reboot at once.
+    fn shared_id(id: &str, holding: NodeId, asker: NodeId) -> Refusal {
+        Refusal::new(
+            ErrorKind::QuorumGate,
+            format!(
+                "FleetLock id {id} holds a slot as the machine of member {}, and member {} says \
+                 it is its own machine's too: two members share one id (a cloned \
+                 /etc/machine-id?). Give each machine its own id (--fleetlock-id)",
+                super::member_id(holding),
+                super::member_id(asker)
+            ),
+        )
     }
 
     /// The refusal of a lock in `group` at `now_ms` when none of its windows is open: which

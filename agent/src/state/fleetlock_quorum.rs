@@ -27,6 +27,10 @@ pub struct QuorumFacts {
     pub unreachable: BTreeSet<NodeId>,
     /// How many more voters the cluster must be able to lose once the slot is granted.
     pub min_tolerance: u32,
+    /// The leader's configuration was joint (a membership change was under way): which
+    /// voters count is about to change, so no voter is let go until it settles.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changing: bool,
 }
 
 /// Why a voter may not take a slot now.
@@ -41,10 +45,20 @@ pub struct Shortfall {
     pub needed: usize,
     /// Down already: (name, why), why being "unreachable" or "holds a reboot slot".
     pub down: Vec<(String, &'static str)>,
+    /// The voters were changing (see [`QuorumFacts::changing`]).
+    pub changing: bool,
 }
 
 impl std::fmt::Display for Shortfall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.changing {
+            return write!(
+                f,
+                "{} is a voter, and the cluster's voters are changing (a membership change is \
+                 under way); try again in a moment",
+                self.asker
+            );
+        }
         let majority = self.voters / 2 + 1;
         write!(
             f,
@@ -91,6 +105,16 @@ pub fn check(
         return Ok(());
     };
     let voters = facts.voters.len();
+    if facts.changing {
+        return Err(Shortfall {
+            asker: asker_name.clone(),
+            voters,
+            up: 0,
+            needed: 0,
+            down: Vec::new(),
+            changing: true,
+        });
+    }
     if voters < 3 {
         return Ok(());
     }
@@ -116,6 +140,7 @@ pub fn check(
         up,
         needed,
         down,
+        changing: false,
     })
 }
 
@@ -128,6 +153,7 @@ mod tests {
             voters: (1..=voters).map(|i| (i, format!("n{i}"))).collect(),
             unreachable: unreachable.iter().copied().collect(),
             min_tolerance,
+            changing: false,
         }
     }
 
@@ -191,6 +217,14 @@ mod tests {
             "n1 is a voter: rebooting it now would leave 2 of 5 voters up, and the cluster \
              needs 3 (a majority of 3); down already: n2 holds a reboot slot, n5 unreachable. \
              Try again once they are back"
+        );
+        let mut joint = facts(3, &[], 0);
+        joint.changing = true;
+        let waits = check(&joint, 1, &BTreeSet::new()).expect_err("a joint configuration");
+        assert!(waits.to_string().contains("voters are changing"), "{waits}");
+        assert!(
+            check(&joint, 9, &BTreeSet::new()).is_ok(),
+            "a non-voter is never gated"
         );
         let never = check(&facts(3, &[], 1), 1, &BTreeSet::new()).expect_err("floor");
         assert!(

@@ -11,6 +11,7 @@ fn three_voters(unreachable: &[NodeId]) -> QuorumFacts {
         voters: (1..=3).map(|i| (i, format!("n{i}"))).collect(),
         unreachable: unreachable.iter().copied().collect(),
         min_tolerance: 0,
+        changing: false,
     }
 }
 
@@ -62,15 +63,44 @@ fn a_machine_s_id_is_learned_from_requests_its_member_marks_as_its_own() {
     f.apply(&unlock_via("m3", 3, false)).expect("unlock");
     assert!(!f.learns(3, "m3", false));
     assert_eq!(f.machines.get(&3), None);
-    // One id per member, one member per id.
+    // One id per member: a new one replaces the old.
     f.apply(&unlock_via("m2-new", 2, true)).expect("unlock");
     assert_eq!(f.machines.get(&2).map(String::as_str), Some("m2-new"));
+    // One member per id: another member saying the id is its own does not take it over.
+    assert!(!f.learns(3, "m2-new", true));
     f.apply(&unlock_via("m2-new", 3, true)).expect("unlock");
-    assert_eq!(f.machines.get(&2), None);
-    assert_eq!(f.machines.get(&3).map(String::as_str), Some("m2-new"));
-    // A removed member's id goes with it.
-    f.release_member(3, 12);
+    assert_eq!(f.machines.get(&2).map(String::as_str), Some("m2-new"));
+    assert_eq!(f.machines.get(&3), None);
+    // A removed member's id goes with it, and may then be another's.
+    f.release_member(2, 12);
     assert!(f.machines.is_empty());
+    f.apply(&unlock_via("m2-new", 3, true)).expect("unlock");
+    assert_eq!(f.machines.get(&3).map(String::as_str), Some("m2-new"));
+}
+
+#[test]
+fn two_members_sharing_one_id_never_both_hold_its_slot() {
+    let mut f = two_slots();
+    let facts = three_voters(&[]);
+    assert_eq!(
+        kind(f.apply(&lock_via("cloned", 1, true, Some(facts.clone())))),
+        Ok(Outcome::Locked)
+    );
+    // Member 2's machine says the same id is its own: not "already held".
+    let refused = f
+        .apply(&lock_via("cloned", 2, true, Some(facts.clone())))
+        .expect_err("shared id");
+    assert_eq!(refused.kind, ErrorKind::QuorumGate);
+    assert!(
+        refused.message.contains("two members share one id"),
+        "{}",
+        refused.message
+    );
+    // Member 1's machine asking again keeps its slot.
+    assert_eq!(
+        kind(f.apply(&lock_via("cloned", 1, true, Some(facts)))),
+        Ok(Outcome::AlreadyHeld)
+    );
 }
 
 #[test]
