@@ -46,6 +46,8 @@ pub struct AgentInit {
     pub credentials: muster_shared::tls::NodeCredentials,
     /// `--cert-validity`: lifetime of the certificates this node issues as leader.
     pub cert_validity: Duration,
+    /// The FleetLock health gates this node runs as leader.
+    pub fleetlock_gates: crate::config::FleetLockGates,
 }
 
 /// The running node, as the parts its modules use: each function takes the part (or the
@@ -206,6 +208,7 @@ impl Agent {
                 cert_validity: init.cert_validity,
                 automation: init.automation,
                 promote_after: init.promote_after,
+                fleetlock_gates: init.fleetlock_gates,
             }),
             counters: ListenerCounters::default(),
         }

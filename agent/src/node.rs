@@ -99,6 +99,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             revoked_at_start: spec.revoked_at_start,
             credentials: trust.credentials,
             cert_validity: config.cert_validity,
+            fleetlock_gates: config.fleetlock_gates.clone(),
         },
     ));
     agent.refresh_revoked();

@@ -197,6 +197,7 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
                 windows: Vec::new(),
                 open: true,
                 next_open_ms: None,
+                gates: Vec::new(),
             }],
             recent: Vec::new(),
         }),
@@ -427,6 +428,7 @@ fn settings_and_fleetlock_drift() {
             windows: Vec::new(),
             open: true,
             next_open_ms: None,
+            gates: Vec::new(),
         });
         f.groups.push(GroupStatus {
             name: "old".into(),
@@ -436,6 +438,7 @@ fn settings_and_fleetlock_drift() {
             windows: Vec::new(),
             open: true,
             next_open_ms: None,
+            gates: Vec::new(),
         });
     }
     let p = plan(&want, &have);
@@ -623,4 +626,5 @@ fn the_member_asked_is_never_removed_under_apply() {
     );
 }
 
+mod gates;
 mod windows;

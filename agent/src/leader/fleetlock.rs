@@ -1,14 +1,17 @@
 //! FleetLock on the leader: a lock or unlock that changes the semaphores, and every setting, is
 //! one replicated write (linearizable by construction); one that changes nothing (a recursive
 //! lock, an unlock by a non-holder, a refusal) is answered from a linearizable read, so that
-//! Zincati's ticks and floods of no-ops cost no fsync'd log entry on every member. Status is a
+//! Zincati's ticks and floods of no-ops cost no fsync'd log entry on every member. A lock that
+//! would take a slot first passes its group's health gates (`fleetlock_gate.rs`). Status is a
 //! linearizable read, and so is the audit trail (`history`).
 
 use std::collections::BTreeMap;
 
+use super::fleetlock_gate;
 use crate::api::ApiError;
 use crate::api::fleetlock::{
-    EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus, HolderStatus,
+    EventStatus, FleetLockHistory, FleetLockStatus, GateResultStatus, GateStatus, GroupStatus,
+    HolderStatus,
 };
 use crate::leading::{Leader, Replica};
 use crate::state::fleetlock::{Command, DEFAULT_GROUP, DEFAULT_SLOTS, Outcome, UnknownGroups};
@@ -60,15 +63,22 @@ pub async fn command(
         let now = leader.replica.wall_ms();
         let decided = leader
             .replica
-            .read(|s| s.fleetlock.decide(&group, &id, lock, now))
+            .read(|s| {
+                let gates = s.fleetlock.groups.get(&group).map(|g| g.gates.clone());
+                (s.fleetlock.decide(&group, &id, lock, now), gates)
+            })
             .await;
         match decided {
-            Ok(Ok(Outcome::Locked | Outcome::Unlocked)) => {}
-            Ok(Ok(unchanged)) => return Ok(unchanged),
-            Ok(Err(refusal)) => return Err(refusal.into()),
+            Ok((Ok(Outcome::Locked), gates)) => {
+                fleetlock_gate::check(leader, &group, &id, &gates.unwrap_or_default()).await?;
+            }
+            Ok((Ok(Outcome::Unlocked), _)) => {}
+            Ok((Ok(unchanged), _)) => return Ok(unchanged),
+            Ok((Err(refusal), _)) => return Err(refusal.into()),
             // One heartbeat round did not confirm the leadership (a new leader, a member
             // restarting): the write below waits for a quorum as long as a write may, where
             // the read gives up at once. Only under churn does a no-op cost a log entry.
+            Err(_) if lock => fleetlock_gate::check_unconfirmed(leader, &group, &id).await?,
             Err(_) => {}
         }
     }
@@ -110,6 +120,11 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             windows: g.windows.iter().map(ToString::to_string).collect(),
             open: fleetlock_window::is_open(&g.windows, now),
             next_open_ms: fleetlock_window::next_open(&g.windows, now),
+            gates: g
+                .gates
+                .iter()
+                .map(|name| gate_status(leader, name))
+                .collect(),
         })
         .collect();
     if !fleetlock.groups.contains_key(DEFAULT_GROUP) {
@@ -121,6 +136,7 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             windows: Vec::new(),
             open: true,
             next_open_ms: None,
+            gates: Vec::new(),
         });
         groups.sort_by(|a, b| a.name.cmp(&b.name));
     }
@@ -138,6 +154,20 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             .map(|e| event_status(&nodes, e))
             .collect(),
     })
+}
+
+/// Gate `name` as this leader defines it, with its last result here.
+fn gate_status(leader: Leader<'_, impl Replica>, name: &str) -> GateStatus {
+    let gates = &leader.local.gates;
+    GateStatus {
+        name: name.to_string(),
+        check: gates.describe(name),
+        last: gates.last(name).map(|r| GateResultStatus {
+            passed: r.passed,
+            reason: r.reason,
+            at_ms: r.at_ms,
+        }),
+    }
 }
 
 /// The audit trail as of now (a linearizable read), oldest first; only `group`'s events when

@@ -280,6 +280,7 @@ pub fn local(start_ca_pin: &str) -> LeaderLocal {
         cert_validity: std::time::Duration::from_secs(3600),
         automation: Automation::default(),
         promote_after: std::time::Duration::from_secs(1),
+        fleetlock_gates: Default::default(),
     })
 }
 

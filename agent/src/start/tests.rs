@@ -39,6 +39,7 @@ fn config() -> AgentConfig {
         fleetlock_tls: None,
         fleetlock_client_ca: None,
         fleetlock_rate_limit: 10,
+        fleetlock_gates: Default::default(),
         snapshots: None,
         warnings: Vec::new(),
     }

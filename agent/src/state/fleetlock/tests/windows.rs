@@ -25,6 +25,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         name: "db".into(),
         slots: 2,
         windows,
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set)), Ok(Outcome::Done));
     assert_eq!(
@@ -61,6 +62,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         name: "db".into(),
         slots: 2,
         windows: Vec::new(),
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&open)), Ok(Outcome::Done));
     assert_eq!(
@@ -72,6 +74,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         name: "db".into(),
         slots: 2,
         windows: too_many,
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set)), Err(ErrorKind::InvalidArgument));
 }
