@@ -201,6 +201,11 @@ write("leader_op", "status", j({"op": "status"}))
 write("leader_op", "fleetlock-windows", j({"op": "fleet_lock", "command": {
     "fleetlock": "set_group", "name": "workers", "slots": 2,
     "windows": ["Sat 02:00-06:00 UTC", "mon-fri 22:00-02:00 UTC", "daily 00:00-24:00 UTC"]}}))
+# A FleetLock group with health gates: only gate names travel (what a gate runs is each agent's
+# own setting), so the round trip reaches the group's gate list and its bounds.
+write("leader_op", "fleetlock-gates", j({"op": "fleet_lock", "command": {
+    "fleetlock": "set_group", "name": "workers", "slots": 2,
+    "windows": ["Sat 02:00-06:00 UTC"], "gates": ["alerts", "drained"]}}))
 
 # discovery_grpc: selector byte (0 Range, 1 Put, 2 Watch), then one gRPC frame of the message
 def pb_varint(n):

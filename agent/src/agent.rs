@@ -50,6 +50,8 @@ pub struct AgentInit {
     pub fleetlock_min_tolerance: Option<u32>,
     /// `--fleetlock-id`: the FleetLock id of this machine's Zincati, if known.
     pub fleetlock_id: Option<String>,
+    /// The FleetLock health gates this node runs as leader.
+    pub fleetlock_gates: crate::config::FleetLockGates,
 }
 
 /// The running node, as the parts its modules use: each function takes the part (or the
@@ -215,6 +217,7 @@ impl Agent {
                 automation: init.automation,
                 promote_after: init.promote_after,
                 fleetlock_min_tolerance: init.fleetlock_min_tolerance,
+                fleetlock_gates: init.fleetlock_gates,
             }),
             counters: ListenerCounters::default(),
         }

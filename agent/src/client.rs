@@ -174,6 +174,20 @@ pub fn pinned(ca_pin: &str, timeout: Duration) -> Result<reqwest::Client, CallEr
 /// discovery client; plain HTTP never loads them, so hosts (or FROM-scratch images) without a
 /// CA bundle still work.
 pub fn discovery(url: &str, connect_timeout: Duration) -> Result<reqwest::Client, CallError> {
+    plain_or_public(url, connect_timeout, "the discovery service")
+}
+
+/// A client for a FleetLock health gate's Prometheus URL: built as a discovery client is (plain
+/// HTTP, or HTTPS with the system's roots).
+pub fn gate(url: &str, connect_timeout: Duration) -> Result<reqwest::Client, CallError> {
+    plain_or_public(url, connect_timeout, "a health gate")
+}
+
+fn plain_or_public(
+    url: &str,
+    connect_timeout: Duration,
+    what: &str,
+) -> Result<reqwest::Client, CallError> {
     let mut builder = reqwest::Client::builder().connect_timeout(connect_timeout);
     if url.starts_with("http://") {
         let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -189,7 +203,7 @@ pub fn discovery(url: &str, connect_timeout: Duration) -> Result<reqwest::Client
     }
     builder.build().map_err(|e| {
         CallError::Setup(format!(
-            "cannot set up HTTPS for the discovery service ({e}); is a CA bundle installed (ca-certificates)?"
+            "cannot set up HTTPS for {what} ({e}); is a CA bundle installed (ca-certificates)?"
         ))
     })
 }

@@ -21,7 +21,7 @@
 //! | `watch`       | a node learning of its own removal |
 //! | `leader/`     | operations that run on the leader (admission, tokens and their scopes, removal, backup, kv, leases and their clock, FleetLock, status), the dispatcher and the forwarder |
 //! | `agent`       | the running node in the parts its modules use, and `Here` |
-//! | `leading/`    | what a leader action is given: the `Replica` trait (write, linearizable read, view, clock), leader-local state, and the in-memory fake its tests use |
+//! | `leading/`    | what a leader action is given: the `Replica` trait (write, linearizable read, view, clock), leader-local state (with FleetLock's health gates and their recent results), and the in-memory fake its tests use |
 //! | `error`       | how an agent run fails, and its exit code |
 //! | `logging`     | what the agent logs by default |
 //! | `discovery`   | the client of a discovery URL and its retry policy |

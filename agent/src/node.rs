@@ -101,6 +101,7 @@ pub async fn start(spec: NodeSpec<'_>) -> Result<RunningNode, AgentError> {
             cert_validity: config.cert_validity,
             fleetlock_min_tolerance: config.fleetlock_min_tolerance,
             fleetlock_id: config.fleetlock_id.clone(),
+            fleetlock_gates: config.fleetlock_gates.clone(),
         },
     ));
     agent.refresh_revoked();

@@ -54,6 +54,8 @@ pub enum ErrorKind {
     OutsideWindow,
     /// FleetLock: a voter's lock that would leave the cluster below its failure-tolerance floor.
     QuorumGate,
+    /// FleetLock: a health gate of the group refused the lock (or did not answer).
+    LockGate,
     /// FleetLock: the group is not configured and unknown groups are refused.
     UnknownGroup,
     /// FleetLock: a lock would create a group on first use, and as many as allowed exist.
@@ -97,6 +99,7 @@ const TABLE: &[(ErrorKind, &str, u16)] = &[
     (ErrorKind::SemaphoreFull, "failed_lock_semaphore_full", 409),
     (ErrorKind::OutsideWindow, "failed_lock_outside_window", 409),
     (ErrorKind::QuorumGate, "failed_lock_quorum", 409),
+    (ErrorKind::LockGate, "failed_lock_gate", 409),
     (ErrorKind::UnknownGroup, "unknown_group", 400),
     (ErrorKind::TooManyGroups, "failed_too_many_groups", 503),
     (ErrorKind::LeaseHeld, "lease_held", 409),

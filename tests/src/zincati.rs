@@ -12,7 +12,8 @@ pub const PRE_REBOOT: &str = "/v1/pre-reboot";
 /// Zincati's unlock path (`POST {base}/v1/steady-state`).
 pub const STEADY_STATE: &str = "/v1/steady-state";
 
-/// A FleetLock request as Zincati sends it; (status, kind, body), status 0 when none came.
+/// A FleetLock request as Zincati sends it; (status, kind, body), status 0 when none came
+/// within 30 s (longer than any answer: a lock waits at most 2 s plus a health gate's 20 s).
 pub async fn zincati(addr: &str, path: &str, id: &str, group: &str) -> (u16, String, String) {
     let body = serde_json::json!({"client_params": {"id": id, "group": group}}).to_string();
     let request = format!(
@@ -27,7 +28,7 @@ pub async fn zincati(addr: &str, path: &str, id: &str, group: &str) -> (u16, Str
         stream.read_to_end(&mut answer).await?;
         Ok::<_, std::io::Error>(answer)
     };
-    let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(10), exchange).await else {
+    let Ok(Ok(answer)) = tokio::time::timeout(Duration::from_secs(30), exchange).await else {
         return (0, String::new(), String::new());
     };
     let text = String::from_utf8_lossy(&answer);

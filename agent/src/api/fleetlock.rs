@@ -115,6 +115,34 @@ pub struct GroupStatus {
     /// When closed: when the next window opens (ms since the epoch, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_open_ms: Option<u64>,
+    /// Its health gates, as the leader that answered knows them; none: no gate. Absent from
+    /// older servers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateStatus>,
+}
+
+/// One health gate of a group, on the leader that answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateStatus {
+    pub name: String,
+    /// What it checks on this leader (`prometheus URL`, `command PATH`); absent when this
+    /// leader does not define it (a lock is then refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    /// Its last result on this leader; absent when it has not run here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<GateResultStatus>,
+}
+
+/// A gate's last verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateResultStatus {
+    pub passed: bool,
+    /// Why it refused (empty when it passed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// When (the leader's clock, ms since the epoch).
+    pub at_ms: u64,
 }
 
 fn always_open() -> bool {

@@ -120,7 +120,7 @@ impl Manifest {
             line: e.span().map_or(1, |s| line_of(text, s.start)),
             message: format!(
                 "{}; the keys are [cluster] replace_after, cleanup_dead_after, min_voters, \
-                 standbys; [fleetlock] unknown_groups and [[fleetlock.group]] name, slots, windows; \
+                 standbys; [fleetlock] unknown_groups and [[fleetlock.group]] name, slots, windows, gates; \
                  [defaults] data_dir; [[member]] name, address, data_dir (docs/apply.md)",
                 e.message()
             ),

@@ -106,7 +106,7 @@ pub enum Action {
         from: SettingsUpdate,
         to: SettingsUpdate,
     },
-    /// A FleetLock group's slots and maintenance windows (`from`: none when it is not
+    /// A FleetLock group's slots, maintenance windows and health gates (`from`: none when it is not
     /// configured; windows left out when there are none, i.e. always open).
     SetFleetlockGroup {
         group: String,
@@ -116,6 +116,11 @@ pub enum Action {
         from_windows: Vec<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         windows: Vec<String>,
+        /// Its health gates (names), before and after; left out when there are none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        from_gates: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gates: Vec<String>,
     },
     /// A FleetLock group the file does not list.
     DeleteFleetlockGroup { group: String },

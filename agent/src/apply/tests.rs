@@ -197,6 +197,7 @@ fn observed(members: Vec<ObservedMember>) -> Observed {
                 windows: Vec::new(),
                 open: true,
                 next_open_ms: None,
+                gates: Vec::new(),
             }],
             recent: Vec::new(),
             machines: Vec::new(),
@@ -429,6 +430,7 @@ fn settings_and_fleetlock_drift() {
             windows: Vec::new(),
             open: true,
             next_open_ms: None,
+            gates: Vec::new(),
         });
         f.groups.push(GroupStatus {
             name: "old".into(),
@@ -438,6 +440,7 @@ fn settings_and_fleetlock_drift() {
             windows: Vec::new(),
             open: true,
             next_open_ms: None,
+            gates: Vec::new(),
         });
     }
     let p = plan(&want, &have);
@@ -625,4 +628,5 @@ fn the_member_asked_is_never_removed_under_apply() {
     );
 }
 
+mod gates;
 mod windows;

@@ -6,7 +6,7 @@ use super::{CliError, Target, output};
 use crate::api::fleetlock::{EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus};
 use crate::api::paths;
 use crate::outln;
-use crate::state::fleetlock::Outcome;
+use crate::state::fleetlock::{MAX_GATES, Outcome, valid_gate_name};
 use crate::state::fleetlock_window;
 
 pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
@@ -53,6 +53,7 @@ pub async fn status(target: &Target, json: bool) -> Result<(), CliError> {
     output::print_table(&["GROUP", "HELD", "HOLDER", "SINCE", "VIA"], rows, &[]);
     print_windows(&status.groups, now);
     print_quorum_gate(&status);
+    print_gates(&status.groups, now);
     if !status.recent.is_empty() {
         outln!();
         outln!("recent events (all: muster fleetlock history):");
@@ -119,6 +120,37 @@ fn print_quorum_gate(status: &FleetLockStatus) {
     output::print_table(&["VOTER", "NOW", "ZINCATI ID"], rows, &[]);
 }
 
+/// Each group's health gates, and each gate's last result on the leader that answered.
+fn print_gates(groups: &[GroupStatus], now: u64) {
+    let rows: Vec<Vec<String>> = groups
+        .iter()
+        .flat_map(|g| {
+            g.gates.iter().map(|gate| {
+                let check = gate
+                    .check
+                    .clone()
+                    .unwrap_or_else(|| "NOT DEFINED on the leader (locks are refused)".into());
+                let last = match &gate.last {
+                    None => "-".to_string(),
+                    Some(r) if r.passed => format!("passed {}", output::ago(r.at_ms, now)),
+                    Some(r) => format!("refused {}: {}", output::ago(r.at_ms, now), r.reason),
+                };
+                vec![g.name.clone(), gate.name.clone(), check, last]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    outln!();
+    outln!("health gates (checked by the leader before a slot is granted):");
+    output::print_table(
+        &["GROUP", "GATE", "CHECKS", "LAST (on the leader)"],
+        rows,
+        &[],
+    );
+}
+
 /// `muster fleetlock history`: the whole audit trail, or one group's.
 pub async fn history(target: &Target, group: Option<&str>, json: bool) -> Result<(), CliError> {
     let path = match group {
@@ -183,6 +215,8 @@ pub struct GroupSetting<'a> {
     pub slots: u32,
     /// As the operator wrote them; checked here before anything is sent.
     pub windows: &'a [String],
+    /// Names of health gates the members define; checked here before anything is sent.
+    pub gates: &'a [String],
 }
 
 pub async fn set_group(
@@ -195,15 +229,33 @@ pub async fn set_group(
         .iter()
         .map(ToString::to_string)
         .collect();
+    let gates = group.gates;
+    if let Some(bad) = gates.iter().find(|g| !valid_gate_name(g)) {
+        return Err(CliError::Usage(format!(
+            "--gate {bad:?}: a gate's NAME, as in --fleetlock-gate NAME=…: 1 to 63 characters \
+             of [a-zA-Z0-9.-]"
+        )));
+    }
+    if gates.len() > MAX_GATES {
+        return Err(CliError::Usage(format!(
+            "at most {MAX_GATES} --gate per group"
+        )));
+    }
     let (name, slots) = (group.name, group.slots);
     let path = format!("{}/{}", paths::FLEETLOCK_GROUPS, urlencode(name));
-    let body = serde_json::json!({ "slots": slots, "windows": windows }).to_string();
+    let body =
+        serde_json::json!({ "slots": slots, "windows": windows, "gates": gates }).to_string();
     let outcome: Outcome = target.call("PUT", &path, Some(body)).await?;
     // Without windows the line reads as it always did.
     let when = if windows.is_empty() {
         String::new()
     } else {
         format!(", open {}", windows.join(", "))
+    };
+    let when = if gates.is_empty() {
+        when
+    } else {
+        format!("{when}, gates {}", gates.join(", "))
     };
     report(
         json,

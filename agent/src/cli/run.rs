@@ -261,12 +261,14 @@ async fn run_fleetlock_group(command: FleetlockGroupCommand) -> Result<(), Failu
             name,
             slots,
             windows,
+            gates,
             op,
         } => {
             let group = fleetlock::GroupSetting {
                 name: &name,
                 slots,
                 windows: &windows,
+                gates: &gates,
             };
             Ok(fleetlock::set_group(&op.target()?, &group, op.json).await?)
         }

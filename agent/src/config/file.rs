@@ -47,6 +47,28 @@ pub(super) struct FileConfig {
     pub(super) snapshot_every: Option<String>,
     pub(super) snapshot_keep: Option<u32>,
     pub(super) snapshot_dir: Option<PathBuf>,
+    /// `fleetlock_gate = ["alerts=prometheus:http://…", "drained=command:/usr/local/bin/drained"]`
+    /// (or one string, as the variable takes it).
+    pub(super) fleetlock_gate: Option<TextList>,
+    pub(super) fleetlock_gate_timeout: Option<String>,
+}
+
+/// A list setting in the file: an array of strings, or one string of entries.
+#[derive(Debug, Deserialize)]
+#[serde(untagged, expecting = "a list of strings, or one string")]
+pub(super) enum TextList {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl TextList {
+    /// The entries one a line, as the repeated flag gives them.
+    pub(super) fn lines(&self) -> String {
+        match self {
+            TextList::One(text) => text.clone(),
+            TextList::Many(list) => list.join("\n"),
+        }
+    }
 }
 
 /// A setting that is a number or a word (`fleetlock_min_tolerance = 1`, or `= "off"`).

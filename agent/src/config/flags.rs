@@ -117,6 +117,19 @@ pub struct AgentFlags {
     /// derives from /etc/machine-id (the default) [env: MUSTER_FLEETLOCK_ID]
     #[arg(long, help_heading = HELP_ROLES)]
     pub fleetlock_id: Option<String>,
+    /// A FleetLock health gate, as NAME=prometheus:URL (a Prometheus query or alerts API URL:
+    /// passes while no alert fires) or NAME=command:PATH (an absolute path, run with no
+    /// arguments and no shell, MUSTER_FLEETLOCK_GROUP and MUSTER_FLEETLOCK_ID set: passes on
+    /// exit 0). Repeat for several. The leader runs a group's gates (`muster fleetlock group
+    /// set NAME --gate NAME`) before it grants a reboot slot; give every member the same gates,
+    /// since any may lead. In the variable: comma-separated [env: MUSTER_FLEETLOCK_GATE]
+    #[arg(long, value_name = "NAME=KIND:TARGET", help_heading = HELP_NETWORK)]
+    pub fleetlock_gate: Vec<String>,
+    /// How long a health gate may take before it counts as refusing (100ms to 20s); a lock
+    /// waits at most this much longer for its answer [default: 10s]
+    /// [env: MUSTER_FLEETLOCK_GATE_TIMEOUT]
+    #[arg(long, help_heading = HELP_NETWORK)]
+    pub fleetlock_gate_timeout: Option<String>,
 
     /// How many members beyond the voters replicate the log, ready to be promoted when a voter
     /// fails (standbys); every further member is a spare: it serves the operator API,

@@ -19,6 +19,7 @@
 //! | `timing.rs` | heartbeat, election timeout, promote-after, cert validity |
 //! | `roles.rs` | replace-after, cleanup-dead-after, min-voters, standbys, fleetlock-min-tolerance, fleetlock-id |
 //! | `listeners.rs` | FleetLock, metrics, connection and request limits |
+//! | `fleetlock_gates.rs` | FleetLock health gates (local to each agent, never replicated) |
 //! | `snapshots.rs` | the snapshot schedule |
 //!
 //! `flags.rs` and `file.rs` hold the two typed sources, `values.rs` the parsers the groups
@@ -29,6 +30,7 @@ mod credentials;
 mod env_file;
 mod file;
 mod flags;
+mod fleetlock_gates;
 mod identity;
 mod listeners;
 mod roles;
@@ -51,6 +53,9 @@ pub use env_file::{EnvFileError, expand, read_env_file};
 pub use flags::{
     AgentFlags, HELP_NETWORK, HELP_OBSERVABILITY, HELP_ROLES, HELP_SNAPSHOTS, HELP_START,
     HELP_TIMING, HELP_TLS,
+};
+pub use fleetlock_gates::{
+    DEFAULT_GATE_TIMEOUT, FleetLockGates, GateCheck, GateSpec, parse_gate, split_gate_list,
 };
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/muster";
@@ -132,6 +137,9 @@ pub struct AgentConfig {
     pub fleetlock_min_tolerance: Option<u32>,
     /// `--fleetlock-id`, else Zincati's id derived from /etc/machine-id (`None`: neither).
     pub fleetlock_id: Option<String>,
+    /// `--fleetlock-gate`, `--fleetlock-gate-timeout`: the health gates this agent runs when
+    /// it leads.
+    pub fleetlock_gates: FleetLockGates,
     /// `--snapshot-every`, `--snapshot-keep`, `--snapshot-dir` (`None`: no scheduled snapshots).
     pub snapshots: Option<SnapshotSchedule>,
     /// Settings that work but are probably not what was meant; logged at start.
@@ -200,6 +208,7 @@ pub fn resolve(
     let automation = roles::resolve(&src)?;
     let ports = listeners::resolve(&src, me.listen)?;
     let snapshots = snapshots::resolve(&src, &me.data_dir)?;
+    let fleetlock_gates = fleetlock_gates::resolve(&src)?;
     Ok(AgentConfig {
         name: me.name,
         advertise: me.advertise,
@@ -230,6 +239,7 @@ pub fn resolve(
         fleetlock_rate_limit: ports.fleetlock_rate_limit,
         fleetlock_min_tolerance: roles::fleetlock_min_tolerance(&src)?,
         fleetlock_id: roles::fleetlock_id(&src)?,
+        fleetlock_gates,
         snapshots,
         warnings,
     })

@@ -74,6 +74,8 @@ settings! {
     FleetlockTlsCert => "fleetlock-tls-cert",
     FleetlockTlsKey => "fleetlock-tls-key",
     FleetlockTlsClientCa => "fleetlock-tls-client-ca",
+    FleetlockGate => "fleetlock-gate",
+    FleetlockGateTimeout => "fleetlock-gate-timeout",
 }
 
 impl Setting {
@@ -217,6 +219,16 @@ impl<'a> Sources<'a> {
             Setting::FleetlockTlsClientCa => (
                 f.fleetlock_tls_client_ca.clone(),
                 c.fleetlock_tls_client_ca.clone(),
+            ),
+            // A list: the repeated flag's values and the file's array, one a line (a URL or
+            // path has no line break), split again by `fleetlock_gates::split_gate_list`.
+            Setting::FleetlockGate => (
+                (!f.fleetlock_gate.is_empty()).then(|| f.fleetlock_gate.join("\n")),
+                c.fleetlock_gate.as_ref().map(|g| g.lines()),
+            ),
+            Setting::FleetlockGateTimeout => (
+                f.fleetlock_gate_timeout.clone(),
+                c.fleetlock_gate_timeout.clone(),
             ),
         }
     }

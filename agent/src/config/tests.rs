@@ -524,3 +524,56 @@ fn a_join_secret_file_others_can_read_is_refused_with_the_chmod_to_run() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).expect("chmod");
     resolve(&f, &env(&[])).expect("0400 is accepted");
 }
+
+#[test]
+fn fleetlock_gates_come_from_the_repeated_flag_else_the_variable_else_the_file() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let file = dir.path().join("agent.toml");
+    std::fs::write(
+        &file,
+        "fleetlock_gate = [\"f=command:/usr/bin/f\", \"g=prometheus:http://p/q\"]\n\
+         fleetlock_gate_timeout = \"3s\"\n",
+    )
+    .expect("write");
+    let mut f = named("10.0.0.1:7000");
+    f.config = Some(file);
+    let names = |c: &AgentConfig| -> Vec<String> {
+        c.fleetlock_gates
+            .gates
+            .iter()
+            .map(|g| format!("{}={}", g.name, g.check))
+            .collect()
+    };
+    let c = resolve(&f, &env(&[])).expect("file");
+    assert_eq!(
+        names(&c),
+        ["f=command /usr/bin/f", "g=prometheus http://p/q"]
+    );
+    assert_eq!(c.fleetlock_gates.timeout, Duration::from_secs(3));
+    // The variable is comma-separated; a comma inside a query stays in its URL.
+    let var = "a=prometheus:http://p/q?query=ALERTS{x=\"1\",y=\"2\"},b=command:/b";
+    let c = resolve(&f, &env(&[("MUSTER_FLEETLOCK_GATE", var)])).expect("env");
+    assert_eq!(names(&c).len(), 2, "{:?}", names(&c));
+    assert_eq!(names(&c)[1], "b=command /b");
+    f.fleetlock_gate = vec!["c=command:/c".into(), "d=command:/d".into()];
+    let c = resolve(&f, &env(&[("MUSTER_FLEETLOCK_GATE", var)])).expect("flags");
+    assert_eq!(names(&c), ["c=command /c", "d=command /d"]);
+    // Unset: none, 10 s.
+    let c = resolve(&named("10.0.0.1:7000"), &env(&[])).expect("none");
+    assert!(c.fleetlock_gates.gates.is_empty());
+    assert_eq!(c.fleetlock_gates.timeout, DEFAULT_GATE_TIMEOUT);
+    for (gate, timeout, says) in [
+        ("c=command:/c,c=command:/d", "1s", "defined twice"),
+        ("c=command:c", "1s", "absolute path"),
+        ("c=command:/c", "60s", "between 100ms and 20s"),
+    ] {
+        let mut f = named("10.0.0.1:7000");
+        f.fleetlock_gate = vec![gate.into()];
+        f.fleetlock_gate_timeout = Some(timeout.into());
+        let e = resolve(&f, &env(&[])).expect_err(gate).to_string();
+        assert!(
+            e.contains("fleetlock-gate") && e.contains(says),
+            "{gate}: {e}"
+        );
+    }
+}

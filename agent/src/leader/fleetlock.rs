@@ -1,15 +1,17 @@
 //! FleetLock on the leader: a lock or unlock that changes the semaphores, and every setting, is
 //! one replicated write (linearizable by construction); one that changes nothing (a recursive
 //! lock, an unlock by a non-holder, a refusal) is answered from a linearizable read, so that
-//! Zincati's ticks and floods of no-ops cost no fsync'd log entry on every member. Status is a
+//! Zincati's ticks and floods of no-ops cost no fsync'd log entry on every member. A lock that
+//! would take a slot first passes its group's health gates (`fleetlock_gate.rs`). Status is a
 //! linearizable read, and so is the audit trail (`history`).
 
 use std::collections::BTreeMap;
 
+use super::fleetlock_gate;
 use crate::api::ApiError;
 use crate::api::fleetlock::{
-    EventStatus, FleetLockHistory, FleetLockStatus, GroupStatus, HolderStatus, MachineStatus,
-    QuorumGateStatus, VoterStatus,
+    EventStatus, FleetLockHistory, FleetLockStatus, GateResultStatus, GateStatus, GroupStatus,
+    HolderStatus, MachineStatus, QuorumGateStatus, VoterStatus,
 };
 use crate::leading::{Leader, Replica};
 use crate::policy;
@@ -64,10 +66,6 @@ pub async fn command(
     {
         *own = false;
     }
-    let _voters_hold_still = match &command {
-        Command::Lock { .. } => Some(leader.local.membership_ops.lock().await),
-        _ => None,
-    };
     if let Command::Lock { quorum, .. } = &mut command {
         *quorum = quorum_facts(&leader);
     }
@@ -101,24 +99,41 @@ pub async fn command(
             .replica
             .read(|s| {
                 let f = &s.fleetlock;
+                let gates = f.groups.get(&group).map(|g| g.gates.clone());
                 (
                     f.decide(&group, &id, lock, now, stamped),
                     f.learns(via, &id, own),
+                    gates,
                 )
             })
             .await;
         match decided {
-            Ok((Ok(Outcome::Locked | Outcome::Unlocked), _)) => {}
+            Ok((Ok(Outcome::Locked), _, gates)) => {
+                fleetlock_gate::check(leader, &group, &id, &gates.unwrap_or_default()).await?;
+            }
+            Ok((Ok(Outcome::Unlocked), _, _)) => {}
             // It teaches the state whose machine this id is: worth its log entry, once.
-            Ok((Ok(_), true)) => {}
-            Ok((Ok(unchanged), false)) => return Ok(unchanged),
-            Ok((Err(refusal), _)) => return Err(refusal.into()),
+            Ok((Ok(_), true, _)) => {}
+            Ok((Ok(unchanged), false, _)) => return Ok(unchanged),
+            Ok((Err(refusal), _, _)) => return Err(refusal.into()),
             // One heartbeat round did not confirm the leadership (a new leader, a member
             // restarting): the write below waits for a quorum as long as a write may, where
             // the read gives up at once. Only under churn does a no-op cost a log entry.
+            Err(_) if lock => fleetlock_gate::check_unconfirmed(leader, &group, &id).await?,
             Err(_) => {}
         }
     }
+    // The quorum gate's facts again, now under the membership lock (held until the lock is
+    // written): the health gates above may have taken seconds, and no membership change of
+    // this leader may come between the voters counted and the write.
+    let _voters_hold_still = match &mut command {
+        Command::Lock { quorum, .. } => {
+            let held = leader.local.membership_ops.lock().await;
+            *quorum = quorum_facts(&leader);
+            Some(held)
+        }
+        _ => None,
+    };
     // The leader's clock goes into the command, so that every member records the same time
     // (the holder's `since`, and the audit trail's time).
     if let Command::Lock { now_ms: at, .. } | Command::Unlock { now_ms: at, .. } = &mut command {
@@ -230,6 +245,11 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             windows: g.windows.iter().map(ToString::to_string).collect(),
             open: fleetlock_window::is_open(&g.windows, now),
             next_open_ms: fleetlock_window::next_open(&g.windows, now),
+            gates: g
+                .gates
+                .iter()
+                .map(|name| gate_status(leader, name))
+                .collect(),
         })
         .collect();
     if !fleetlock.groups.contains_key(DEFAULT_GROUP) {
@@ -241,6 +261,7 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
             windows: Vec::new(),
             open: true,
             next_open_ms: None,
+            gates: Vec::new(),
         });
         groups.sort_by(|a, b| a.name.cmp(&b.name));
     }
@@ -260,6 +281,20 @@ pub async fn status(leader: Leader<'_, impl Replica>) -> Result<FleetLockStatus,
         machines,
         quorum_gate,
     })
+}
+
+/// Gate `name` as this leader defines it, with its last result here.
+fn gate_status(leader: Leader<'_, impl Replica>, name: &str) -> GateStatus {
+    let gates = &leader.local.gates;
+    GateStatus {
+        name: name.to_string(),
+        check: gates.describe(name),
+        last: gates.last(name).map(|r| GateResultStatus {
+            passed: r.passed,
+            reason: r.reason,
+            at_ms: r.at_ms,
+        }),
+    }
 }
 
 /// The audit trail as of now (a linearizable read), oldest first; only `group`'s events when

@@ -17,6 +17,7 @@ mod authority;
 mod backup;
 mod ca;
 pub mod fleetlock;
+mod fleetlock_gate;
 mod forward;
 mod kv;
 pub mod lease;

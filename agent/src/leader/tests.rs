@@ -996,3 +996,5 @@ fn a_ca_rotation_waits_for_every_member_on_this_version_and_says_who_is_behind()
         ]
     );
 }
+
+mod gates;

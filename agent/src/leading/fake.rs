@@ -281,6 +281,7 @@ pub fn local(start_ca_pin: &str) -> LeaderLocal {
         automation: Automation::default(),
         promote_after: std::time::Duration::from_secs(1),
         fleetlock_min_tolerance: Some(0),
+        fleetlock_gates: Default::default(),
     })
 }
 

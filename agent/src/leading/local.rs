@@ -1,14 +1,16 @@
 //! What this node keeps for leading and nothing else uses: its settings as a leader (cluster id,
 //! certificate lifetime, the repairs' flags), the clocks it judges leases and token expiry on
 //! during its term, the lock that serializes membership changes, and the log of the changes it
-//! made. Held by the agent, handed to leader actions through [`super::Leader`].
+//! made, and the FleetLock health gates it runs (`gates.rs`). Held by the agent, handed to leader actions through [`super::Leader`].
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::gates::Gates;
 use crate::api::types::MembershipEvent;
 use crate::clock::TermClock;
+use crate::config::FleetLockGates;
 use crate::policy::Automation;
 
 /// A leader's settings, fixed for the life of the process.
@@ -26,6 +28,8 @@ pub struct LeaderSettings {
     /// `--fleetlock-min-tolerance`: the voters FleetLock's quorum gate keeps to spare once a
     /// voter reboots (`None`: the gate is off).
     pub fleetlock_min_tolerance: Option<u32>,
+    /// `--fleetlock-gate`, `--fleetlock-gate-timeout`: the gates this node runs as leader.
+    pub fleetlock_gates: FleetLockGates,
 }
 
 /// This node's leader-side state (see the module comment).
@@ -39,11 +43,14 @@ pub struct LeaderLocal {
     /// quorum check sees the one before it.
     pub membership_ops: tokio::sync::Mutex<()>,
     membership_log: Mutex<MembershipLog>,
+    /// The FleetLock health gates this node defines, with their recent results.
+    pub gates: Gates,
 }
 
 impl LeaderLocal {
     pub fn new(settings: LeaderSettings) -> Self {
         Self {
+            gates: Gates::new(settings.fleetlock_gates.clone()),
             settings,
             lease_clock: TermClock::default(),
             token_clock: TermClock::default(),

@@ -200,15 +200,27 @@ fn command(
     }
 }
 
-/// The leader's decision, within [`DECISION_TIMEOUT`].
+/// How long a decision may take: [`DECISION_TIMEOUT`], and for a lock on an agent that defines
+/// health gates, the gate timeout on top (the leader may run gates before it writes; every
+/// member is given the same gates, so this agent's timeout is the leader's).
+fn decision_timeout(here: Here<'_>, command: &Command) -> Duration {
+    let gates = &here.leading.gates;
+    match command {
+        Command::Lock { .. } if gates.any() => DECISION_TIMEOUT + gates.timeout(),
+        _ => DECISION_TIMEOUT,
+    }
+}
+
+/// The leader's decision, within [`decision_timeout`].
 async fn on_leader(here: Here<'_>, command: Command) -> Result<Outcome, Rejection> {
+    let within = decision_timeout(here, &command);
     let decided = tokio::time::timeout(
-        DECISION_TIMEOUT,
+        within,
         leader::ask(here, &Authority::FleetLock, leader::ask::fleetlock(command)),
     )
     .await;
     match decided {
-        Err(_) => Err(timed_out(here)),
+        Err(_) => Err(timed_out(here, within)),
         // An answer that does not decode is `internal`, answered 500 `internal_error` too.
         Ok(Err(e)) => Err(leader_refusal(e)),
         Ok(Ok(outcome)) => Ok(outcome),
@@ -221,7 +233,7 @@ async fn on_leader(here: Here<'_>, command: Command) -> Result<Outcome, Rejectio
 /// time (`no_quorum`). Without asking here, `no_leader` could never be answered:
 /// `leader::run` waits for an election (up to 5 s) before it gives up with `no_leader`,
 /// longer than the timeout.
-fn timed_out(here: Here<'_>) -> Rejection {
+fn timed_out(here: Here<'_>, within: Duration) -> Rejection {
     let kind = match readiness(&ReadyInput::of(here.group, here.me.node_id)) {
         Err(e) if e.kind == ErrorKind::NoLeader => "no_leader",
         _ => "no_quorum",
@@ -230,7 +242,7 @@ fn timed_out(here: Here<'_>) -> Rejection {
         StatusCode::SERVICE_UNAVAILABLE,
         kind,
         format!(
-            "no decision within {DECISION_TIMEOUT:?}: the cluster has no leader or no quorum; retry later"
+            "no decision within {within:?}: the cluster has no leader or no quorum; retry later"
         ),
     )
 }
@@ -238,9 +250,10 @@ fn timed_out(here: Here<'_>) -> Rejection {
 /// The leader's refusal in the protocol's terms.
 fn leader_refusal(e: ApiError) -> Rejection {
     let (status, kind) = match e.kind {
-        ErrorKind::SemaphoreFull | ErrorKind::OutsideWindow | ErrorKind::QuorumGate => {
-            (StatusCode::CONFLICT, e.kind.as_str())
-        }
+        ErrorKind::SemaphoreFull
+        | ErrorKind::OutsideWindow
+        | ErrorKind::QuorumGate
+        | ErrorKind::LockGate => (StatusCode::CONFLICT, e.kind.as_str()),
         ErrorKind::UnknownGroup => (StatusCode::BAD_REQUEST, e.kind.as_str()),
         ErrorKind::TooManyGroups => (StatusCode::SERVICE_UNAVAILABLE, e.kind.as_str()),
         ErrorKind::NoLeader => (StatusCode::SERVICE_UNAVAILABLE, "no_leader"),
@@ -353,6 +366,11 @@ mod tests {
                 ErrorKind::QuorumGate,
                 StatusCode::CONFLICT,
                 "failed_lock_quorum",
+            ),
+            (
+                ErrorKind::LockGate,
+                StatusCode::CONFLICT,
+                "failed_lock_gate",
             ),
             (
                 ErrorKind::UnknownGroup,

@@ -27,6 +27,9 @@ struct SetGroup {
     /// checked as it decodes, so a bad one is refused with what is wrong with it.
     #[serde(default)]
     windows: Vec<Window>,
+    /// Health gate names (defined on each member by `--fleetlock-gate`); none: no gate.
+    #[serde(default)]
+    gates: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -81,7 +84,10 @@ async fn set_group(
     UrlPath(name): UrlPath<String>,
     body: Bytes,
 ) -> Response {
-    match parse_json::<SetGroup>(&body, r#"{"slots": N, "windows": ["Sat 02:00-06:00 UTC"]}"#) {
+    match parse_json::<SetGroup>(
+        &body,
+        r#"{"slots": N, "windows": ["Sat 02:00-06:00 UTC"], "gates": ["alerts"]}"#,
+    ) {
         Ok(set) => {
             run(
                 agent.here(),
@@ -90,6 +96,7 @@ async fn set_group(
                     name,
                     slots: set.slots,
                     windows: set.windows,
+                    gates: set.gates,
                 },
             )
             .await

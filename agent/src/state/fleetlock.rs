@@ -73,6 +73,10 @@ pub struct Group {
     /// When its machines may take a slot; none: always. Absent in state written before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<Window>,
+    /// The health gates (names of gates the members define) the leader checks before it
+    /// grants one of its slots; none: no gate. Absent in state written before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<String>,
 }
 
 /// All of FleetLock's replicated state.
@@ -150,6 +154,9 @@ pub enum Command {
         /// Its maintenance windows; none: always open (and in commands written before).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         windows: Vec<Window>,
+        /// Its health gates; none: no gate (and in commands written before).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gates: Vec<String>,
     },
     DeleteGroup {
         name: String,
@@ -201,6 +208,7 @@ impl FleetLock {
                     holders: BTreeMap::new(),
                     on_first_use: true,
                     windows: Vec::new(),
+                    gates: Vec::new(),
                 })
             }
             None => None,
@@ -419,7 +427,8 @@ impl FleetLock {
                 name,
                 slots,
                 windows,
-            } => self.set_group(name, *slots, windows),
+                gates,
+            } => self.set_group(name, *slots, windows, gates),
             Command::DeleteGroup { name } => self.delete_group(name),
             Command::SetUnknownGroups { mode } => {
                 self.unknown_groups = *mode;
@@ -513,5 +522,6 @@ impl FleetLock {
 }
 
 mod groups;
+pub use groups::{MAX_GATES, valid_gate_name};
 #[cfg(test)]
 mod tests;

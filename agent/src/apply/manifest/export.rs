@@ -56,6 +56,10 @@ impl Manifest {
                     let list: Vec<String> = g.windows.iter().map(|w| format!("{w:?}")).collect();
                     out.push_str(&format!("windows = [{}]   # UTC\n", list.join(", ")));
                 }
+                if !g.gates.is_empty() {
+                    let list: Vec<String> = g.gates.iter().map(|n| format!("{n:?}")).collect();
+                    out.push_str(&format!("gates = [{}]\n", list.join(", ")));
+                }
             }
         }
         let dirs: BTreeSet<&str> = self.members.iter().map(|m| m.data_dir.as_str()).collect();
@@ -109,6 +113,9 @@ impl Manifest {
                     let mut group = serde_json::json!({ "name": name, "slots": g.slots });
                     if !g.windows.is_empty() {
                         group["windows"] = g.windows.clone().into();
+                    }
+                    if !g.gates.is_empty() {
+                        group["gates"] = g.gates.clone().into();
                     }
                     group
                 })

@@ -1,5 +1,5 @@
 //! The `[fleetlock]` table of `cluster.toml`: the rule for unknown groups, and each group
-//! with its slots and maintenance windows.
+//! with its slots, maintenance windows and health gates.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +7,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::{DesiredFleetLock, MAX_SLOTS, ManifestError, count, refuse};
-use crate::state::fleetlock::{MAX_GROUPS, valid_group};
+use crate::state::fleetlock::{MAX_GATES, MAX_GROUPS, valid_gate_name, valid_group};
 use crate::state::fleetlock_window::{MAX_WINDOWS, Window};
 
 /// One group as the file wants it.
@@ -17,6 +17,9 @@ pub struct DesiredGroup {
     /// Its maintenance windows as the server writes them (`Sat 02:00-06:00 UTC`), so that
     /// they compare with what status shows; none: always open.
     pub windows: Vec<String>,
+    /// Its health gates: names of gates every member defines (`--fleetlock-gate`); none: no
+    /// gate.
+    pub gates: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +37,8 @@ struct RawGroup {
     slots: Spanned<i64>,
     #[serde(default)]
     windows: Vec<Spanned<String>>,
+    #[serde(default)]
+    gates: Vec<Spanned<String>>,
 }
 
 /// The `[fleetlock]` table: the rule for unknown groups, and the groups with their slots.
@@ -82,6 +87,7 @@ fn groups(text: &str, raw: &[RawGroup]) -> Result<BTreeMap<String, DesiredGroup>
         let group = DesiredGroup {
             slots,
             windows: windows(text, &g.windows)?,
+            gates: gates(text, &g.gates)?,
         };
         if groups.insert(name.clone(), group).is_some() {
             return Err(refuse(
@@ -98,6 +104,34 @@ fn groups(text: &str, raw: &[RawGroup]) -> Result<BTreeMap<String, DesiredGroup>
         });
     }
     Ok(groups)
+}
+
+/// A group's `gates`: each a gate name, at most [`MAX_GATES`], none twice.
+fn gates(text: &str, raw: &[Spanned<String>]) -> Result<Vec<String>, ManifestError> {
+    if let Some(extra) = raw.get(MAX_GATES) {
+        let message = format!("at most {MAX_GATES} gates per group");
+        return Err(refuse(text, extra.span(), &message));
+    }
+    let mut gates: Vec<String> = Vec::new();
+    for g in raw {
+        let name = g.get_ref();
+        if !valid_gate_name(name) {
+            let message = format!(
+                "gate {name:?}: a gate's NAME as the members define it (--fleetlock-gate \
+                 NAME=…): 1 to 63 characters of [a-zA-Z0-9.-]"
+            );
+            return Err(refuse(text, g.span(), &message));
+        }
+        if gates.contains(name) {
+            return Err(refuse(
+                text,
+                g.span(),
+                &format!("gate {name:?} is listed twice"),
+            ));
+        }
+        gates.push(name.clone());
+    }
+    Ok(gates)
 }
 
 /// A group's `windows`: each one valid (UTC), at most [`MAX_WINDOWS`], in the server's spelling.

@@ -66,8 +66,12 @@ pub(super) fn fleetlock(desired: &Manifest, observed: &Observed, q: Quorum) -> V
         let configured = current.filter(|h| h.configured);
         let from = configured.map(|h| h.slots);
         let from_windows = configured.map(|h| h.windows.clone()).unwrap_or_default();
-        // Windows count as slots do: a group set by hand with other windows is set again.
-        if from == Some(g.slots) && from_windows == g.windows {
+        let from_gates: Vec<String> = configured
+            .map(|h| h.gates.iter().map(|gate| gate.name.clone()).collect())
+            .unwrap_or_default();
+        // Windows and gates count as slots do: a group set by hand with other windows or
+        // gates is set again.
+        if from == Some(g.slots) && from_windows == g.windows && from_gates == g.gates {
             continue;
         }
         let why = match from {
@@ -75,7 +79,10 @@ pub(super) fn fleetlock(desired: &Manifest, observed: &Observed, q: Quorum) -> V
             Some(n) if n != g.slots => {
                 format!("the file gives group {group} {} slot(s), not {n}", g.slots)
             }
-            Some(_) => format!("the file gives group {group} other maintenance windows"),
+            Some(_) if from_windows != g.windows => {
+                format!("the file gives group {group} other maintenance windows")
+            }
+            Some(_) => format!("the file gives group {group} other health gates"),
         };
         let action = Action::SetFleetlockGroup {
             group: group.clone(),
@@ -83,6 +90,8 @@ pub(super) fn fleetlock(desired: &Manifest, observed: &Observed, q: Quorum) -> V
             slots: g.slots,
             from_windows,
             windows: g.windows.clone(),
+            from_gates,
+            gates: g.gates.clone(),
         };
         steps.push(steady(action, why, q));
     }

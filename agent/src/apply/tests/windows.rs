@@ -18,6 +18,7 @@ fn group(name: &str, slots: u32, windows: &[&str]) -> GroupStatus {
         windows: windows.iter().map(|w| w.to_string()).collect(),
         open: true,
         next_open_ms: None,
+        gates: Vec::new(),
     }
 }
 

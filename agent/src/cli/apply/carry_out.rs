@@ -80,10 +80,12 @@ pub async fn carry_out(
             group,
             slots,
             windows,
+            gates,
             ..
         } => {
             let path = format!("{}/{}", paths::FLEETLOCK_GROUPS, urlencode(group));
-            let body = serde_json::json!({ "slots": slots, "windows": windows }).to_string();
+            let body = serde_json::json!({ "slots": slots, "windows": windows, "gates": gates })
+                .to_string();
             let _: serde_json::Value = target.call("PUT", &path, Some(body)).await?;
             Ok(Done::said(format!(
                 "FleetLock group {group}: {slots} slot(s)"

@@ -45,19 +45,29 @@ pub fn describe(action: &Action) -> String {
             slots,
             from_windows,
             windows,
+            from_gates,
+            gates,
         } => {
-            // Windows are named only where a side has some: a plan of slots reads as before.
+            // Windows and gates are named only where a side has some: a plan of slots reads
+            // as before.
             let any = !windows.is_empty() || !from_windows.is_empty();
-            let shown = |w: &[String]| if any { windows_text(w) } else { String::new() };
+            let any_gate = !gates.is_empty() || !from_gates.is_empty();
+            let shown = |w: &[String], g: &[String]| {
+                let mut text = if any { windows_text(w) } else { String::new() };
+                if any_gate {
+                    text.push_str(&gates_text(g));
+                }
+                text
+            };
             match from {
                 Some(n) => format!(
                     "set FleetLock group {group} to {slots} slot(s){} (now {n}{})",
-                    shown(windows),
-                    shown(from_windows)
+                    shown(windows, gates),
+                    shown(from_windows, from_gates)
                 ),
                 None => format!(
                     "configure FleetLock group {group} with {slots} slot(s){}",
-                    shown(windows)
+                    shown(windows, gates)
                 ),
             }
         }
@@ -70,6 +80,15 @@ pub fn describe(action: &Action) -> String {
             from_version,
             to_version,
         } => format!("upgrade {name} from {from_version} to {to_version}"),
+    }
+}
+
+/// A group's health gates in a plan's line, after its windows.
+fn gates_text(gates: &[String]) -> String {
+    if gates.is_empty() {
+        ", no gate".into()
+    } else {
+        format!(", gates {}", gates.join(", "))
     }
 }
 

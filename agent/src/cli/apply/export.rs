@@ -82,6 +82,7 @@ fn manifest_of(observed: &Observed, settings: &SettingsUpdate) -> Manifest {
                     let group = DesiredGroup {
                         slots: g.slots,
                         windows: g.windows.clone(),
+                        gates: g.gates.iter().map(|gate| gate.name.clone()).collect(),
                     };
                     (g.name.clone(), group)
                 })

@@ -182,8 +182,8 @@ pub enum FleetlockCommand {
 
 #[derive(Subcommand)]
 pub enum FleetlockGroupCommand {
-    /// Create a group, or change its slots (machines that may reboot at once) and its
-    /// maintenance windows (when they may).
+    /// Create a group, or change its slots (machines that may reboot at once), its
+    /// maintenance windows (when they may) and its health gates (what must be healthy first).
     Set {
         /// The group's name, as Zincati's `group` setting says it
         name: String,
@@ -195,6 +195,12 @@ pub enum FleetlockGroupCommand {
         /// several (at most 16); none: always open. Replaces the group's windows.
         #[arg(long = "window", value_name = "WINDOW")]
         windows: Vec<String>,
+        /// A health gate the leader checks before it grants a slot of the group: the NAME of
+        /// a gate every member defines with `--fleetlock-gate NAME=prometheus:URL` or
+        /// `NAME=command:PATH`. Repeat for several (at most 8; all must pass); none: no gate.
+        /// Replaces the group's gates.
+        #[arg(long = "gate", value_name = "GATE")]
+        gates: Vec<String>,
         #[command(flatten)]
         op: OperatorArgs,
     },

@@ -1,4 +1,4 @@
-//! Configured groups: set (slots and maintenance windows) and deleted by the operator.
+//! Configured groups: set (slots, maintenance windows, health gates) and deleted by the operator.
 
 use std::collections::BTreeMap;
 
@@ -6,6 +6,16 @@ use super::{FleetLock, Group, MAX_GROUPS, Outcome, valid_group};
 use crate::api::ErrorKind;
 use crate::state::Refusal;
 use crate::state::fleetlock_window::{MAX_WINDOWS, Window};
+
+/// Most health gates one group uses: each runs before every grant of its slots.
+pub const MAX_GATES: usize = 8;
+/// Longest gate name: it is quoted in refusals, which Zincati logs.
+const MAX_GATE_NAME: usize = 63;
+
+/// A gate name as a member defines it (`--fleetlock-gate NAME=…`): a short group-like name.
+pub fn valid_gate_name(name: &str) -> bool {
+    name.len() <= MAX_GATE_NAME && valid_group(name)
+}
 
 impl FleetLock {
     /// Configures a group's slots and maintenance windows (`muster fleetlock group set`).
@@ -15,6 +25,7 @@ impl FleetLock {
         name: &str,
         slots: u32,
         windows: &[Window],
+        gates: &[String],
     ) -> Result<Outcome, Refusal> {
         if !valid_group(name) || slots == 0 || slots > 1_000 {
             return Err(Refusal::new(
@@ -28,6 +39,19 @@ impl FleetLock {
                 format!("at most {MAX_WINDOWS} maintenance windows per group"),
             ));
         }
+        if gates.len() > MAX_GATES || !gates.iter().all(|g| valid_gate_name(g)) {
+            return Err(Refusal::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "at most {MAX_GATES} health gates per group, each named with 1 to \
+                     {MAX_GATE_NAME} characters of [a-zA-Z0-9.-]"
+                ),
+            ));
+        }
+        // A gate named twice runs once: keep its first place.
+        let mut gates = gates.to_vec();
+        let mut seen = std::collections::BTreeSet::new();
+        gates.retain(|g| seen.insert(g.clone()));
         let configured = self.groups.values().filter(|g| !g.on_first_use).count();
         let is_configured = self.groups.get(name).is_some_and(|g| !g.on_first_use);
         if !is_configured && configured >= MAX_GROUPS {
@@ -44,12 +68,14 @@ impl FleetLock {
                 g.slots = slots;
                 g.on_first_use = false;
                 g.windows = windows.to_vec();
+                g.gates = gates.clone();
             })
             .or_insert(Group {
                 slots,
                 holders: BTreeMap::new(),
                 on_first_use: false,
                 windows: windows.to_vec(),
+                gates,
             });
         Ok(Outcome::Done)
     }

@@ -55,6 +55,7 @@ fn slots_and_unknown_groups_follow_the_settings() {
         name: name.into(),
         slots,
         windows: Vec::new(),
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set("db", 2))), Ok(Outcome::Done));
     assert_eq!(kind(f.apply(&lock("db", "a"))), Ok(Outcome::Locked));
@@ -179,6 +180,7 @@ fn groups_made_on_first_use_are_capped_apart_and_go_with_their_last_holder() {
         name: "db".into(),
         slots: 1,
         windows: Vec::new(),
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set)), Ok(Outcome::Done));
     assert_eq!(kind(f.apply(&lock("db", "y"))), Ok(Outcome::Locked));
@@ -197,6 +199,7 @@ fn groups_made_on_first_use_are_capped_apart_and_go_with_their_last_holder() {
         name: "ghost1".into(),
         slots: 2,
         windows: Vec::new(),
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&adopt)), Ok(Outcome::Done));
     assert_eq!(kind(f.apply(&unlock("ghost1", "x"))), Ok(Outcome::Unlocked));
@@ -337,5 +340,6 @@ fn names_follow_the_protocol() {
     }
 }
 
+mod gates;
 mod quorum;
 mod windows;

@@ -43,6 +43,7 @@ fn two_slots() -> FleetLock {
         name: "default".into(),
         slots: 2,
         windows: Vec::new(),
+        gates: Vec::new(),
     })
     .expect("group");
     f

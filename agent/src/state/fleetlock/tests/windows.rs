@@ -27,6 +27,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         name: "db".into(),
         slots: 2,
         windows,
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set)), Ok(Outcome::Done));
     assert_eq!(
@@ -63,6 +64,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         name: "db".into(),
         slots: 2,
         windows: Vec::new(),
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&open)), Ok(Outcome::Done));
     assert_eq!(
@@ -74,6 +76,7 @@ fn a_lock_outside_every_window_is_refused_and_says_when_the_next_opens() {
         name: "db".into(),
         slots: 2,
         windows: too_many,
+        gates: Vec::new(),
     };
     assert_eq!(kind(f.apply(&set)), Err(ErrorKind::InvalidArgument));
 }
