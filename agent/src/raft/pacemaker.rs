@@ -115,10 +115,14 @@ impl LeaderContact {
     }
 }
 
-/// A would-you-vote question: how far the candidate has applied the log.
+/// A would-you-vote question: how far the candidate has applied the log, and how long its log
+/// is.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PreVote {
     pub last_applied: Option<LogId<NodeId>>,
+    /// The index of its last log entry (absent from older members).
+    #[serde(default)]
+    pub last_log_index: Option<u64>,
 }
 
 /// The answer: whether this voter would vote in an election now.
@@ -141,13 +145,26 @@ pub fn answer_prevote(
         && m.millis_since_quorum_ack
             .is_some_and(|ms| Duration::from_millis(ms) < plan.quorum_window());
     let quiet = m.state != ServerState::Leader && contact.silence() >= plan.election;
-    // The applied log stands in for the log here (metrics give no last log term); the real
-    // vote compares the logs themselves.
-    let term_index = |l: &Option<LogId<NodeId>>| l.map(|l| (l.leader_id.term, l.index));
-    let log_ok = term_index(&ask.last_applied) >= term_index(&m.last_applied);
+    let log_ok = log_may_win(ask, m.last_applied, m.last_log_index);
     PreVoteAnswer {
         granted: !leader_in_contact && quiet && log_ok,
     }
+}
+
+/// Whether a candidate's log may be as new as this voter's (`applied`, `last_index`): its
+/// applied log is at least as new, or its log at least as long. Metrics give no last log term,
+/// so this can only approximate the real vote's comparison, and it errs towards yes: a
+/// candidate whose log turns out older loses the real vote (only terms move, while no leader
+/// is heard anyway), but a pre-vote stricter than the vote can leave no candidate at all. The
+/// applied log alone did that: after a partition, the followers that had received the last
+/// entries but not yet their commit (longer logs, less applied) were refused by one that had
+/// applied more, and that one lost every real vote to them; nobody was elected for 30 s.
+fn log_may_win(ask: &PreVote, applied: Option<LogId<NodeId>>, last_index: Option<u64>) -> bool {
+    let term_index = |l: &Option<LogId<NodeId>>| l.map(|l| (l.leader_id.term, l.index));
+    term_index(&ask.last_applied) >= term_index(&applied)
+        || ask
+            .last_log_index
+            .is_some_and(|theirs| Some(theirs) >= last_index)
 }
 
 /// The task that sends heartbeats while this node leads and calls elections when a voter has
@@ -185,6 +202,7 @@ impl Pacemaker {
             .collect();
         let ask = PreVote {
             last_applied: m.last_applied,
+            last_log_index: m.last_log_index,
         };
         let mut asks = tokio::task::JoinSet::new();
         for (id, node) in voters.iter().cloned() {
@@ -292,6 +310,40 @@ impl Pacemaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pre_vote_says_yes_to_a_more_applied_or_a_longer_log() {
+        let at = |term: u64, index: u64| {
+            Some(LogId::new(openraft::CommittedLeaderId::new(term, 1), index))
+        };
+        let ask = |applied, last| PreVote {
+            last_applied: applied,
+            last_log_index: last,
+        };
+        // (candidate applied, candidate last index, voter applied, voter last index) → yes
+        let table = [
+            // Equal logs.
+            (at(2, 10), Some(10), at(2, 10), Some(10), true),
+            // Applied more, log as long.
+            (at(2, 10), Some(10), at(2, 8), Some(10), true),
+            // The partition case: applied less (the commit did not reach it) but a longer log.
+            (at(2, 8), Some(12), at(2, 10), Some(10), true),
+            // Behind on both: no.
+            (at(2, 8), Some(9), at(2, 10), Some(10), false),
+            // An older member sends no log length: the applied log decides, as before.
+            (at(2, 8), None, at(2, 10), Some(10), false),
+            (at(3, 1), None, at(2, 10), Some(10), true),
+            // A fresh voter with no log says yes to anyone.
+            (None, None, None, None, true),
+        ];
+        for (i, (applied, last, my_applied, my_last, want)) in table.into_iter().enumerate() {
+            assert_eq!(
+                log_may_win(&ask(applied, last), my_applied, my_last),
+                want,
+                "case {i}"
+            );
+        }
+    }
 
     #[test]
     fn timer_plans_keep_openraft_s_order_and_etcd_s_window() {
