@@ -168,6 +168,8 @@ mod tests {
                 key_fingerprint: "f".into(),
                 joined_ms: 1,
                 joined_with: None,
+                zone: None,
+                version: None,
             },
         );
         state.join_tokens.insert(

@@ -16,6 +16,7 @@
 //! | `observe/`    | what monitoring sees: Prometheus metrics, health and readiness, the status page |
 //! | `notify`      | systemd's notify protocol: READY=1, STATUS=, WATCHDOG=1 |
 //! | `reconcile`   | the leader's reconciler: gather a view, ask `policy::plan`, apply one change |
+//! | `report`      | telling the cluster this member's failure zone and agent version when its record differs |
 //! | `renew`       | keeping this node's certificate valid, matching its address and its cluster's CAs, without a restart |
 //! | `snapshots`   | scheduled snapshots: one backup file per interval on each voter, verified, the oldest pruned; `backup list` |
 //! | `watch`       | a node learning of its own removal |
@@ -69,6 +70,7 @@ pub(crate) mod raft;
 pub use raft::testing as raft_testing;
 pub(crate) mod reconcile;
 pub(crate) mod renew;
+pub(crate) mod report;
 pub(crate) mod serve;
 pub(crate) mod snapshots;
 pub mod start;

@@ -252,6 +252,10 @@ fn spawn_loops(
             }
         }),
         tokio::spawn({
+            let (agent, zone) = (agent.clone(), config.zone.clone());
+            async move { crate::report::report_loop(agent.here(), zone).await }
+        }),
+        tokio::spawn({
             let (agent, schedule) = (agent.clone(), config.snapshots.clone());
             async move {
                 if let Some(schedule) = schedule {
@@ -309,6 +313,19 @@ impl RunningNode {
         };
         match stop {
             Stop::Signal => {
+                // A leader stopped on purpose hands over first, so the cluster does not wait
+                // out an election for it (see raft/node/handover.rs).
+                match agent.group.raft().hand_over(None).await {
+                    crate::raft::HandOver::Done { name, pause_ms, .. } => {
+                        tracing::info!(to = %name, pause_ms, "handed the leadership over before stopping");
+                    }
+                    // Not a warning: with the other voters down (the last of a cluster being
+                    // stopped) there is nobody to hand over to, and nothing is wrong.
+                    crate::raft::HandOver::Failed { why } => {
+                        tracing::info!(%why, "did not hand the leadership over; the others elect a leader once this node is gone");
+                    }
+                    crate::raft::HandOver::NotLeader | crate::raft::HandOver::Alone => {}
+                }
                 tracing::info!("stopping");
                 self.stop().await;
                 Ok(())

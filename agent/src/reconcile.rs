@@ -12,6 +12,7 @@ use crate::api::ApiError;
 use crate::datadir::ClusterFile;
 use crate::discovery::{DiscoveryClient, DiscoveryError};
 use crate::leader::{Sightings, cluster_view};
+use crate::leading::Replica;
 use crate::policy::{self, Change, ClusterView, FormationView, Wait, Why};
 use crate::state::{FormationRecord, Node, NodeId, Request, parse_member_id};
 use muster_shared::retry::RetryPolicy;
@@ -48,7 +49,8 @@ impl Reconciler {
         let (records, removed) = here
             .raft()
             .read_local(|s| (s.nodes.keys().copied().collect(), s.removed.clone()))?;
-        self.sightings.observe(&raft, &records, &removed);
+        let seen = |id| Replica::last_seen_ms(here.raft(), id).map(Duration::from_millis);
+        self.sightings.observe(&raft, &records, &removed, seen);
         let mut view = cluster_view(here.leader(), &raft, &self.sightings)?;
         if let Some(formation) = here.group.formation() {
             // The discovery service unreachable: the voter table still runs, so a cluster
@@ -349,6 +351,9 @@ fn why_text(why: Why) -> &'static str {
         Why::Removal => "it was removed; a voter is demoted before it leaves",
         Why::Successor => "the last voter is removed; this member takes over",
         Why::FailedVoter => "a voter failed",
+        Why::ZoneSpread => {
+            "its zone has two voters fewer than another; the voters spread over the zones"
+        }
     }
 }
 

@@ -60,6 +60,8 @@ pub fn state() -> ClusterState {
             key_fingerprint: "f".repeat(64),
             joined_ms: 1,
             joined_with: None,
+            zone: None,
+            version: None,
         },
     );
     s.removed.insert(0xdead);
@@ -109,6 +111,8 @@ pub fn token_join(
         key_fingerprint: key_fingerprint.to_string(),
         joined_ms: NOW_MS,
         joined_with: Some(token_id.to_string()),
+        zone: None,
+        version: None,
     };
     let early = state.check_admission(token_id, secret_sha256, NOW_MS, id, &record);
     if early.is_ok() {

@@ -7,6 +7,8 @@ pub const RAFT_SNAPSHOT: &str = "/raft/snapshot";
 /// Before calling an election, a member asks the voters whether they would vote at all
 /// (etcd's pre-vote; see raft/pacemaker.rs).
 pub const RAFT_PREVOTE: &str = "/raft/prevote";
+/// A leader that hands over asks its successor to call an election now (raft/node/handover.rs).
+pub const RAFT_CAMPAIGN: &str = "/raft/campaign";
 /// A follower forwarding an operation to the leader (mutual TLS).
 pub const FORWARD: &str = "/raft/client";
 /// A member asks a peer for its report of itself (version, certificate, data dir), for
@@ -33,6 +35,9 @@ pub const LEASES: &str = "/v1/leases";
 pub const TOKENS: &str = "/v1/tokens";
 pub const OPERATOR_TOKENS: &str = "/v1/operator-tokens";
 pub const MEMBERS: &str = "/v1/members";
+/// `muster leader transfer [NAME]`: the leader hands over (`?to=NAME`, else the first
+/// caught-up voter).
+pub const LEADER_TRANSFER: &str = "/v1/leader/transfer";
 pub const BACKUP: &str = "/v1/backup";
 pub const FLEETLOCK: &str = "/v1/fleetlock";
 /// The membership repairs' settings (`muster apply`, `muster config export`).

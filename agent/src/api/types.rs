@@ -48,6 +48,9 @@ pub struct Status {
     /// What the leader's automatic membership repairs wait for, as sentences.
     #[serde(default)]
     pub membership_waiting: Vec<String>,
+    /// The members by failure zone and role; empty when no member has a zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<ZoneCoverage>,
 }
 
 /// One membership change, for `muster status`.
@@ -79,6 +82,26 @@ pub struct Member {
     pub last_seen_ms: Option<u64>,
     /// Highest log index known to be replicated to this node (leader only).
     pub match_index: Option<u64>,
+    /// Its failure zone (`--zone`), as it reported it; `None`: not said, or an older agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The agent version it reported; `None`: older than the report, or not reported yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// One failure zone's members by role, for `muster status` (only when some member has a zone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZoneCoverage {
+    /// The zone's name; `""` for the members that said none.
+    pub zone: String,
+    pub voters: usize,
+    pub standbys: usize,
+    pub spares: usize,
+    /// Members of the zone the leader hears from (`None` when not known: not the leader's
+    /// answer).
+    #[serde(default)]
+    pub reachable: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -257,4 +280,12 @@ pub struct CaStatus {
     /// shown here once and stored nowhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join_secret: Option<String>,
+}
+
+/// `POST /v1/leader/transfer`: who led, who leads now, and for how long writes were refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderTransfer {
+    pub from: String,
+    pub to: String,
+    pub pause_ms: u64,
 }

@@ -1,11 +1,12 @@
-//! `muster node remove` and `muster node set-address`: the membership changes an operator
-//! asks for by hand (`apply` makes the same calls from a file).
+//! `muster node remove`, `muster node set-address` and `muster leader transfer`: the
+//! membership and leadership changes an operator asks for by hand (`apply` makes the same
+//! calls from a file).
 
 use muster_shared::form::urlencode;
 
 use super::{CliError, Target, print_json};
 use crate::api::paths;
-use crate::api::types::{AddressChange, NodeRemoved};
+use crate::api::types::{AddressChange, LeaderTransfer, NodeRemoved};
 use crate::outln;
 
 pub async fn node_remove(
@@ -52,5 +53,27 @@ pub async fn node_set_address(
             change.to
         );
     }
+    Ok(())
+}
+
+pub async fn leader_transfer(
+    target: &Target,
+    name: Option<&str>,
+    json: bool,
+) -> Result<(), CliError> {
+    let path = match name {
+        Some(name) => format!("{}?to={}", paths::LEADER_TRANSFER, urlencode(name)),
+        None => paths::LEADER_TRANSFER.to_string(),
+    };
+    let moved: LeaderTransfer = target.call("POST", &path, None).await?;
+    if json {
+        return print_json(&moved);
+    }
+    outln!(
+        "{} leads now (was {}); writes paused for {} ms",
+        moved.to,
+        moved.from,
+        moved.pause_ms
+    );
     Ok(())
 }

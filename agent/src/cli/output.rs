@@ -104,6 +104,8 @@ fn utc_time(ms: u64) -> String {
 }
 
 pub fn print_members(s: &Status) {
+    // The zone column only when some member said a zone.
+    let zoned = !s.zones.is_empty();
     let rows = s
         .members
         .iter()
@@ -113,7 +115,7 @@ pub fn print_members(s: &Status) {
             } else {
                 ""
             };
-            vec![
+            let mut row = vec![
                 format!("{}{leader}", m.name),
                 m.id.clone(),
                 m.address.clone(),
@@ -122,6 +124,11 @@ pub fn print_members(s: &Status) {
                 } else {
                     m.role.clone()
                 },
+            ];
+            if zoned {
+                row.push(m.zone.clone().unwrap_or_else(|| "-".into()));
+            }
+            row.extend([
                 m.reachable
                     .map(|r| if r { "yes" } else { "NO" })
                     .unwrap_or("-")
@@ -132,22 +139,54 @@ pub fn print_members(s: &Status) {
                 m.match_index
                     .map(|i| i.to_string())
                     .unwrap_or_else(|| "-".into()),
-            ]
+            ]);
+            row
         })
         .collect();
-    print_table(
-        &[
-            "NAME",
-            "ID",
-            "ADDRESS",
-            "ROLE",
-            "REACHABLE",
-            "LAST SEEN",
-            "MATCH",
-        ],
-        rows,
-        &[5, 6],
-    );
+    let mut headers = vec!["NAME", "ID", "ADDRESS", "ROLE"];
+    if zoned {
+        headers.push("ZONE");
+    }
+    headers.extend(["REACHABLE", "LAST SEEN", "MATCH"]);
+    let shift = usize::from(zoned);
+    print_table(&headers, rows, &[5 + shift, 6 + shift]);
+    if zoned {
+        crate::outln!();
+        crate::outln!("zones:");
+        for line in zone_lines(&s.zones) {
+            crate::outln!("  {line}");
+        }
+    }
+}
+
+/// One line per failure zone: its members by role, and a warning for a zone that holds a
+/// majority of the voters while there are other zones (losing it loses quorum).
+fn zone_lines(zones: &[crate::api::types::ZoneCoverage]) -> Vec<String> {
+    let voters: usize = zones.iter().map(|z| z.voters).sum();
+    zones
+        .iter()
+        .map(|z| {
+            let name = if z.zone.is_empty() {
+                "(no zone)"
+            } else {
+                z.zone.as_str()
+            };
+            let reachable = z
+                .reachable
+                .map(|n| format!(", {n} reachable"))
+                .unwrap_or_default();
+            let warn = if zones.len() > 1 && voters > 1 && z.voters * 2 > voters {
+                " (a majority of the voters: losing this zone loses quorum; run members in \
+                 three or more zones)"
+            } else {
+                ""
+            };
+            format!(
+                "{name}: {} voter(s), {} standby(s), {} spare(s){reachable}{warn}",
+                z.voters, z.standbys, z.spares
+            )
+        })
+        .collect()
 }
 
 /// Prints rows under a header, each column as wide as its widest cell (names, ids and
@@ -272,6 +311,8 @@ mod tests {
             reachable: None,
             last_seen_ms: None,
             match_index: None,
+            zone: None,
+            version: None,
         };
         Status {
             cluster_id: "c".into(),
@@ -291,6 +332,7 @@ mod tests {
             voters_reachable,
             membership_events: Vec::new(),
             membership_waiting: Vec::new(),
+            zones: Vec::new(),
         }
     }
 

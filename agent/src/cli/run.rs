@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::apply::ApplyArgs;
 use super::args::{
     ApplyFlags, BackupCommand, CaCommand, CertCommand, Command, ConfigCommand, FleetlockCommand,
-    FleetlockGroupCommand, KvCommand, LeaseCommand, NodeCommand, OperatorArgs,
+    FleetlockGroupCommand, KvCommand, LeaderCommand, LeaseCommand, NodeCommand, OperatorArgs,
     OperatorTokenCommand, SecretCommand, TokenCommand,
 };
 use super::failure::Failure;
@@ -29,6 +29,9 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         Command::Token { command } => run_token(command).await,
         Command::OperatorToken { command } => run_operator_token(command).await,
         Command::Node { command } => run_node(command).await,
+        Command::Leader {
+            command: LeaderCommand::Transfer { name, op },
+        } => Ok(super::node::leader_transfer(&op.target()?, name.as_deref(), op.json).await?),
         Command::Backup { command, file, op } => run_backup(command, file, op).await,
         Command::Kv { command } => run_kv(command).await,
         Command::Cert { command } => run_cert(command).await,

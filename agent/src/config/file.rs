@@ -44,6 +44,7 @@ pub(super) struct FileConfig {
     pub(super) fleetlock_rate_limit: Option<u32>,
     pub(super) fleetlock_min_tolerance: Option<NumberOrWord>,
     pub(super) fleetlock_id: Option<String>,
+    pub(super) zone: Option<String>,
     pub(super) snapshot_every: Option<String>,
     pub(super) snapshot_keep: Option<u32>,
     pub(super) snapshot_dir: Option<PathBuf>,

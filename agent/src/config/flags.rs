@@ -117,6 +117,13 @@ pub struct AgentFlags {
     /// derives from /etc/machine-id (the default) [env: MUSTER_FLEETLOCK_ID]
     #[arg(long, help_heading = HELP_ROLES)]
     pub fleetlock_id: Option<String>,
+    /// The failure zone this machine is in (a rack, a room, a cloud availability zone): the
+    /// cluster spreads its voters over zones first, replaces a failed voter from its own zone
+    /// and spreads the standbys too. 1 to 63 letters, digits, `.`, `_` or `-`; from cloud
+    /// metadata through an EnvironmentFile, e.g. --zone ${AFTERBURN_AWS_AVAILABILITY_ZONE}
+    /// [default: none; members without one count as one zone of their own] [env: MUSTER_ZONE]
+    #[arg(long, help_heading = HELP_ROLES)]
+    pub zone: Option<String>,
     /// A FleetLock health gate, as NAME=prometheus:URL (a Prometheus query or alerts API URL:
     /// passes while no alert fires) or NAME=command:PATH (an absolute path, run with no
     /// arguments and no shell, MUSTER_FLEETLOCK_GROUP and MUSTER_FLEETLOCK_ID set: passes on

@@ -137,6 +137,8 @@ pub struct AgentConfig {
     pub fleetlock_min_tolerance: Option<u32>,
     /// `--fleetlock-id`, else Zincati's id derived from /etc/machine-id (`None`: neither).
     pub fleetlock_id: Option<String>,
+    /// `--zone`: this machine's failure zone (`None`: not said).
+    pub zone: Option<String>,
     /// `--fleetlock-gate`, `--fleetlock-gate-timeout`: the health gates this agent runs when
     /// it leads.
     pub fleetlock_gates: FleetLockGates,
@@ -239,6 +241,7 @@ pub fn resolve(
         fleetlock_rate_limit: ports.fleetlock_rate_limit,
         fleetlock_min_tolerance: roles::fleetlock_min_tolerance(&src)?,
         fleetlock_id: roles::fleetlock_id(&src)?,
+        zone: roles::zone(&src)?,
         fleetlock_gates,
         snapshots,
         warnings,

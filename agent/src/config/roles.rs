@@ -1,7 +1,8 @@
 //! The membership automation settings (`--replace-after`, `--cleanup-dead-after`,
 //! `--min-voters`, `--standbys`), resolved into the `policy::Automation` the reconciler reads,
 //! and FleetLock's quorum gate: the floor of voters it keeps (`--fleetlock-min-tolerance`) and
-//! the id this machine's Zincati asks with (`--fleetlock-id`).
+//! the id this machine's Zincati asks with (`--fleetlock-id`); and the failure zone the role
+//! policy spreads voters over (`--zone`).
 
 use super::ConfigError;
 use super::sources::{Setting, Sources};
@@ -69,5 +70,20 @@ pub(super) fn fleetlock_id(src: &Sources) -> Result<Option<String>, ConfigError>
             ),
         )),
         None => Ok(muster_shared::machine_id::this_machine_zincati_id()),
+    }
+}
+
+/// This machine's failure zone (`--zone`), checked with [`crate::state::valid_zone`].
+pub(super) fn zone(src: &Sources) -> Result<Option<String>, ConfigError> {
+    match src.text(Setting::Zone)? {
+        Some(zone) if crate::state::valid_zone(&zone) => Ok(Some(zone)),
+        Some(zone) => Err(invalid(
+            Setting::Zone,
+            format!(
+                "{zone:?} is no zone name: 1 to 63 letters, digits, `.`, `_` or `-` (such as \
+                 us-east-1a or rack-3)"
+            ),
+        )),
+        None => Ok(None),
     }
 }

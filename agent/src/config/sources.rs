@@ -63,6 +63,7 @@ settings! {
     FleetlockRateLimit => "fleetlock-rate-limit",
     FleetlockMinTolerance => "fleetlock-min-tolerance",
     FleetlockId => "fleetlock-id",
+    Zone => "zone",
     SnapshotEvery => "snapshot-every",
     SnapshotKeep => "snapshot-keep",
     CertValidity => "cert-validity",
@@ -200,6 +201,7 @@ impl<'a> Sources<'a> {
                 number(c.fleetlock_rate_limit),
             ),
             Setting::FleetlockId => (f.fleetlock_id.clone(), c.fleetlock_id.clone()),
+            Setting::Zone => (f.zone.clone(), c.zone.clone()),
             Setting::FleetlockMinTolerance => (
                 f.fleetlock_min_tolerance.clone(),
                 c.fleetlock_min_tolerance.as_ref().map(ToString::to_string),

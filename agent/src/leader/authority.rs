@@ -37,6 +37,7 @@ impl Authority {
                     | LeaderOp::RenewCertificate { .. }
                     | LeaderOp::SetAddress { .. }
                     | LeaderOp::CaAck { .. }
+                    | LeaderOp::ReportSelf { .. }
             ),
             // A machine locks and unlocks; only an operator force-releases (the trail tells
             // the two apart, so a machine may not claim to be an operator).
@@ -82,8 +83,9 @@ pub async fn check_forwarded(
         ));
     }
     authorize(leader, &forwarded.authority, &forwarded.op).await?;
-    if let LeaderOp::RenewCertificate { node_id, .. } | LeaderOp::CaAck { node_id, .. } =
-        &forwarded.op
+    if let LeaderOp::RenewCertificate { node_id, .. }
+    | LeaderOp::CaAck { node_id, .. }
+    | LeaderOp::ReportSelf { node_id, .. } = &forwarded.op
         && crate::state::parse_member_id(node_id) != Some(caller)
     {
         return Err(ApiError::new(

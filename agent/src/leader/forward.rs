@@ -56,7 +56,8 @@ pub async fn run_once(
     let checked_in = silent.then(|| here.group.check_in().leader).flatten();
     // Only a leader raft told us about can be watched for a change; one learned by checking in
     // is not this node's raft leader, and raft would report a change at once.
-    let watch_raft = checked_in.is_none();
+    // A hand-over changes the leader on purpose: its answer is what counts, not the change.
+    let watch_raft = checked_in.is_none() && !op.changes_leader();
     let target = checked_in.or(from_raft);
     let Some((leader, node)) = target else {
         return Err(ApiError::new(

@@ -24,11 +24,13 @@ pub mod lease;
 pub mod probe;
 mod remove;
 mod renew;
+mod report;
 mod settings;
 mod status;
 #[cfg(test)]
 mod tests;
 mod tokens;
+mod transfer;
 mod view;
 
 use serde::{Deserialize, Serialize};
@@ -155,12 +157,31 @@ pub enum LeaderOp {
         name: String,
         addr: String,
     },
+    /// The leader hands over to another voter (`muster leader transfer [NAME]`).
+    TransferLeadership {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
+    },
+    /// A member reports its failure zone and agent version (see `report.rs`). Only the
+    /// member itself may forward it.
+    ReportSelf {
+        node_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        zone: Option<String>,
+        version: String,
+    },
 }
 
 impl LeaderOp {
     /// True for operations whose answer holds the CA's private key.
     pub fn returns_key_material(&self) -> bool {
         matches!(self, LeaderOp::Backup)
+    }
+
+    /// True for the operation whose purpose is another leader (a hand-over): a forward of it
+    /// waits for its answer rather than giving up when the leader changes.
+    pub fn changes_leader(&self) -> bool {
+        matches!(self, LeaderOp::TransferLeadership { .. })
     }
 
     /// True for operations that change nothing, which may be sent again to another leader
@@ -280,6 +301,16 @@ pub async fn execute(here: Here<'_>, op: LeaderOp) -> Result<serde_json::Value, 
         LeaderOp::SetAddress { name, addr } => {
             let reach = address::PeerReach(here.group.peers());
             json(address::set_address(leader, &reach, &name, &addr).await?)
+        }
+        LeaderOp::TransferLeadership { to } => json(transfer::transfer(here, to.as_deref()).await?),
+        LeaderOp::ReportSelf {
+            node_id,
+            zone,
+            version,
+        } => {
+            let id = crate::state::parse_member_id(&node_id)
+                .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+            json(report::record(leader, id, zone, version).await?)
         }
     }
 }

@@ -207,6 +207,8 @@ mod tests {
                 key_fingerprint: String::new(),
                 joined_ms: 0,
                 joined_with: None,
+                zone: None,
+                version: None,
             },
         )]);
         let none = BTreeSet::new();

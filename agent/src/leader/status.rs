@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 
 use super::{Authority, LeaderOp, run_once};
 use crate::agent::Here;
-use crate::api::types::{Member, Status};
+use crate::api::types::{Member, Status, ZoneCoverage};
 use crate::api::{ApiError, paths};
 use crate::client::PeerClients;
 use crate::leading::{Leader, Replica};
@@ -73,6 +73,7 @@ pub(super) fn status_of(
         view.leader.map(|id| name_of(&records, &view, id))
     };
     let voters_reachable = view.is_leader.then(|| voters_answering(&members));
+    let zones = zone_coverage(&members);
     Ok(Status {
         cluster_id: leader.settings().cluster_id.clone(),
         self_name: me.name.to_string(),
@@ -86,7 +87,38 @@ pub(super) fn status_of(
         voters_reachable,
         membership_events,
         membership_waiting,
+        zones,
     })
+}
+
+/// The members by zone and role (pure); empty when no member said a zone. Members without
+/// one are the zone `""`.
+pub(super) fn zone_coverage(members: &[Member]) -> Vec<ZoneCoverage> {
+    if members.iter().all(|m| m.zone.is_none()) {
+        return Vec::new();
+    }
+    let mut zones: BTreeMap<&str, ZoneCoverage> = BTreeMap::new();
+    for m in members {
+        let zone = m.zone.as_deref().unwrap_or("");
+        let z = zones.entry(zone).or_insert_with(|| ZoneCoverage {
+            zone: zone.to_string(),
+            voters: 0,
+            standbys: 0,
+            spares: 0,
+            reachable: Some(0),
+        });
+        match m.role.as_str() {
+            "voter" => z.voters += 1,
+            "spare" => z.spares += 1,
+            _ => z.standbys += 1,
+        }
+        z.reachable = match (z.reachable, m.reachable) {
+            (Some(n), Some(true)) => Some(n + 1),
+            (Some(n), Some(false)) => Some(n),
+            _ => None,
+        };
+    }
+    zones.into_values().collect()
 }
 
 /// A member's name: its record's, else the configuration's, else its id.
@@ -131,6 +163,8 @@ fn configured(
                 reachable,
                 last_seen_ms,
                 match_index,
+                zone: records.get(id).and_then(|r| r.zone.clone()),
+                version: records.get(id).and_then(|r| r.version.clone()),
             }
         })
         .collect()
@@ -160,6 +194,8 @@ fn spares<'a>(
                     .then(|| policy::is_reachable(seen.map(Duration::from_millis))),
                 last_seen_ms: seen,
                 match_index: None,
+                zone: record.zone.clone(),
+                version: record.version.clone(),
             }
         })
 }
@@ -198,6 +234,7 @@ pub async fn status(here: Here<'_>) -> Result<Status, ApiError> {
         local.membership_events = leader.membership_events;
         local.membership_waiting = leader.membership_waiting;
         local.commit_index = local.commit_index.max(leader.commit_index);
+        local.zones = zone_coverage(&local.members);
         return Ok(local);
     }
     local.leader = shown_leader(LeaderWord::Silent);
@@ -214,6 +251,7 @@ pub async fn status(here: Here<'_>) -> Result<Status, ApiError> {
     let reachable = voters_answering(&local.members);
     local.voters_reachable = Some(reachable);
     local.quorum_lost = quorum_lost(voters, reachable);
+    local.zones = zone_coverage(&local.members);
     Ok(local)
 }
 
@@ -288,6 +326,8 @@ mod tests {
             key_fingerprint: String::new(),
             joined_ms: 0,
             joined_with: None,
+            zone: None,
+            version: None,
         }
     }
 

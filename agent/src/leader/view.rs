@@ -1,7 +1,7 @@
 //! The leader's picture of the cluster for the policy: the raft configuration, the replicated
 //! state's records and tombstones, and what the leader has seen of each peer.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use crate::api::ApiError;
@@ -24,16 +24,22 @@ pub struct Sightings {
     /// counted from then at the earliest too, so a machine that has just joined is never
     /// "silent for" longer than it has existed.
     known_since: HashMap<NodeId, Instant>,
+    /// Members this leader has found silent for the reachability window, until they answer.
+    silent: HashSet<NodeId>,
+    /// When each member that was silent answered again: it settles for `--promote-after`.
+    back_since: HashMap<NodeId, Instant>,
 }
 
 impl Sightings {
     /// Brings the memory up to date with the configuration in `raft`, the member records and
     /// the tombstones.
+    /// `seen` says how long ago the leader last heard from a member.
     pub fn observe(
         &mut self,
         raft: &RaftView,
         records: &BTreeSet<NodeId>,
         removed: &BTreeSet<NodeId>,
+        seen: impl Fn(NodeId) -> Option<Duration>,
     ) {
         let now = Instant::now();
         self.known_since
@@ -56,6 +62,45 @@ impl Sightings {
             self.nonvoter_since
                 .entry(*id)
                 .or_insert((now, raft.last_log_index.unwrap_or(0)));
+        }
+        self.observe_comebacks(now, raft, records, seen);
+    }
+
+    /// Notes who fell silent and who answered again. A member counts as silent only once it
+    /// has been unreachable for the reachability window under this leader, so that a new
+    /// leader's first moments (before every follower has answered once) mark nobody.
+    fn observe_comebacks(
+        &mut self,
+        now: Instant,
+        raft: &RaftView,
+        records: &BTreeSet<NodeId>,
+        seen: impl Fn(NodeId) -> Option<Duration>,
+    ) {
+        let known = |id: &NodeId| raft.nodes.contains_key(id) || records.contains(id);
+        self.silent.retain(known);
+        self.back_since.retain(|id, _| known(id));
+        let clock = Clock {
+            sightings: self,
+            now,
+        };
+        let mut fell_silent = Vec::new();
+        let mut answered = Vec::new();
+        for id in raft.nodes.keys().chain(records) {
+            let last = seen(*id);
+            if policy::is_reachable(last) {
+                answered.push(*id);
+            } else if clock.silent_for(*id, last) >= policy::REACHABLE_WITHIN {
+                fell_silent.push(*id);
+            }
+        }
+        for id in fell_silent {
+            self.silent.insert(id);
+            self.back_since.remove(&id);
+        }
+        for id in answered {
+            if self.silent.remove(&id) {
+                self.back_since.insert(id, now);
+            }
         }
     }
 }
@@ -86,9 +131,15 @@ pub fn cluster_view(
         .nodes
         .iter()
         .map(|(id, node)| {
-            let name = records.get(id).map_or(&node.name, |r| &r.name);
+            let record = records.get(id);
+            let name = record.map_or(&node.name, |r| &r.name);
             let removal = removed.contains(id).then(|| forced.contains(id));
-            member_view(&clock, raft, *id, name, removal, *id == me, seen(id))
+            let mut member = member_view(&clock, raft, *id, name, removal, *id == me, seen(id));
+            if let Some(r) = record {
+                member.zone = r.zone.clone();
+                member.version = r.version.clone();
+            }
+            member
         })
         .collect();
     // Spares: recorded members outside the configuration. The leader hears from them when they
@@ -96,7 +147,12 @@ pub fn cluster_view(
     let spares = records
         .iter()
         .filter(|(id, _)| !raft.nodes.contains_key(id) && !removed.contains(id))
-        .map(|(id, record)| spare_view(&clock, *id, &record.name, seen(id)))
+        .map(|(id, record)| {
+            let mut spare = spare_view(&clock, *id, &record.name, seen(id));
+            spare.zone = record.zone.clone();
+            spare.version = record.version.clone();
+            spare
+        })
         .collect();
     Ok(ClusterView {
         leader: me,
@@ -121,6 +177,14 @@ struct Clock<'a> {
 impl Clock<'_> {
     fn since(&self, t: Instant) -> Duration {
         self.now.duration_since(t)
+    }
+
+    /// How long a member that was silent has answered again (`None` while unreachable, or
+    /// when this leader never found it silent).
+    fn back_for(&self, id: NodeId, reachable: bool) -> Option<Duration> {
+        reachable
+            .then(|| self.sightings.back_since.get(&id).map(|t| self.since(*t)))
+            .flatten()
     }
 
     /// How long this leader has not heard from `id`, given how long ago it last did (`None`:
@@ -170,6 +234,9 @@ fn member_view(
         voter: raft.voters.contains(&id),
         reachable,
         unreachable_for: (!reachable).then(|| clock.silent_for(id, seen)),
+        back_for: clock.back_for(id, reachable),
+        zone: None,
+        version: None,
         caught_up: policy::is_caught_up(matched, raft.last_log_index),
         in_config_for: clock
             .sightings
@@ -193,6 +260,9 @@ fn spare_view(clock: &Clock<'_>, id: NodeId, name: &str, seen: Option<Duration>)
         in_config_for: Duration::ZERO,
         removal: None,
         unreachable_for: (!reachable).then(|| clock.silent_for(id, seen)),
+        back_for: clock.back_for(id, reachable),
+        zone: None,
+        version: None,
     }
 }
 
@@ -229,6 +299,7 @@ mod tests {
             known_since: [(2, ago(60)), (3, ago(60)), (4, ago(60))].into(),
             nonvoter_since: [(3, (ago(2), 10)), (4, (ago(2), 10))].into(),
             first_seen: [(2, ago(60))].into(),
+            ..Sightings::default()
         };
         let clock = Clock {
             sightings: &sightings,

@@ -97,6 +97,8 @@ impl FakeReplica {
                     key_fingerprint: "00".repeat(32),
                     joined_ms: wall_ms,
                     joined_with: None,
+                    zone: None,
+                    version: None,
                 },
             })
             .expect("the leader's record applies");
@@ -170,6 +172,8 @@ impl FakeReplica {
                 key_fingerprint: format!("{id:064x}"),
                 joined_ms: self.wall_ms(),
                 joined_with: None,
+                zone: None,
+                version: None,
             },
         })
         .expect("the member's record applies");

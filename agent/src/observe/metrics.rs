@@ -20,6 +20,8 @@ pub struct PeerInput {
     /// Entries behind this node's last log index (the leader only).
     pub lag: Option<u64>,
     pub reachable: Option<bool>,
+    /// Its failure zone, as its record says.
+    pub zone: Option<String>,
 }
 
 /// Everything `/metrics` shows, copied at one moment.
@@ -61,6 +63,7 @@ pub async fn gather(here: Here<'_>) -> MetricsInput {
                     role: m.role.clone(),
                     lag: m.match_index.map(|i| last_log_index.saturating_sub(i)),
                     reachable: m.reachable,
+                    zone: m.zone.clone(),
                 })
                 .collect()
         })

@@ -10,6 +10,7 @@
 //! and `shape.rs` (formation, voter table, standbys).
 
 pub mod leadership;
+pub mod preference;
 mod quorum;
 mod repairs;
 mod shape;
@@ -21,6 +22,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 pub use muster_shared::policy::voter_target;
+use preference::spread_step;
 pub use quorum::{QuorumRefusal, check_voters_leaving};
 pub use repairs::REMOVAL_GRACE;
 use repairs::{cleanup_step, removal_step, replacement_step};
@@ -70,6 +72,9 @@ pub enum Why {
     Successor,
     /// A voter was unreachable for `--replace-after`; a healthy nonvoter takes its place.
     FailedVoter,
+    /// A zone has at least two voters fewer than another: a nonvoter there becomes a voter
+    /// (and one from the fullest zone then steps down).
+    ZoneSpread,
 }
 
 /// Something the reconciler is waiting for rather than changing.
@@ -92,6 +97,9 @@ pub enum Wait {
     /// Dead members stay: as many members are unreachable as reachable, which looks more
     /// like a network split than dead machines.
     CleanupTooManyUnreachable { unreachable: usize, members: usize },
+    /// Repairs of failed members wait: this member answers again after a silence and is
+    /// still settling (for `--promote-after`), as in a rolling restart.
+    Settling { name: String },
 }
 
 impl std::fmt::Display for Wait {
@@ -127,6 +135,10 @@ impl std::fmt::Display for Wait {
                 f,
                 "dead members are not cleaned up: {unreachable} of {members} members are unreachable, which looks like a network split; remove them by hand with `muster node remove` if they are gone"
             ),
+            Wait::Settling { name } => write!(
+                f,
+                "repairs of failed members wait: {name} has just come back and is settling (--promote-after)"
+            ),
         }
     }
 }
@@ -145,14 +157,20 @@ pub struct Plan {
 /// 3. during formation, promote the discovery cohort together once it has caught up;
 /// 4. replace a failed voter: demote a voter unreachable for `--replace-after` when a healthy
 ///    nonvoter can take its place (step 5 then promotes it);
-/// 5. follow the voter table: promote the lexicographically-first eligible nonvoter, or demote
-///    a voter other than the leader (an unreachable one first, then the lexicographically-last);
-/// 6. keep `--standbys` nonvoters replicating: a surplus one becomes a spare (out of the
-///    configuration), a spare becomes a standby when one is missing;
-/// 7. clean up one member unreachable for `--cleanup-dead-after`, never below `--min-voters`
+/// 5. follow the voter table: promote an eligible nonvoter, or demote a voter other than the
+///    leader (an unreachable one first); which one is `preference.rs`'s order (zones with the
+///    fewest voters first, then the majority's newest version, then names);
+/// 6. spread the voters over zones: promote a nonvoter in a zone two voters short of the
+///    fullest (step 5 then demotes one there);
+/// 7. keep `--standbys` nonvoters replicating: a surplus one becomes a spare (out of the
+///    configuration), a spare becomes a standby when one is missing (covering zones first);
+/// 8. clean up one member unreachable for `--cleanup-dead-after`, never below `--min-voters`
 ///    and never while as many members are unreachable as reachable.
 ///
-/// Nothing happens while the leader does not hear from a majority.
+/// Nothing happens while the leader does not hear from a majority. Steps 4 and 8 (repairs of
+/// failed members) wait while a member is settling after a restart. At most one voter changes
+/// per step and each step needs a reachable majority before and after it, so no round of
+/// repairs ever takes out more than (voters − 1) / 2 failed voters (Consul's cap).
 pub fn plan(view: &ClusterView) -> Plan {
     // Every change below is a raft write; without a majority none can commit, and a leader
     // cut off from the others must not judge them dead.
@@ -187,6 +205,12 @@ pub fn plan(view: &ClusterView) -> Plan {
         };
     }
     if let Some(change) = voter_table_step(view) {
+        return Plan {
+            change: Some(change),
+            waiting,
+        };
+    }
+    if let Some(change) = spread_step(view) {
         return Plan {
             change: Some(change),
             waiting,

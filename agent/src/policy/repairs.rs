@@ -75,6 +75,10 @@ pub(super) fn replacement_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> O
             .then(a.name.cmp(&b.name))
     });
     let victim = failed.first()?;
+    if let Some(wait) = settling(view) {
+        waiting.push(wait);
+        return None;
+    }
     if !view.members.iter().any(|m| promotable(view, m)) {
         waiting.push(Wait::NoReplacement {
             name: victim.name.clone(),
@@ -106,6 +110,10 @@ pub(super) fn cleanup_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Optio
             .then(a.name.cmp(&b.name))
     });
     let victim = dead.first()?;
+    if let Some(wait) = settling(view) {
+        waiting.push(wait);
+        return None;
+    }
     let members = view.member_count();
     let unreachable = view
         .members
@@ -133,6 +141,21 @@ pub(super) fn cleanup_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Optio
         check_voters_leaving(view, &BTreeSet::from([victim.id]), &victim.name).ok()?;
     }
     Some(Change::CleanUp(victim.id))
+}
+
+/// A member that has just come back after a silence (a rolling restart under way): repairs
+/// of the failed ones wait until it has settled, so that the cluster is judged once the
+/// restarted machine is back in its place, not while it is still catching up (Consul's
+/// server stabilization time).
+fn settling(view: &ClusterView) -> Option<Wait> {
+    view.members
+        .iter()
+        .chain(&view.spares)
+        .filter(|m| m.settling(view.promote_after))
+        .map(|m| Wait::Settling {
+            name: m.name.clone(),
+        })
+        .next()
 }
 
 fn unreachable_at_least(member: &MemberView, after: Option<Duration>) -> bool {

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use super::preference::{demotion_pick, promotion_order, spare_to_standby, surplus_standby};
 use super::view::promotable;
 use super::{Change, ClusterView, FormationView, MemberView, Why, voter_target};
 use crate::state::NodeId;
@@ -31,17 +32,16 @@ pub(super) fn formation_step(view: &ClusterView, formation: &FormationView) -> F
         .difference(&formation.removed)
         .copied()
         .collect();
-    // The voter table applies to the cohort too (4 registrants → 3 voters): promote the
-    // lexicographically-first nonvoters, all in one membership change.
+    // The voter table applies to the cohort too (4 registrants → 3 voters): promote the first
+    // nonvoters in promotion order (zones first, then names), all in one membership change.
     let voters = view.voters();
     let wanted = voter_target(cohort.len()).saturating_sub(voters.len());
-    let mut nonvoters: Vec<&MemberView> = view
+    let nonvoters: Vec<&MemberView> = view
         .members
         .iter()
         .filter(|m| cohort.contains(&m.id) && !m.voter)
         .collect();
-    nonvoters.sort_by(|a, b| a.name.cmp(&b.name));
-    let promote: Vec<&MemberView> = nonvoters.into_iter().take(wanted).collect();
+    let promote = pick_spread(view, nonvoters, wanted);
     if promote.is_empty() {
         return FormationStep::Done;
     }
@@ -61,49 +61,55 @@ pub(super) fn voter_table_step(view: &ClusterView) -> Option<Change> {
             .iter()
             .filter(|m| promotable(view, m))
             .collect();
-        eligible.sort_by(|a, b| a.name.cmp(&b.name));
+        promotion_order(view, &mut eligible);
         return eligible
             .first()
             .map(|m| Change::Promote(BTreeSet::from([m.id]), Why::VoterTable));
     }
     if voters.len() > target {
-        let mut demotable: Vec<&MemberView> = view
+        let demotable: Vec<&MemberView> = view
             .members
             .iter()
             .filter(|m| m.voter && m.id != view.leader)
             .collect();
-        // Reachable ones last, so an unreachable voter goes first.
-        demotable.sort_by(|a, b| {
-            a.reachable
-                .cmp(&b.reachable)
-                .reverse()
-                .then(a.name.cmp(&b.name))
-        });
-        return demotable
-            .last()
-            .map(|m| Change::Demote(m.id, Why::VoterTable));
+        return demotion_pick(view, &demotable).map(|m| Change::Demote(m.id, Why::VoterTable));
     }
     None
 }
 
+/// `wanted` of `candidates`, one at a time in promotion order, each counted in its zone
+/// before the next is chosen, so that a formation's voters spread over the zones too.
+fn pick_spread<'a>(
+    view: &ClusterView,
+    mut candidates: Vec<&'a MemberView>,
+    wanted: usize,
+) -> Vec<&'a MemberView> {
+    let mut picked: Vec<&'a MemberView> = Vec::new();
+    let mut trial = view.clone();
+    while picked.len() < wanted && !candidates.is_empty() {
+        promotion_order(&trial, &mut candidates);
+        let next = candidates.remove(0);
+        if let Some(m) = trial.members.iter_mut().find(|m| m.id == next.id) {
+            m.voter = true;
+        }
+        picked.push(next);
+    }
+    picked
+}
+
 /// Keeps the standbys at their target. Who stays a standby is a fixed order, so that any
-/// leader keeps the same ones: reachable before unreachable, caught up before lagging, then by
-/// name. Waits while the voter table is short (a new nonvoter may be about to become a voter),
-/// while a surplus nonvoter is newer than `--promote-after`, and while it is still catching up.
+/// leader keeps the same ones: reachable before unreachable, caught up before lagging, then
+/// one per zone, then by name (`preference.rs`). Waits while the voter table is short (a new
+/// nonvoter may be about to become a voter), while a surplus nonvoter is newer than
+/// `--promote-after`, and while it is still catching up.
 pub(super) fn standby_step(view: &ClusterView) -> Option<Change> {
     if view.voters().len() < voter_target(view.member_count()) {
         return None;
     }
     let target = view.standby_target();
-    let mut standbys = view.standbys();
+    let standbys = view.standbys();
     if standbys.len() > target {
-        standbys.sort_by(|a, b| {
-            b.reachable
-                .cmp(&a.reachable)
-                .then(b.caught_up.cmp(&a.caught_up))
-                .then(a.name.cmp(&b.name))
-        });
-        let surplus = standbys.last()?;
+        let surplus = surplus_standby(&standbys)?;
         // A reachable one first catches up: a spare knows the cluster only from its own log
         // until it checks in, and a new one may not have received the membership yet.
         let settled = surplus.caught_up || !surplus.reachable;
@@ -111,9 +117,8 @@ pub(super) fn standby_step(view: &ClusterView) -> Option<Change> {
             .then_some(Change::MakeSpare(surplus.id));
     }
     if standbys.len() < target {
-        let mut spares: Vec<&MemberView> = view.spares.iter().filter(|s| s.reachable).collect();
-        spares.sort_by(|a, b| a.name.cmp(&b.name));
-        return spares.first().map(|s| Change::MakeStandby(s.id));
+        let spares: Vec<&MemberView> = view.spares.iter().filter(|s| s.reachable).collect();
+        return spare_to_standby(&standbys, &spares).map(|s| Change::MakeStandby(s.id));
     }
     None
 }

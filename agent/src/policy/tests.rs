@@ -19,6 +19,9 @@ fn m(id: NodeId, voter: bool) -> MemberView {
         in_config_for: Duration::from_secs(10),
         removal: None,
         unreachable_for: None,
+        back_for: None,
+        zone: None,
+        version: None,
     }
 }
 
@@ -670,6 +673,7 @@ fn every_wait_reads_as_a_sentence_with_what_to_do() {
             unreachable: 3,
             members: 6,
         },
+        Wait::Settling { name: "n3".into() },
     ];
     for wait in waits {
         let text = wait.to_string();
@@ -838,3 +842,5 @@ fn thirty_members_settle_to_7_voters_2_standbys_and_21_spares() {
     assert_eq!(standbys, vec![8, 9]);
     assert_eq!(v.spares.len(), 21);
 }
+
+mod zones;

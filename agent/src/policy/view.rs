@@ -38,6 +38,21 @@ pub struct MemberView {
     /// later of its last answer and the start of this leadership, so a new leader never
     /// judges a member by another leader's silence.
     pub unreachable_for: Option<Duration>,
+    /// How long it has answered again since this leader last saw it silent (`None`: not
+    /// silent under this leader, or silent now). Within `--promote-after` it is settling
+    /// after a restart: it is not promoted, and failed voters wait to be replaced.
+    pub back_for: Option<Duration>,
+    /// Its failure zone (`--zone`), from its member record.
+    pub zone: Option<String>,
+    /// The agent version it reported, from its member record.
+    pub version: Option<String>,
+}
+
+impl MemberView {
+    /// Back from a silence for less than `promote_after`.
+    pub fn settling(&self, promote_after: Duration) -> bool {
+        self.back_for.is_some_and(|back| back < promote_after)
+    }
 }
 
 /// The automatic membership repairs, as the agent's flags set them (`None`: off).
@@ -168,4 +183,6 @@ pub(super) fn promotable(view: &ClusterView, m: &MemberView) -> bool {
         // would make the quorum wait for it.
         && m.caught_up
         && m.reachable
+        // Back from a restart only just: it proves it stays up before it votes.
+        && !m.settling(view.promote_after)
 }

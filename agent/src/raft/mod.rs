@@ -18,7 +18,7 @@ use std::io::Cursor;
 
 use crate::state::{Node, NodeId, Request, Response};
 
-pub use node::{RaftNode, RaftNodeError, RaftView, Timing};
+pub use node::{HandOver, RaftNode, RaftNodeError, RaftView, Timing};
 pub use stats::StatsSnapshot;
 
 openraft::declare_raft_types!(

@@ -8,17 +8,20 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 
 mod errors;
+mod handover;
 mod membership;
 mod rpc;
 mod watch;
 
 pub use errors::{RaftNodeError, RpcError};
+pub use handover::HandOver;
 pub use watch::RaftView;
 
 use muster_shared::retry::RetryPolicy;
@@ -66,6 +69,10 @@ pub struct RaftNode {
     membership_lock: tokio::sync::Mutex<()>,
     /// Leadership checks shared by concurrent linearizable reads.
     reads: ReadBatch<LeadershipCheck>,
+    /// Set while this leader hands over (see `node/handover.rs`): no writes, no heartbeats.
+    handing_over: Arc<AtomicBool>,
+    /// The peer clients, for asking a successor to campaign.
+    peers: PeerClients,
 }
 
 /// What a leadership check for linearizable reads came to.
@@ -113,6 +120,7 @@ impl RaftNode {
         .map_err(|e| RaftNodeError::Other(format!("raft timing: {e}")))?;
         let liveness = PeerLiveness::default();
         let peers_for_pacemaker = peers.clone();
+        let peers_for_handover = peers.clone();
         let network = Network::new(peers, liveness.clone());
         let raft = Raft::new(
             id,
@@ -124,8 +132,16 @@ impl RaftNode {
         .await
         .map_err(|e| RaftNodeError::Fatal(e.to_string()))?;
         let contact = LeaderContact::default();
+        let handing_over = Arc::new(AtomicBool::new(false));
         let pacemaker = tokio::spawn(
-            Pacemaker::new(raft.clone(), plan, contact.clone(), peers_for_pacemaker).run(),
+            Pacemaker::new(
+                raft.clone(),
+                plan,
+                contact.clone(),
+                peers_for_pacemaker,
+                handing_over.clone(),
+            )
+            .run(),
         );
         let stats = Arc::new(RaftStats::default());
         let leader_watch = tokio::spawn(count_leader_changes(raft.clone(), stats.clone()));
@@ -148,6 +164,8 @@ impl RaftNode {
             leader_watch,
             membership_lock: tokio::sync::Mutex::new(()),
             reads,
+            handing_over,
+            peers: peers_for_handover,
         })
     }
 
@@ -250,6 +268,10 @@ impl RaftNode {
     }
 
     async fn propose(&self, request: Request) -> Result<Response, RaftNodeError> {
+        // A new entry would renew the followers' leases and hold the successor's election up.
+        if self.handing_over.load(Ordering::SeqCst) {
+            return Err(RaftNodeError::NoLeader);
+        }
         self.check_quorum_contact()?;
         let result = tokio::select! {
             result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request)) => {

@@ -174,6 +174,9 @@ pub struct Pacemaker {
     plan: TimerPlan,
     contact: LeaderContact,
     peers: PeerClients,
+    /// Set while this leader hands over: it sends no heartbeats, so the followers' leases run
+    /// out and its successor's election can win.
+    handing_over: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Pacemaker {
@@ -182,12 +185,14 @@ impl Pacemaker {
         plan: TimerPlan,
         contact: LeaderContact,
         peers: PeerClients,
+        handing_over: Arc<std::sync::atomic::AtomicBool>,
     ) -> Self {
         Self {
             raft,
             plan,
             contact,
             peers,
+            handing_over,
         }
     }
 
@@ -267,7 +272,8 @@ impl Pacemaker {
             if m.state == ServerState::Leader {
                 // A leader is its own proof of life.
                 self.contact.heard();
-                if Instant::now() >= next_heartbeat {
+                let handing_over = self.handing_over.load(std::sync::atomic::Ordering::SeqCst);
+                if !handing_over && Instant::now() >= next_heartbeat {
                     next_heartbeat = Instant::now() + self.plan.heartbeat;
                     if self.raft.trigger().heartbeat().await.is_err() {
                         return;

@@ -16,6 +16,9 @@ fn member(id: u64, name: &str, unreachable_secs: Option<u64>) -> MemberView {
         in_config_for: Duration::from_secs(10),
         removal: None,
         unreachable_for: unreachable_secs.map(Duration::from_secs),
+        back_for: None,
+        zone: None,
+        version: None,
     }
 }
 

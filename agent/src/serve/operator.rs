@@ -147,6 +147,23 @@ async fn member_set_address(
     answer(leader::run(agent.here(), &by, op).await)
 }
 
+#[derive(Deserialize)]
+struct TransferTo {
+    #[serde(default)]
+    to: Option<String>,
+}
+
+async fn leader_transfer(
+    State(agent): State<Arc<Agent>>,
+    Extension(by): By,
+    Query(q): Query<TransferTo>,
+) -> Response {
+    let op = LeaderOp::TransferLeadership {
+        to: q.to.filter(|t| !t.is_empty()),
+    };
+    answer(leader::run(agent.here(), &by, op).await)
+}
+
 async fn ca_status(State(agent): State<Arc<Agent>>, Extension(by): By) -> Response {
     answer(leader::run(agent.here(), &by, LeaderOp::CaStatus).await)
 }
@@ -261,6 +278,7 @@ pub fn routes() -> Router<Arc<Agent>> {
             &format!("{}/{{name}}/address", paths::MEMBERS),
             put(member_set_address),
         )
+        .route(paths::LEADER_TRANSFER, post(leader_transfer))
         .route(paths::BACKUP, get(backup))
         .route(paths::SETTINGS, get(settings_get).put(settings_put))
         .route(paths::PROBE, get(probe))

@@ -69,6 +69,7 @@ fn router(agent: Arc<Agent>) -> Router {
         .route(paths::RAFT_VOTE, post(raft_rpc))
         .route(paths::RAFT_SNAPSHOT, post(raft_rpc))
         .route(paths::RAFT_PREVOTE, post(raft_rpc))
+        .route(paths::RAFT_CAMPAIGN, post(campaign))
         .route(paths::FORWARD, post(forwarded))
         .route(paths::MEMBER_CHECK, get(member_check))
         .route(paths::RAFT_PROBE, get(probe))
@@ -111,6 +112,19 @@ async fn raft_rpc(State(agent): State<Arc<Agent>>, req: Request) -> Response {
             Bytes::from(out),
         )
             .into_response(),
+        Err(e) => error_response(&ApiError::from(e)),
+    }
+}
+
+/// The leader hands over to this voter: call an election now. Only the leader this node
+/// follows may ask (its identity is its certificate's).
+async fn campaign(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    let caller = match require_member(agent.here(), &req) {
+        Ok(caller) => caller,
+        Err(refused) => return error_response(&refused),
+    };
+    match agent.group.raft().campaign_for(caller.node_id).await {
+        Ok(answer) => json_response(&answer),
         Err(e) => error_response(&ApiError::from(e)),
     }
 }

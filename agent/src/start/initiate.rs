@@ -254,6 +254,8 @@ async fn init_raft_group(
                 key_fingerprint: me.key_fingerprint.clone(),
                 joined_ms: now_ms(),
                 joined_with: None,
+                zone: None,
+                version: None,
             },
         })
         .await?;

@@ -190,6 +190,8 @@ pub async fn finish(
             key_fingerprint: identity.key.fingerprint(),
             joined_ms: now_ms(),
             joined_with: None,
+            zone: None,
+            version: None,
         },
     })
     .await?;

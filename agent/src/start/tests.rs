@@ -41,6 +41,7 @@ fn config() -> AgentConfig {
         fleetlock_rate_limit: 10,
         fleetlock_min_tolerance: Some(0),
         fleetlock_id: None,
+        zone: None,
         fleetlock_gates: Default::default(),
         snapshots: None,
         warnings: Vec::new(),

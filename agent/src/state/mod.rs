@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 pub use admission::Admission;
 pub use records::{
     CaMaterial, DEAD_TOKEN_RETENTION_MS, JoinTokenRecord, Node, NodeRecord, OperatorTokenRecord,
+    valid_zone,
 };
 pub use request::{Refusal, Request, Response, SecretReplacement};
 

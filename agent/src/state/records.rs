@@ -45,6 +45,23 @@ pub struct NodeRecord {
     /// The id of the join token this node was admitted with (none for formation members).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joined_with: Option<String>,
+    /// Its failure zone (`--zone`), as it last reported it; `None`: not said, or a member that
+    /// has not reported yet. Members of older versions ignore the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The agent version it last reported running (`None`: older than the report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// True for a zone name `--zone` accepts: 1 to 63 ASCII letters, digits, `.`, `_` or `-`
+/// (cloud availability zones, racks, rooms), so that it is safe in a log line, a metric label
+/// and a file name.
+pub fn valid_zone(zone: &str) -> bool {
+    (1..=63).contains(&zone.len())
+        && zone
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// A join token as the cluster stores it: never the secret, only its SHA-256.

@@ -10,6 +10,8 @@ fn node(name: &str, key: &str) -> NodeRecord {
         key_fingerprint: key.into(),
         joined_ms: 0,
         joined_with: None,
+        zone: None,
+        version: None,
     }
 }
 
@@ -286,6 +288,8 @@ fn a_restore_entry_with_members_reads_back() {
             key_fingerprint: "ab".repeat(32),
             joined_ms: 1,
             joined_with: None,
+            zone: None,
+            version: None,
         },
     );
     let entry = Request::RestoreState {

@@ -39,6 +39,20 @@ pub enum NodeCommand {
 }
 
 #[derive(Subcommand)]
+pub enum LeaderCommand {
+    /// Hand the leadership to another voter (NAME, or the first that holds the whole log):
+    /// writes pause for about three quarters of --election-timeout instead of the election a
+    /// vanished leader costs. An agent stopped with SIGTERM (systemctl stop, a reboot) does the
+    /// same by itself; use this before other maintenance of the leader's machine.
+    Transfer {
+        /// The voter to lead next, as `muster members` shows it
+        name: Option<String>,
+        #[command(flatten)]
+        op: OperatorArgs,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum BackupCommand {
     /// List the scheduled snapshots in a snapshot dir, oldest first, each read back in full and
     /// checked as `muster restore` would (header, size, checksum). Reads the files only: the

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use self::cluster::{BackupCommand, CaCommand, CertCommand, ConfigCommand, NodeCommand};
+pub use self::cluster::{
+    BackupCommand, CaCommand, CertCommand, ConfigCommand, LeaderCommand, NodeCommand,
+};
 pub use self::credentials::{OperatorTokenCommand, SecretCommand, TokenCommand};
 pub use self::services::{FleetlockCommand, FleetlockGroupCommand, KvCommand, LeaseCommand};
 
@@ -67,6 +69,11 @@ pub enum Command {
     Node {
         #[command(subcommand)]
         command: NodeCommand,
+    },
+    /// The leader: hand it over to another voter before maintenance.
+    Leader {
+        #[command(subcommand)]
+        command: LeaderCommand,
     },
     /// Write a consistent, checksummed copy of the committed cluster state to FILE (mode 0600:
     /// it holds the cluster CA's private key).

@@ -83,6 +83,8 @@ pub async fn admit_registrant_from(
                 key_fingerprint: key_fingerprint.clone(),
                 joined_ms: now_ms(),
                 joined_with: None,
+                zone: None,
+                version: None,
             }
         }
     };

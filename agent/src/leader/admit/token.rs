@@ -123,6 +123,8 @@ pub async fn admit_with_token(
         key_fingerprint: join.key_fingerprint.clone(),
         joined_ms: now,
         joined_with: Some(join.token_id.clone()),
+        zone: None,
+        version: None,
     };
     // Linearizable: a leader elected a moment ago may not have applied the token's creation
     // yet, and a refusal here is final for the joiner.

@@ -170,6 +170,39 @@ fn member_families(out: &mut String, m: &MetricsInput) {
         "1 if the leader heard from the member lately (reported by the leader).",
         &reachable,
     );
+    zone_family(out, m);
+}
+
+/// Members by failure zone and role (every role of every zone a member is in, 0 included, so
+/// that `muster_zone_members{role="voter"} == 0` can alert); nothing when no member has a zone.
+fn zone_family(out: &mut String, m: &MetricsInput) {
+    if m.peers.iter().all(|p| p.zone.is_none()) {
+        return;
+    }
+    let mut counts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for p in &m.peers {
+        let zone = p.zone.as_deref().unwrap_or("");
+        for role in ["voter", "standby", "spare"] {
+            counts.entry((zone, role)).or_default();
+        }
+        *counts.entry((zone, p.role.as_str())).or_default() += 1;
+    }
+    let samples: Vec<(String, String)> = counts
+        .iter()
+        .map(|((zone, role), n)| {
+            (
+                format!("{{zone=\"{}\",role=\"{}\"}}", label(zone), label(role)),
+                n.to_string(),
+            )
+        })
+        .collect();
+    family(
+        out,
+        "muster_zone_members",
+        "gauge",
+        "Members by failure zone (--zone; empty for none) and role, as this node knows them.",
+        &samples,
+    );
 }
 
 /// Writes proposed on this node: how long they took, and how many failed.
@@ -310,12 +343,14 @@ mod tests {
                     role: "voter".into(),
                     lag: Some(3),
                     reachable: Some(true),
+                    zone: Some("rack-1".into()),
                 },
                 PeerInput {
                     name: "s1".into(),
                     role: "spare".into(),
                     lag: None,
                     reachable: Some(false),
+                    zone: None,
                 },
             ],
             cert_expires_ms: Some(10_000),
@@ -342,6 +377,18 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("muster_cert_expiry_seconds 6\n"), "{text}");
+        assert!(
+            text.contains("muster_zone_members{zone=\"rack-1\",role=\"voter\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("muster_zone_members{zone=\"rack-1\",role=\"spare\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("muster_zone_members{zone=\"\",role=\"spare\"} 1\n"),
+            "{text}"
+        );
         assert_eq!(label("a\\b\nc\"d"), "a\\\\b\\nc\\\"d");
         assert!(
             text.contains("muster_proposal_duration_seconds_bucket{le=\"+Inf\"} 0\n"),

@@ -15,6 +15,9 @@ impl RaftNode {
     /// Adds a nonvoter. Returns as soon as the change is committed; catching up happens after.
     pub async fn add_learner(&self, id: NodeId, node: Node) -> Result<(), RaftNodeError> {
         let _one_at_a_time = self.membership_lock.lock().await;
+        if self.handing_over() {
+            return Err(RaftNodeError::NoLeader);
+        }
         let result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.add_learner(id, node, false))
             .await
             .map_err(|_| RaftNodeError::Timeout("adding a nonvoter"))?;
@@ -51,6 +54,9 @@ impl RaftNode {
         what: &'static str,
     ) -> Result<(), RaftNodeError> {
         let _one_at_a_time = self.membership_lock.lock().await;
+        if self.handing_over() {
+            return Err(RaftNodeError::NoLeader);
+        }
         self.check_quorum_contact()?;
         // A membership change is two log entries (joint, then uniform). Run it in its own task so
         // a caller's timeout can never cancel it between the two and leave a joint config behind.

@@ -24,6 +24,8 @@ fn state(members: &[NodeId]) -> ClusterState {
                 key_fingerprint: format!("{id:064x}"),
                 joined_ms: 0,
                 joined_with: None,
+                zone: None,
+                version: None,
             },
         );
     }

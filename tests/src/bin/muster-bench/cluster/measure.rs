@@ -111,19 +111,22 @@ pub(crate) async fn formation_round(
     Ok(elapsed)
 }
 
-/// One failover measurement on a fresh 3-node cluster.
+/// One failover measurement on a fresh 3-node cluster: the leader killed with `signal`
+/// (`KILL`: it vanishes; `TERM`: a planned stop, after which both systems hand the leadership
+/// over before they exit).
 pub(crate) async fn failover_round(
     system: &ClusterSystem,
     bench: &ClusterBench,
     polls: &mut PollStats,
+    signal: &str,
 ) -> Result<Duration> {
     let (cluster, _) = form(system, bench, 3, polls).await?;
-    let outcome = time_failover(&cluster, &bench.http, polls).await;
+    let outcome = time_failover(&cluster, &bench.http, polls, signal).await;
     let logs = cluster.logs();
     cluster.stop().await?;
     let elapsed = outcome.context(logs)?;
     eprintln!(
-        "  {}: new leader {:.3} s after kill -9",
+        "  {}: new leader {:.3} s after SIG{signal}",
         system.label(),
         elapsed.as_secs_f64()
     );
@@ -200,6 +203,7 @@ pub(crate) async fn time_failover(
     cluster: &Cluster,
     http: &reqwest::Client,
     polls: &mut PollStats,
+    signal_name: &str,
 ) -> Result<Duration> {
     tokio::time::sleep(SETTLE).await;
     let views = join_all(
@@ -232,7 +236,7 @@ pub(crate) async fn time_failover(
         .collect();
     let started = Instant::now();
     // The same signal the same way for both systems (the harness's kill helpers differ).
-    signal(pid, "KILL")?;
+    signal(pid, signal_name)?;
     let (_, elapsed) = poll_until("a new leader", started, polls, || {
         new_leader(&survivors, http, &old)
     })

@@ -104,6 +104,8 @@ pub(crate) struct ClusterResults {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) static_5: Option<Times>,
     pub(crate) failover: Times,
+    /// The leader stopped with SIGTERM; both systems hand the leadership over first.
+    pub(crate) planned_stop: Times,
     /// muster only: spawn of a node joining with a token → the leader lists it as a nonvoter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) join_nonvoter: Option<Times>,
@@ -127,6 +129,7 @@ impl ClusterResults {
             static_3: (!s.static_3.is_empty()).then(|| Times::of(&s.static_3)),
             static_5: (!s.static_5.is_empty()).then(|| Times::of(&s.static_5)),
             failover: Times::of(&s.failover),
+            planned_stop: Times::of(&s.planned_stop),
             join_nonvoter: (!s.join_nonvoter.is_empty()).then(|| Times::of(&s.join_nonvoter)),
             join_voter: (!s.join_voter.is_empty()).then(|| Times::of(&s.join_voter)),
             rss_mb: Rss::of(&s.rss),

@@ -20,6 +20,8 @@ pub(crate) struct ClusterSamples {
     pub(crate) static_3: Vec<Duration>,
     pub(crate) static_5: Vec<Duration>,
     pub(crate) failover: Vec<Duration>,
+    /// The leader stopped with SIGTERM: both systems hand over before they exit.
+    pub(crate) planned_stop: Vec<Duration>,
     pub(crate) join_nonvoter: Vec<Duration>,
     pub(crate) join_voter: Vec<Duration>,
     pub(crate) rss: Vec<Resident>,
@@ -36,6 +38,8 @@ pub(crate) enum Step {
     Static3,
     Static5,
     Failover,
+    /// The leader stopped with SIGTERM (a planned stop).
+    PlannedStop,
     /// muster only: etcd adds members by hand (`member add --learner`, then `member promote`).
     Join,
 }
@@ -56,7 +60,10 @@ pub(crate) async fn run_step(
             .push(formation_round(system, bench, 5, polls).await?),
         Step::Failover => samples
             .failover
-            .push(failover_round(system, bench, polls).await?),
+            .push(failover_round(system, bench, polls, "KILL").await?),
+        Step::PlannedStop => samples
+            .planned_stop
+            .push(failover_round(system, bench, polls, "TERM").await?),
         Step::Init | Step::Static3 | Step::Static5 => {
             if let ClusterSystem::Muster { timing } = system {
                 let n = match step {
@@ -101,6 +108,7 @@ pub(crate) async fn run_cluster_rounds(
             Step::Static3,
             Step::Static5,
             Step::Failover,
+            Step::PlannedStop,
             Step::Join,
         ] {
             for (system, s) in systems.iter().zip(samples.iter_mut()) {

@@ -58,10 +58,11 @@ fn print_times(report: &ClusterReport, systems: &[System<'_>]) {
         "{:<24} {:<9} {:>9} {:>9} {:>9} {:>8}",
         "seconds", "system", "median", "min", "max", "samples"
     );
-    let rows: [TimesRow; 3] = [
+    let rows: [TimesRow; 4] = [
         ("formation, 3 nodes", |r| &r.formation_3),
         ("formation, 5 nodes", |r| &r.formation_5),
         ("failover after kill -9", |r| &r.failover),
+        ("new leader after SIGTERM", |r| &r.planned_stop),
     ];
     for (title, pick) in rows {
         for (i, (label, results)) in systems.iter().enumerate() {
@@ -144,7 +145,7 @@ fn print_polls(report: &ClusterReport, systems: &[System<'_>]) {
         })
         .collect();
     println!(
-        "\nTimes run from spawning the processes (formation) or the SIGKILL (failover) to the end of\n\
+        "\nTimes run from spawning the processes (formation) or the signal (failover) to the end of\n\
          the round of status queries that confirmed the condition. Rounds are {} ms apart. A query\n\
          blocks while its member starts or elects and answers once it can, so a long round mostly\n\
          waited rather than arrived late; still, a time is late by at most the pause plus the\n\
