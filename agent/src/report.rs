@@ -18,12 +18,14 @@ use crate::state::member_id;
 /// This agent's version, as members report it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// How often the record is compared with what this member runs. A look reads only the local
-/// applied state; the leader is asked only when they differ.
-const LOOK_EVERY: Duration = Duration::from_secs(5);
+/// applied state; the leader is asked only when they differ. Often, because until a member has
+/// reported, the role policy leaves it out of its zone arithmetic.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
 /// After the leader took a report, the next one waits at least this long even if the local
 /// state still differs: a spare's applied state lags behind the leader's until it rejoins the
-/// configuration, and it must not ask the leader every few seconds meanwhile.
-const AFTER_ACCEPTED: Duration = Duration::from_secs(600);
+/// configuration, and it must not ask the leader every second meanwhile. A record that lost
+/// the report (rewritten by an agent of an older version) is put right after this.
+const AFTER_ACCEPTED: Duration = Duration::from_secs(60);
 
 /// What this member's record says of it: its zone, and the version it last reported.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -141,3 +141,17 @@ pub fn start_bare_through(
         })
         .collect()
 }
+
+/// The `muster status --json` of the first of `agents` that answers with the leader's view of
+/// the members (a leader named, and reachability known, which only the leader reports).
+pub async fn leader_view(agents: &[&AgentProc]) -> Option<serde_json::Value> {
+    for a in agents {
+        if let Some(s) = a.status().await
+            && s["leader"].is_string()
+            && s["members"][0]["reachable"].is_boolean()
+        {
+            return Some(s);
+        }
+    }
+    None
+}

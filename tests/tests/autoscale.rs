@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use muster_tests::{AgentProc, Discovery, OperatorApi, refs, voter_target, wait_for, wait_formed};
+use muster_tests::{
+    AgentProc, Discovery, OperatorApi, leader_view, refs, voter_target, wait_for, wait_formed,
+};
 
 const FORM: Duration = Duration::from_secs(60);
 /// Short repair timings, so the test sees every step within seconds.
@@ -57,20 +59,6 @@ fn members(status: &serde_json::Value) -> Vec<(String, bool, bool)> {
         .into_iter()
         .map(|m| (m.name, m.voter, m.reachable))
         .collect()
-}
-
-/// The status of the first agent in `alive` that answers with a leader's view (members with
-/// reachability).
-async fn leader_view(alive: &[&AgentProc]) -> Option<serde_json::Value> {
-    for a in alive {
-        if let Some(s) = a.status().await
-            && s["leader"].is_string()
-            && s["members"][0]["reachable"].is_boolean()
-        {
-            return Some(s);
-        }
-    }
-    None
 }
 
 /// Writes a key every 100 ms through any live member; remembers the longest stretch without an

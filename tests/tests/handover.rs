@@ -89,12 +89,17 @@ async fn a_transfer_moves_the_leader_and_a_stopped_leader_hands_over_first() {
         out.contains(&format!("{target} leads now (was {first})")),
         "{out}"
     );
+    // The old leader knew when it answered; the others hear of it with the next heartbeat.
     for addr in &addrs {
-        assert_eq!(
-            leader_of(&api, addr).await.as_deref(),
-            Some(target.as_str()),
-            "after the transfer, {addr} names the new leader"
-        );
+        wait_for(
+            &format!("{addr} to name {target} as leader"),
+            Duration::from_secs(5),
+            || async {
+                (leader_of(&api, addr).await.as_deref() == Some(target.as_str())).then_some(())
+            },
+        )
+        .await
+        .expect("the new leader named");
     }
     // A transfer to a name that is no voter is refused and changes nothing.
     let (code, _, err) = asker

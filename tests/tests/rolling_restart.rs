@@ -14,8 +14,10 @@ use muster_tests::{OperatorApi, init_and_join_with, wait_for};
 
 const NAMES: [&str; 4] = ["r1", "r2", "r3", "r4"];
 const REPLACE_AFTER: Duration = Duration::from_secs(4);
-/// Far beyond how long a member is down here: a cleanup would be a bug, not a repair.
-const CLEANUP_AFTER: &str = "60s";
+/// Longer than any member is down here (each is started again as soon as it was replaced, and
+/// the test checks it was down for less than this), short enough that a member whose silence
+/// were counted wrongly (not reset when it came back, or summed over its stops) is removed.
+const CLEANUP_AFTER: Duration = Duration::from_secs(20);
 const STEP: Duration = Duration::from_secs(60);
 
 /// The leader's view from the first of `addrs` that answers with one.
@@ -53,11 +55,12 @@ async fn a_rolling_restart_with_repairs_on_keeps_quorum_and_every_member() {
     let _alone = muster_tests::exclusive::heavy().await;
     let tmp = tempfile::tempdir().expect("tmp");
     let replace = format!("{}s", REPLACE_AFTER.as_secs());
+    let cleanup = format!("{}s", CLEANUP_AFTER.as_secs());
     let repairs = [
         "--replace-after",
         replace.as_str(),
         "--cleanup-dead-after",
-        CLEANUP_AFTER,
+        cleanup.as_str(),
     ];
     let mut agents = init_and_join_with(tmp.path(), &NAMES, &repairs)
         .await
@@ -164,6 +167,11 @@ async fn a_rolling_restart_with_repairs_on_keeps_quorum_and_every_member() {
         } else {
             agent.restart().expect("start again");
         }
+        assert!(
+            stopped.elapsed() < CLEANUP_AFTER,
+            "{name} was down {:?}, longer than --cleanup-dead-after: the test proves nothing",
+            stopped.elapsed()
+        );
         if let Ok(mut d) = down.lock() {
             *d = None;
         }

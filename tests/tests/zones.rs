@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use muster_tests::{AgentProc, refs, voter_target, wait_for, wait_formed};
+use muster_tests::{AgentProc, leader_view, refs, voter_target, wait_for, wait_formed};
 
 const FORM: Duration = Duration::from_secs(60);
 /// The zone of each member, by name: names alone would vote in m1…m5 (a:3 b:2 c:0).
@@ -42,19 +42,6 @@ fn voters_per_zone(status: &serde_json::Value) -> BTreeMap<String, usize> {
         }
     }
     zones
-}
-
-/// The first status among `agents` given with the leader's view (reachability known).
-async fn leader_view(agents: &[&AgentProc]) -> Option<serde_json::Value> {
-    for a in agents {
-        if let Some(s) = a.status().await
-            && s["leader"].is_string()
-            && s["members"][0]["reachable"].is_boolean()
-        {
-            return Some(s);
-        }
-    }
-    None
 }
 
 #[tokio::test]

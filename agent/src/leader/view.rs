@@ -49,6 +49,9 @@ impl Sightings {
         }
         if self.leading_since.is_none_or(|(term, _)| term != raft.term) {
             self.leading_since = Some((raft.term, now));
+            // Who was silent under another term's leadership says nothing of this one.
+            self.silent.clear();
+            self.back_since.clear();
         }
         self.first_seen.retain(|id, _| raft.nodes.contains_key(id));
         for id in raft.nodes.keys() {

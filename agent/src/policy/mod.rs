@@ -168,7 +168,8 @@ pub struct Plan {
 ///    and never while as many members are unreachable as reachable.
 ///
 /// Nothing happens while the leader does not hear from a majority. Steps 4 and 8 (repairs of
-/// failed members) wait while a member is settling after a restart. At most one voter changes
+/// failed members) wait while a member is settling after a restart, for at most one
+/// `--promote-after` past when they were due. At most one voter changes
 /// per step and each step needs a reachable majority before and after it, so no round of
 /// repairs ever takes out more than (voters − 1) / 2 failed voters (Consul's cap).
 pub fn plan(view: &ClusterView) -> Plan {

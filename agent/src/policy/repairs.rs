@@ -75,7 +75,7 @@ pub(super) fn replacement_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> O
             .then(a.name.cmp(&b.name))
     });
     let victim = failed.first()?;
-    if let Some(wait) = settling(view) {
+    if let Some(wait) = settling(view, victim, view.automation.replace_after) {
         waiting.push(wait);
         return None;
     }
@@ -110,7 +110,7 @@ pub(super) fn cleanup_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Optio
             .then(a.name.cmp(&b.name))
     });
     let victim = dead.first()?;
-    if let Some(wait) = settling(view) {
+    if let Some(wait) = settling(view, victim, Some(after)) {
         waiting.push(wait);
         return None;
     }
@@ -143,11 +143,17 @@ pub(super) fn cleanup_step(view: &ClusterView, waiting: &mut Vec<Wait>) -> Optio
     Some(Change::CleanUp(victim.id))
 }
 
-/// A member that has just come back after a silence (a rolling restart under way): repairs
-/// of the failed ones wait until it has settled, so that the cluster is judged once the
-/// restarted machine is back in its place, not while it is still catching up (Consul's
-/// server stabilization time).
-fn settling(view: &ClusterView) -> Option<Wait> {
+/// A member that has just come back after a silence (a rolling restart under way): the
+/// repair of `victim` (due after `due`) waits until it has settled, so that the cluster is
+/// judged once the restarted machine is back in its place, not while it is still catching up
+/// (Consul's server stabilization time). The wait is bounded: a repair is put off by at most
+/// one `--promote-after`, so a member that keeps coming back (a crash loop, a flaky link)
+/// cannot hold the repairs of others off for good.
+fn settling(view: &ClusterView, victim: &MemberView, due: Option<Duration>) -> Option<Wait> {
+    let overdue = victim.unreachable_for.unwrap_or_default();
+    if overdue >= due.unwrap_or_default() + view.promote_after {
+        return None;
+    }
     view.members
         .iter()
         .chain(&view.spares)

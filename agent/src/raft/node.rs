@@ -303,6 +303,11 @@ impl RaftNode {
             .within(WRITE_TIMEOUT)
             .start();
         loop {
+            // A read's round of heartbeats would renew the followers' leases and hold the
+            // successor's election up.
+            if self.handing_over.load(Ordering::SeqCst) {
+                return Err(RaftNodeError::NoLeader);
+            }
             self.check_quorum_contact()?;
             let wait = rounds.remaining().unwrap_or(WRITE_TIMEOUT);
             let checked = tokio::time::timeout(wait, self.reads.check())

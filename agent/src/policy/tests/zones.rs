@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use super::*;
 
+/// In `zone`, as it reported (a member that has not reported counts in no zone).
 fn in_zone(mut member: MemberView, zone: &str) -> MemberView {
     member.zone = Some(zone.into());
+    member.version.get_or_insert_with(|| "1.0.0".into());
     member
 }
 
@@ -93,6 +95,17 @@ fn zone_steps() {
             ],
             vec![],
             promote(4, Why::ZoneSpread),
+        ),
+        (
+            "a member that has not reported its zone yet is no reason to spread",
+            vec![
+                z(m(1, true), "a"),
+                z(m(2, true), "a"),
+                z(m(3, true), "a"),
+                m(4, false),
+            ],
+            vec![],
+            None,
         ),
         (
             "a:2 b:1 is as spread as two zones get for three voters: nothing moves",
@@ -266,13 +279,13 @@ fn newer_versions_are_preferred_once_most_members_run_them() {
 }
 
 #[test]
-fn repairs_wait_while_a_member_that_came_back_settles() {
-    // n2 came back 1 s ago (--promote-after 3s): n3's replacement waits, and n2 is not
-    // promoted in its place until it has settled.
+fn repairs_wait_while_a_member_that_came_back_settles_but_not_for_long() {
+    // n2 came back 1 s ago (--promote-after 3s); n3 has been silent for 31 s (--replace-after
+    // 30s): its replacement waits, and n2 is not promoted in its place until it has settled.
     let settling = view(vec![
         m(1, true),
         back_for(m(2, false), 1),
-        dead_for(m(3, true), 40),
+        dead_for(m(3, true), 31),
         m(4, true),
     ]);
     let p = plan(&settling);
@@ -282,7 +295,7 @@ fn repairs_wait_while_a_member_that_came_back_settles() {
     let settled = view(vec![
         m(1, true),
         back_for(m(2, false), 3),
-        dead_for(m(3, true), 40),
+        dead_for(m(3, true), 31),
         m(4, true),
     ]);
     assert_eq!(
@@ -300,19 +313,42 @@ fn repairs_wait_while_a_member_that_came_back_settles() {
         None,
         "a settling member is not promoted"
     );
-    // Cleanup waits too.
-    let mut dead = view(vec![
-        m(1, true),
-        m(2, true),
-        m(3, true),
-        back_for(m(4, false), 1),
-        dead_for(m(5, false), 700),
-    ]);
-    dead.automation.standbys = 2;
+    // A member that keeps coming back holds a repair off for one --promote-after at most:
+    // 34 s silent is past 30 s + 3 s, so n3 is replaced by n5 although n2 settles again
+    // (9 members: the voter table's 7 voters and 2 standbys).
+    let flapping = |silent| {
+        view(vec![
+            m(1, true),
+            back_for(m(2, false), 1),
+            dead_for(m(3, true), silent),
+            m(4, true),
+            m(5, false),
+            m(6, true),
+            m(7, true),
+            m(8, true),
+            m(9, true),
+        ])
+    };
+    assert_eq!(plan(&flapping(32)).change, None);
     assert_eq!(
-        plan(&dead).waiting,
+        plan(&flapping(34)).change,
+        Some(Change::Demote(3, Why::FailedVoter))
+    );
+    // Cleanup waits too, within the same bound (--cleanup-dead-after 600s).
+    let dead = |silent| {
+        view(vec![
+            m(1, true),
+            m(2, true),
+            m(3, true),
+            back_for(m(4, false), 1),
+            dead_for(m(5, false), silent),
+        ])
+    };
+    assert_eq!(
+        plan(&dead(601)).waiting,
         vec![Wait::Settling { name: "n4".into() }]
     );
+    assert_eq!(plan(&dead(604)).change, Some(Change::CleanUp(5)));
 }
 
 #[test]
@@ -320,7 +356,7 @@ fn no_round_of_repairs_takes_out_more_than_a_minority_of_voters() {
     // Consul's cap, (voters − 1) / 2 failed voters per round, holds by construction: one voter
     // per step, each needing a reachable majority before and after. 5 voters with 3 failed
     // (more than the cap): nothing is demoted or cleaned up.
-    let mut v = view(vec![
+    let v = view(vec![
         m(1, true),
         m(2, true),
         dead_for(m(3, true), 700),
@@ -329,11 +365,8 @@ fn no_round_of_repairs_takes_out_more_than_a_minority_of_voters() {
         m(6, false),
         m(7, false),
     ]);
-    v.has_quorum = false;
-    assert_eq!(plan(&v).change, None);
-    // Even a leader that still believes it has quorum (its window has not run out) demotes
-    // none of them: each demotion must keep a reachable majority before and after.
-    v.has_quorum = true;
+    // A leader that still believes it has quorum (its window has not run out) demotes none
+    // of them: each demotion must keep a reachable majority before and after.
     assert!(
         !matches!(
             plan(&v).change,

@@ -2,8 +2,8 @@
 //! leader transfer`). openraft 0.9 has no leadership transfer (it came in 0.10), so this is the
 //! nearest thing it allows:
 //!
-//! 1. the leader stops taking writes and membership changes (they are answered `no_leader`,
-//!    which clients retry) and stops its heartbeats;
+//! 1. the leader stops taking writes, linearizable reads and membership changes (they are
+//!    answered `no_leader`, which clients retry) and stops its heartbeats;
 //! 2. it waits until the chosen voter holds every entry it has;
 //! 3. it waits out the leader lease the voters keep since its last message (openraft refuses
 //!    votes while that lease runs, and offers no way to waive it);
@@ -30,6 +30,27 @@ use crate::state::{Node, NodeId};
 const LEASE_MARGIN: Duration = Duration::from_millis(10);
 /// How often the successor is asked to campaign before the hand-over is given up.
 const CAMPAIGN_ATTEMPTS: usize = 3;
+
+/// The longest a hand-over may take, whatever `--election-timeout` says: an agent stopped
+/// with SIGTERM must still exit well within systemd's stop timeout (90 s by default), and a
+/// forwarded `leader transfer` within the forwarding timeout (25 s).
+const HAND_OVER_BOUND: Duration = Duration::from_secs(20);
+
+/// Sets a flag for as long as it lives.
+struct Flagged<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl<'a> Flagged<'a> {
+    fn set(flag: &'a std::sync::atomic::AtomicBool) -> Self {
+        flag.store(true, Ordering::SeqCst);
+        Self(flag)
+    }
+}
+
+impl Drop for Flagged<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
 
 /// What a hand-over came to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -132,10 +153,16 @@ impl RaftNode {
         // No membership change in flight, and none starts (it would be an entry that renews
         // the followers' leases).
         let _one_at_a_time = self.membership_lock.lock().await;
-        self.handing_over.store(true, Ordering::SeqCst);
-        let outcome = self.hand_over_now(wanted).await;
-        self.handing_over.store(false, Ordering::SeqCst);
-        outcome
+        // Cleared however this ends, the caller's future dropped midway included (a client
+        // that hung up): a leader left flagged would refuse writes and send no heartbeats.
+        let _flag = Flagged::set(&self.handing_over);
+        let bound = (self.plan.election * 9).min(HAND_OVER_BOUND);
+        match tokio::time::timeout(bound, self.hand_over_now(wanted)).await {
+            Ok(outcome) => outcome,
+            Err(_) => HandOver::Failed {
+                why: format!("the hand-over did not finish within {bound:?}"),
+            },
+        }
     }
 
     async fn hand_over_now(&self, wanted: Option<&str>) -> HandOver {
@@ -170,7 +197,8 @@ impl RaftNode {
             successor =
                 choose_successor(&voters, &view.matched, self.id, view.last_log_index, wanted);
             // Every entry applied here is committed, and the commit went out with it: after
-            // this, nothing more is sent to the voters.
+            // this, nothing more is sent to the voters (writes, reads and membership changes
+            // are refused while the flag is set; a read's heartbeat round would renew leases).
             if successor.is_ok() && view.last_applied >= view.last_log_index {
                 break;
             }
@@ -277,8 +305,8 @@ impl RaftNode {
         })
     }
 
-    /// True while a hand-over runs: writes and membership changes are refused, and the
-    /// pacemaker sends no heartbeats.
+    /// True while a hand-over runs: writes, linearizable reads and membership changes are
+    /// refused, and the pacemaker sends no heartbeats.
     pub fn handing_over(&self) -> bool {
         self.handing_over.load(Ordering::SeqCst)
     }
