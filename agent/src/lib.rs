@@ -11,6 +11,7 @@
 //! | `cli/`        | the operator commands: where a request goes, what is printed |
 //! | `apply/`      | `cluster.toml` and the pure plan of `muster plan`/`apply` (quorum-safe order, tolerance arithmetic) |
 //! | `start/`      | how this node comes up: `decide` a typed plan, then one file per path (restart, token join, discovery formation, initiation, restore) |
+//! | `recover/`    | `muster recover`: a survivor of a lost majority made the only voter, offline (the pure plan, then the store surgery in `raft::recover`) |
 //! | `node`        | a started node: raft and its tasks, run until stopped, shutdown order |
 //! | `serve/`      | the servers: the mutual-TLS peer listener and the operator socket |
 //! | `observe/`    | what monitoring sees: Prometheus metrics, health and readiness, the status page |
@@ -69,6 +70,7 @@ pub(crate) mod raft;
 #[doc(hidden)]
 pub use raft::testing as raft_testing;
 pub(crate) mod reconcile;
+pub(crate) mod recover;
 pub(crate) mod renew;
 pub(crate) mod report;
 pub(crate) mod serve;

@@ -337,8 +337,10 @@ impl RunningNode {
                 let marked = ClusterFile::mark_removed(&dir);
                 tracing::warn!(cluster_id = %agent.me.cluster_id.as_str(), "removed from cluster; stopping");
                 println!(
-                    "removed from cluster {}: this node stops and will not rejoin on restart. Its data dir \
-                     still holds the cluster's CA key: wipe it (rm -rf {}). To bring this machine back, \
+                    "removed from cluster {}: this node stops and will not rejoin on restart (an \
+                     operator removed it, the cleanup of dead members did, or the survivors ran \
+                     `muster recover` while it was down; `muster status` on a member says which). \
+                     Its data dir still holds the cluster's CA key: wipe it (rm -rf {}). To bring this machine back, \
                      join it as a new node: muster agent --join <member> --token <token>",
                     agent.me.cluster_id.as_str(),
                     dir.display()

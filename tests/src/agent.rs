@@ -11,6 +11,10 @@ use tokio::process::Command;
 use crate::free_port;
 use crate::process::{Process, Stdout, bin_path};
 
+/// Carries [`AgentProc::start_binary`]'s binary to the first spawn through the start's
+/// environment list (taken out of it: the agent never sees it).
+const OLD_BINARY_FOR_NEXT_START: &str = "MUSTER_TEST_AGENT_BINARY";
+
 /// `RUST_LOG` of the agents tests start (openraft's own errors are noise in a fault test).
 const DEFAULT_LOG_FILTER: &str = "info,openraft=error";
 
@@ -28,6 +32,8 @@ pub struct AgentProc {
     log_filter: Option<String>,
     /// Extra environment for every start (e.g. `LD_PRELOAD` of libfaketime).
     env: Vec<(String, String)>,
+    /// Another `muster` binary than this build's (an older release, for upgrade tests).
+    binary: Option<PathBuf>,
 }
 
 impl AgentProc {
@@ -83,11 +89,33 @@ impl AgentProc {
             log_filter,
             env: env
                 .iter()
+                .filter(|(k, _)| *k != OLD_BINARY_FOR_NEXT_START)
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            binary: env
+                .iter()
+                .find(|(k, _)| *k == OLD_BINARY_FOR_NEXT_START)
+                .map(|(_, v)| PathBuf::from(v)),
         };
         a.spawn()?;
         Ok(a)
+    }
+
+    /// Starts `muster agent` like [`AgentProc::start`], but from another `muster` binary (an
+    /// older release): later starts use it too, until [`AgentProc::use_binary`] changes it.
+    pub fn start_binary(root: &Path, name: &str, extra: &[&str], binary: &Path) -> Result<Self> {
+        Self::start_command_with_env(
+            root,
+            name,
+            &["agent"],
+            extra,
+            &[(OLD_BINARY_FOR_NEXT_START, &binary.display().to_string())],
+        )
+    }
+
+    /// The `muster` binary of the next starts: `None` is this build's.
+    pub fn use_binary(&mut self, binary: Option<PathBuf>) {
+        self.binary = binary;
     }
 
     /// Runs a command line a muster command printed for a machine (`muster agent …` or
@@ -187,7 +215,7 @@ impl AgentProc {
     }
 
     fn spawn(&mut self) -> Result<()> {
-        let bin = bin_path("muster");
+        let bin = self.binary.clone().unwrap_or_else(|| bin_path("muster"));
         if !bin.exists() {
             bail!(
                 "{} not found: run `cargo build -p muster-agent` (or set MUSTER_BIN_DIR)",

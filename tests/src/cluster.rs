@@ -62,12 +62,34 @@ pub async fn init_and_join_with(
     names: &[&str],
     extra: &[&str],
 ) -> Result<Vec<AgentProc>> {
+    init_and_join_from(root, names, extra, None).await
+}
+
+/// [`init_and_join`] on another `muster` binary (an older release, for upgrade tests).
+pub async fn init_and_join_binary(
+    root: &Path,
+    names: &[&str],
+    binary: &Path,
+) -> Result<Vec<AgentProc>> {
+    init_and_join_from(root, names, &[], Some(binary)).await
+}
+
+async fn init_and_join_from(
+    root: &Path,
+    names: &[&str],
+    extra: &[&str],
+    binary: Option<&Path>,
+) -> Result<Vec<AgentProc>> {
+    let start = |name: &str, args: &[&str]| match binary {
+        Some(binary) => AgentProc::start_binary(root, name, args, binary),
+        None => AgentProc::start(root, name, args),
+    };
     let (first, rest) = names
         .split_first()
         .ok_or_else(|| anyhow::anyhow!("init_and_join needs a name"))?;
     let mut first_args = vec!["--init", "--promote-after", "500ms"];
     first_args.extend(extra);
-    let mut agents = vec![AgentProc::start(root, first, &first_args)?];
+    let mut agents = vec![start(first, &first_args)?];
     wait_formed(&[&agents[0]], 1, Duration::from_secs(60)).await?;
     for name in rest {
         let token = agents[0].create_token(&[]).await?;
@@ -81,7 +103,7 @@ pub async fn init_and_join_with(
             "500ms",
         ];
         args.extend(extra);
-        agents.push(AgentProc::start(root, name, &args)?);
+        agents.push(start(name, &args)?);
     }
     let refs: Vec<&AgentProc> = agents.iter().collect();
     wait_formed(&refs, names.len(), Duration::from_secs(60)).await?;

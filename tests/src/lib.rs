@@ -37,8 +37,8 @@ pub mod zincati;
 
 pub use agent::{AgentProc, CLI_TIMEOUT, clear_muster_env, run_muster};
 pub use cluster::{
-    form, form_through_discovery, init_and_join, init_and_join_with, leader_view, refs,
-    start_bare_through, voter_target, wait_formed,
+    form, form_through_discovery, init_and_join, init_and_join_binary, init_and_join_with,
+    leader_view, refs, start_bare_through, voter_target, wait_formed,
 };
 pub use discovery::{Discovery, discovery_store_is_etcd, token_of};
 pub use etcd::{Etcd, etcd_binary};

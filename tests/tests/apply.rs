@@ -1,5 +1,5 @@
 //! `muster plan` / `muster apply` against real clusters on loopback: dead members replaced by
-//! the printed join commands, a lost quorum rebuilt from a backup by following the printed
+//! the printed join commands, a lost quorum recovered from its survivor by following the printed
 //! steps, the leader removed last, settings drift repaired (and the replicated settings obeyed
 //! by the leader), invalid files refused with their line.
 
@@ -230,7 +230,7 @@ async fn apply_removes_two_dead_members_and_issues_tokens_for_their_replacements
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lost_quorum_changes_nothing_and_the_printed_steps_rebuild_the_cluster_from_the_backup() {
+async fn a_lost_quorum_changes_nothing_and_the_printed_steps_recover_from_the_survivor() {
     let d = Discovery::start(&[]).await.expect("discovery");
     let tmp = tempfile::tempdir().expect("tmp");
     let root = tmp.path();
@@ -285,38 +285,45 @@ async fn a_lost_quorum_changes_nothing_and_the_printed_steps_rebuild_the_cluster
     let members = names_of(&agents[0].status().await.expect("status"));
     assert_eq!(members.len(), 3, "nothing removed: {members:?}");
 
-    // Follow the steps: stop the survivor, keep its data aside, run the printed restore.
-    let restore = out
+    // The survivor holds a write the backup lacks, so the steps recover from it rather than
+    // rebuild from the backup. Follow them: stop the survivor, run the printed recover (its
+    // plan first, then with --yes), start it again, wipe the lost machines.
+    assert!(
+        !out.contains("muster restore "),
+        "a restore would lose the write after the backup:\n{out}"
+    );
+    let recover = out
         .lines()
         .map(str::trim)
-        .find(|l| l.starts_with("muster restore "))
-        .unwrap_or_else(|| panic!("no restore command in:\n{out}"))
+        .find(|l| l.starts_with("muster recover ") && l.ends_with(" --yes"))
+        .unwrap_or_else(|| panic!("no recover command in:\n{out}"))
         .to_string();
-    let survivor = agents[0].name.clone();
-    let survivor_addr = agents[0].addr.clone();
-    assert!(
-        restore.contains(&format!("--name {survivor} ")),
-        "{restore}"
-    );
+    let (r2, r3) = (agents[1].name.clone(), agents[2].name.clone());
+    assert!(recover.contains(&format!("--lost {r2},{r3} ")), "{recover}");
     agents[0].kill9().await.expect("stop the survivor");
-    for a in &agents {
+    let words: Vec<&str> = recover.split_whitespace().skip(1).collect();
+    let (code, printed, err) = run_muster(&words, &[]).await.expect("recover");
+    assert_eq!(code, 0, "{printed}{err}");
+    for a in agents.iter().skip(1) {
         let aside = a.data_dir.with_extension("lost");
-        std::fs::rename(&a.data_dir, &aside).expect("move the old data dir aside");
+        std::fs::rename(&a.data_dir, &aside).expect("move the lost data dir aside");
     }
-    let restored = AgentProc::start_printed(root, &survivor, &survivor_addr, &restore, &[])
-        .expect("run the printed restore");
+    let mut restored = agents.remove(0);
+    restored
+        .restart_without_discovery()
+        .expect("start the recovered survivor");
     wait_formed(&[&restored], 1, FORM)
         .await
         .unwrap_or_else(|e| panic!("{e:#}\n{}", tail(&restored.log(), 30)));
 
-    // Then apply against the restored node: a token and a command for each other machine.
+    // Then apply against the recovered node: a token and a command for each other machine.
     let (code, out, err) = restored
         .cli(&["apply", "-f", &file, "--yes"])
         .await
-        .expect("apply on the restored node");
+        .expect("apply on the recovered node");
     assert_eq!(code, 0, "{out}{err}");
     let mut now = vec![restored];
-    for a in agents.iter().skip(1) {
+    for a in agents.iter() {
         let line = join_line(&out, &a.name);
         now.push(
             AgentProc::start_printed(
@@ -333,9 +340,10 @@ async fn a_lost_quorum_changes_nothing_and_the_printed_steps_rebuild_the_cluster
         .await
         .expect("three members again");
     let (_, listed, _) = now[2].cli(&["kv", "list", "key/"]).await.expect("list");
-    assert_eq!(listed, expected, "the backup's data is back");
-    let (code, _, _) = now[1].cli(&["kv", "get", "late"]).await.expect("get");
-    assert_ne!(code, 0, "a write after the backup is not in it");
+    assert_eq!(listed, expected, "the data is all there");
+    let (code, late, err) = now[1].cli(&["kv", "get", "late"]).await.expect("get");
+    assert_eq!(code, 0, "the write the backup lacks was kept: {err}");
+    assert!(late.contains("after the backup"), "{late}");
     let (code, out, err) = now[0]
         .cli(&["plan", "-f", &file, "--exit-code"])
         .await

@@ -90,8 +90,14 @@ async fn status_after_the_quorum_is_lost_names_no_dead_leader_and_counts_the_vot
         .expect("apply");
     assert_eq!(code, 1, "{out}{err}");
     let dir = agents[survivor].data_dir.display().to_string();
+    let mut lost = [agents[li].name.clone(), agents[other].name.clone()];
+    lost.sort();
+    // No backup was given, so the steps recover from the survivor, in its own data dir.
     assert!(
-        out.contains(&format!("--data-dir {dir}")) && out.contains(&format!("mv {dir} {dir}.lost")),
+        out.contains(&format!(
+            "muster recover --lost {} --data-dir {dir} --yes",
+            lost.join(",")
+        )),
         "the survivor's data dir in the steps:\n{out}"
     );
     assert!(!out.contains("/var/lib/muster"), "{out}");

@@ -51,6 +51,24 @@ pub struct Status {
     /// The members by failure zone and role; empty when no member has a zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<ZoneCoverage>,
+    /// The cluster's last `muster recover`, if it went through one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<Recovered>,
+}
+
+/// A `muster recover`, for `muster status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recovered {
+    /// 1 for the cluster's first recovery, then 2, …
+    pub epoch: u64,
+    /// When, on the survivor's clock (milliseconds since the Unix epoch).
+    pub at_ms: u64,
+    /// The survivor that ran it.
+    pub by: String,
+    /// The members it removed as lost.
+    pub lost: Vec<String>,
+    /// The survivor kept its log through this index.
+    pub kept_through_index: u64,
 }
 
 /// One membership change, for `muster status`.

@@ -8,4 +8,4 @@ pub mod plan;
 mod tests;
 
 pub use manifest::{DesiredFleetLock, DesiredMember, DesiredSettings, Manifest};
-pub use plan::{Action, Observed, ObservedMember, Plan, Step, plan, recovery_steps};
+pub use plan::{Action, FoundBackup, Observed, ObservedMember, Plan, Step, plan, recovery_steps};

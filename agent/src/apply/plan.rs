@@ -25,7 +25,7 @@ use super::manifest::Manifest;
 use crate::api::fleetlock::FleetLockStatus;
 use crate::api::probe::{NodeProbe, SettingsUpdate};
 pub use probes::ProbeRow;
-pub use recovery::{Recovery, recovery_steps};
+pub use recovery::{FoundBackup, Recovery, recovery_steps};
 
 /// The cluster as probed (see `cli/apply.rs`).
 #[derive(Debug, Clone, Default)]

@@ -1,7 +1,7 @@
 //! Table tests of `cluster.toml` parsing and of the plan.
 
 use super::manifest::{DEFAULT_DATA_DIR, Manifest};
-use super::plan::{Action, Observed, ObservedMember, plan, recovery_steps};
+use super::plan::{Action, FoundBackup, Observed, ObservedMember, plan, recovery_steps};
 use crate::api::fleetlock::{FleetLockStatus, GroupStatus};
 use crate::api::probe::{DataDirHealth, NodeProbe, SettingsUpdate};
 
@@ -347,7 +347,12 @@ fn a_lost_quorum_changes_nothing_and_names_the_restore_machine() {
     assert_eq!(r.restore_on.name, "n2");
     let rejoin: Vec<&str> = r.rejoin.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(rejoin, vec!["n1", "n3", "n4"]);
-    let steps = recovery_steps(&r, "c1", Some("/b/last.backup"), "cluster.toml").join("\n");
+    // The backup is newer than what n2 applied (index 10): rebuild from it.
+    let backup = FoundBackup {
+        file: "/b/last.backup",
+        applied_index: 11,
+    };
+    let steps = recovery_steps(&r, "c1", Some(backup), "cluster.toml").join("\n");
     // The file gives no data dir: n2's own report of its --data-dir is used.
     assert!(
         steps.contains(
@@ -359,6 +364,55 @@ fn a_lost_quorum_changes_nothing_and_names_the_restore_machine() {
         steps.contains("muster apply -f cluster.toml --data-dir /srv/n2"),
         "{steps}"
     );
+}
+
+#[test]
+fn a_survivor_newer_than_the_backup_is_recovered_rather_than_restored() {
+    let mut have = observed(vec![
+        member("n1", "voter", false),
+        member("n2", "voter", true),
+        member("n3", "voter", false),
+        member("n4", "standby", true),
+    ]);
+    have.leader = None;
+    let r = plan(&desired(&["n1", "n2", "n3", "n4"]), &have)
+        .quorum_lost
+        .expect("quorum lost");
+    // (the newest backup's index, or none) → recover on n2 (it applied 10), else restore
+    let table = [
+        (None, true),
+        (Some(9), true),
+        (Some(10), true),
+        (Some(11), false),
+    ];
+    for (index, recover) in table {
+        let backup = index.map(|applied_index| FoundBackup {
+            file: "/b/last.backup",
+            applied_index,
+        });
+        let steps = recovery_steps(&r, "c1", backup, "cluster.toml").join("\n");
+        let says_recover = steps.contains("muster recover --lost n1,n3 --data-dir /srv/n2 --yes");
+        let says_restore = steps.contains("muster restore /b/last.backup")
+            || steps.contains("muster restore BACKUP");
+        assert_eq!(
+            (says_recover, says_restore),
+            (recover, !recover),
+            "{index:?}\n{steps}"
+        );
+        if recover {
+            assert!(steps.contains("then on n4, unchanged"), "{steps}");
+        }
+    }
+    // No survivor answers: only a backup can help.
+    let mut dark = have.clone();
+    for m in &mut dark.members {
+        m.reachable = false;
+    }
+    let r = plan(&desired(&["n1", "n2", "n3", "n4"]), &dark)
+        .quorum_lost
+        .expect("quorum lost");
+    let steps = recovery_steps(&r, "c1", None, "cluster.toml").join("\n");
+    assert!(steps.contains("muster restore BACKUP"), "{steps}");
 }
 
 #[test]

@@ -37,6 +37,16 @@ pub fn print_status(s: &Status) {
             s.revoked_certificates
         );
     }
+    if let Some(r) = &s.recovered {
+        crate::outln!(
+            "recovered epoch {}: {} ran muster recover at {} after losing {} (kept its log through index {})",
+            r.epoch,
+            r.by,
+            utc_time(r.at_ms),
+            r.lost.join(", "),
+            r.kept_through_index
+        );
+    }
     crate::outln!();
     print_members(s);
     if !s.membership_waiting.is_empty() {
@@ -333,6 +343,7 @@ mod tests {
             membership_events: Vec::new(),
             membership_waiting: Vec::new(),
             zones: Vec::new(),
+            recovered: None,
         }
     }
 

@@ -46,6 +46,25 @@ pub async fn run(command: Command) -> Result<(), Failure> {
         Command::Lease { command } => run_lease(command).await,
         Command::Fleetlock { command } => run_fleetlock(command).await,
         Command::Secret { command } => run_secret(command),
+        Command::Recover {
+            lost,
+            data_dir,
+            yes,
+            force,
+            json,
+        } => {
+            let data_dir = data_dir
+                .or_else(|| std::env::var_os("MUSTER_DATA_DIR").map(Into::into))
+                .unwrap_or_else(|| config::DEFAULT_DATA_DIR.into());
+            let args = crate::recover::RecoverArgs {
+                data_dir,
+                lost,
+                yes,
+                force,
+                json,
+            };
+            Ok(crate::recover::run(args).await?)
+        }
         Command::Demo { nodes, exit } => Ok(crate::demo::run(nodes, exit).await?),
     }
 }

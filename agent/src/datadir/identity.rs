@@ -54,20 +54,11 @@ impl Identity {
         }
         let id_path = dir.join(IDENTITY_FILE);
         let key_path = dir.join(KEY_FILE);
-        if id_path.exists() {
-            let damaged = |why: String| DataDirError::Damaged {
-                path: id_path.display().to_string(),
-                why,
-            };
-            let text = std::fs::read_to_string(&id_path).map_err(io(&id_path))?;
-            let file: IdentityFile =
-                serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
-            let node_id =
-                u64::from_str_radix(&file.node_id, 16).map_err(|e| damaged(e.to_string()))?;
-            if file.name != name {
+        if let Some((node_id, existing)) = Self::recorded(dir)? {
+            if existing != name {
                 return Err(DataDirError::NameMismatch {
                     dir: dir.display().to_string(),
-                    existing: file.name,
+                    existing,
                     requested: name.to_string(),
                 });
             }
@@ -78,7 +69,7 @@ impl Identity {
             })?;
             return Ok(Self {
                 node_id,
-                name: file.name,
+                name: existing,
                 key,
             });
         }
@@ -106,6 +97,25 @@ impl Identity {
             name: name.to_string(),
             key,
         })
+    }
+
+    /// The node id and name recorded in `dir`, if any; loads no key and creates nothing.
+    pub fn recorded(dir: &Path) -> Result<Option<(NodeId, String)>, DataDirError> {
+        let id_path = dir.join(IDENTITY_FILE);
+        if !id_path.exists() {
+            return Ok(None);
+        }
+        let damaged = |why: String| DataDirError::Damaged {
+            path: id_path.display().to_string(),
+            why,
+        };
+        let text = std::fs::read_to_string(&id_path).map_err(|source| DataDirError::Io {
+            path: id_path.display().to_string(),
+            source,
+        })?;
+        let file: IdentityFile = serde_json::from_str(&text).map_err(|e| damaged(e.to_string()))?;
+        let node_id = u64::from_str_radix(&file.node_id, 16).map_err(|e| damaged(e.to_string()))?;
+        Ok(Some((node_id, file.name)))
     }
 
     /// The etcd-style member id this node registers under: its node id in hex.

@@ -51,7 +51,7 @@ pub async fn run(nodes: usize, exit: bool) -> Result<(), CliError> {
         started,
     };
     let status = match wait_for_formation(&watched, &mut children, &mut term).await? {
-        Formation::Formed(status) => status,
+        Formation::Formed(status) => *status,
         Formation::Stopped => {
             stop(children).await;
             discovery_task.abort();
@@ -120,7 +120,7 @@ struct Watched<'a> {
 
 /// How waiting for the cluster ended.
 enum Formation {
-    Formed(Status),
+    Formed(Box<Status>),
     /// Ctrl-C or SIGTERM.
     Stopped,
     /// An agent exited: why, with the end of its log.
@@ -166,7 +166,7 @@ async fn wait_for_formation(
         if let Some(s) = status
             && progress.formed(w.nodes)
         {
-            return Ok(Formation::Formed(s));
+            return Ok(Formation::Formed(Box::new(s)));
         }
         if let Some(dead) = first_exited(children, w.root) {
             return Ok(Formation::Died(dead));

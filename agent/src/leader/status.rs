@@ -74,6 +74,7 @@ pub(super) fn status_of(
     };
     let voters_reachable = view.is_leader.then(|| voters_answering(&members));
     let zones = zone_coverage(&members);
+    let recovered = replica.read_local(|s| s.recoveries.last().map(recovered))?;
     Ok(Status {
         cluster_id: leader.settings().cluster_id.clone(),
         self_name: me.name.to_string(),
@@ -88,7 +89,18 @@ pub(super) fn status_of(
         membership_events,
         membership_waiting,
         zones,
+        recovered,
     })
+}
+
+fn recovered(r: &crate::state::RecoveryRecord) -> crate::api::types::Recovered {
+    crate::api::types::Recovered {
+        epoch: r.epoch,
+        at_ms: r.at_ms,
+        by: r.by.clone(),
+        lost: r.lost.iter().map(|m| m.name.clone()).collect(),
+        kept_through_index: r.kept_through_index,
+    }
 }
 
 /// The members by zone and role (pure); empty when no member said a zone. Members without

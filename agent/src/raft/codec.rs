@@ -38,6 +38,16 @@ pub enum StoreError {
         found: u64,
         supported: u64,
     },
+    /// Raft never drops a committed entry; a leader that asks for it has another history than
+    /// this member (after `muster recover` on a survivor whose log lacked entries this one
+    /// had committed, or on two survivors).
+    #[error(
+        "a leader asked this member to drop its log from index {since}, but it holds entries \
+         through {committed} as committed: its history diverged from the leader's (was `muster \
+         recover` run on a survivor with fewer committed entries, or on two?). Stop this agent, \
+         move its data dir aside and join the machine again as a new node"
+    )]
+    Diverged { since: u64, committed: u64 },
     #[error("raft log has a hole: expected index {expected}, found {found}")]
     LogHole { expected: u64, found: u64 },
     /// A thread panicked while holding the state machine lock; the in-memory state may be

@@ -153,6 +153,16 @@ impl LogStore {
 
     /// Removes every entry at or after `since`.
     fn truncate_blocking(&self, since: u64) -> Result<(), StoreError> {
+        let committed: Option<LogId<NodeId>> =
+            self.read_meta(COMMITTED_KEY, "committed log id")?.flatten();
+        if let Some(committed) = committed
+            && since <= committed.index
+        {
+            return Err(StoreError::Diverged {
+                since,
+                committed: committed.index,
+            });
+        }
         // fjall has no range delete: collect the keys, then remove them in one batch. Regular
         // (not weak) tombstones, because these indexes are written again after a truncate.
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));

@@ -8,6 +8,7 @@ mod network;
 mod node;
 mod pacemaker;
 mod read_batch;
+pub mod recover;
 mod state_machine;
 mod stats;
 pub(crate) mod store;

@@ -140,6 +140,7 @@ impl RaftNode {
                 contact.clone(),
                 peers_for_pacemaker,
                 handing_over.clone(),
+                liveness.clone(),
             )
             .run(),
         );

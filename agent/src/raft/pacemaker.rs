@@ -22,6 +22,12 @@
 //!   is no newer than the candidate's, says yes. Only with a majority of yeses (its own
 //!   included) does it call the election. This is etcd's PreVote; openraft 0.9 has none.
 //!
+//! * **Removed members stay quiet.** A voter that a member answers `410 removed` (or whose
+//!   certificate it refuses as revoked) never campaigns: the agent stops. Every member is asked
+//!   once right after start (bounded at 2 s each) before this node's first campaign, and the
+//!   voters again in each pre-vote, so members lost while the survivors ran `muster recover`
+//!   cannot elect a leader among themselves when they boot again.
+//!
 //! [`TimerPlan`] is the pure arithmetic (table-tested); [`Pacemaker`] the task that runs it.
 
 use std::sync::{Arc, Mutex};
@@ -31,6 +37,7 @@ use openraft::{LogId, Raft, ServerState};
 use serde::{Deserialize, Serialize};
 
 use super::TypeConfig;
+use super::network::PeerLiveness;
 use crate::api::paths;
 use crate::client::PeerClients;
 use crate::state::{Node, NodeId};
@@ -177,6 +184,61 @@ pub struct Pacemaker {
     /// Set while this leader hands over: it sends no heartbeats, so the followers' leases run
     /// out and its successor's election can win.
     handing_over: Arc<std::sync::atomic::AtomicBool>,
+    /// Told when a voter answers a pre-vote with `410 removed` (or refuses this node's
+    /// certificate as revoked): the agent then stops.
+    liveness: PeerLiveness,
+}
+
+/// Asks every other member of the configuration (voters and non-voters) once, all at once,
+/// and waits for every answer (each bounded by [`FIRST_CONTACT_TIMEOUT`]): true if one says
+/// this node was removed. Started with the pacemaker; this node does not campaign before it
+/// has finished. A member that was lost while the survivors ran `muster recover` must hear
+/// their `removed` before it can win an election with the votes of the other lost members,
+/// and a cold TLS handshake on a busy machine can outlast a pre-vote's timeout. Running at
+/// start (not at the first campaign) keeps it off the path of a later failover.
+async fn told_removed_at_first_contact(
+    peers: PeerClients,
+    me: NodeId,
+    members: Vec<(NodeId, Node)>,
+) -> bool {
+    let mut asks = tokio::task::JoinSet::new();
+    for (id, node) in members.into_iter().filter(|(id, _)| *id != me) {
+        let peers = peers.clone();
+        asks.spawn(async move {
+            let Ok(peer) = peers.get(id, &node.addr).await else {
+                return false;
+            };
+            let answer = peer
+                .http
+                .get(format!("{}{}", peer.base, paths::MEMBER_CHECK))
+                .timeout(FIRST_CONTACT_TIMEOUT)
+                .send()
+                .await;
+            match answer {
+                Ok(answer) => answer.status() == reqwest::StatusCode::GONE,
+                Err(e) => says_removed(&e),
+            }
+        });
+    }
+    asks.join_all().await.into_iter().any(|removed| removed)
+}
+
+/// How long each member may take to answer the first contact after a start.
+const FIRST_CONTACT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A request error that means the peer refused this node's certificate as revoked: this
+/// node was removed (TLS 1.3 reports it as an alert on the first read).
+fn says_removed(e: &reqwest::Error) -> bool {
+    muster_shared::tls::is_certificate_revoked(e)
+}
+
+/// A voter's answer to a pre-vote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PreVoteReply {
+    Yes,
+    No,
+    /// The voter says this node was removed (after `muster node remove` or `muster recover`).
+    Removed,
 }
 
 impl Pacemaker {
@@ -186,6 +248,7 @@ impl Pacemaker {
         contact: LeaderContact,
         peers: PeerClients,
         handing_over: Arc<std::sync::atomic::AtomicBool>,
+        liveness: PeerLiveness,
     ) -> Self {
         Self {
             raft,
@@ -193,6 +256,7 @@ impl Pacemaker {
             contact,
             peers,
             handing_over,
+            liveness,
         }
     }
 
@@ -213,26 +277,48 @@ impl Pacemaker {
         for (id, node) in voters.iter().cloned() {
             let (peers, ask, timeout) = (self.peers.clone(), ask.clone(), self.plan.rpc_timeout);
             asks.spawn(async move {
-                let peer = peers.get(id, &node.addr).await.ok()?;
-                let answer: PreVoteAnswer = peer
+                let Ok(peer) = peers.get(id, &node.addr).await else {
+                    return PreVoteReply::No;
+                };
+                let answer = peer
                     .http
                     .post(format!("{}{}", peer.base, paths::RAFT_PREVOTE))
                     .json(&ask)
                     .timeout(timeout)
                     .send()
-                    .await
-                    .ok()?
-                    .json()
-                    .await
-                    .ok()?;
-                Some(answer.granted)
+                    .await;
+                let answer = match answer {
+                    Ok(answer) if answer.status() == reqwest::StatusCode::GONE => {
+                        return PreVoteReply::Removed;
+                    }
+                    Ok(answer) => answer,
+                    Err(e) if says_removed(&e) => return PreVoteReply::Removed,
+                    Err(_) => return PreVoteReply::No,
+                };
+                match answer.json::<PreVoteAnswer>().await {
+                    Ok(PreVoteAnswer { granted: true }) => PreVoteReply::Yes,
+                    _ => PreVoteReply::No,
+                }
             });
         }
+        // Every answer is awaited (each is bounded by the RPC timeout) before deciding: a
+        // member removed while it was down (`muster recover` by the survivors) must hear the
+        // survivors' `removed` before it could win with the votes of the other lost members.
         let mut yes = 1;
+        let mut removed = false;
         while let Some(answer) = asks.join_next().await {
-            if matches!(answer, Ok(Some(true))) {
-                yes += 1;
+            match answer {
+                Ok(PreVoteReply::Yes) => yes += 1,
+                Ok(PreVoteReply::Removed) => removed = true,
+                _ => {}
             }
+        }
+        if removed {
+            tracing::warn!(
+                "a voter answered the pre-vote that this node was removed; not campaigning"
+            );
+            self.liveness.note_removed();
+            return false;
         }
         // The voters asked, and this node.
         let electorate = voters.len() + 1;
@@ -251,6 +337,9 @@ impl Pacemaker {
         let mut next_heartbeat = Instant::now();
         let mut timeout = self.plan.draw(rand::random());
         let mut last_tick = Instant::now();
+        // Started once this node knows its configuration (raft loads it just after start).
+        let mut first_contact: Option<tokio::task::JoinHandle<bool>> = None;
+        let mut first_contact_done = false;
         loop {
             interval.tick().await;
             // A tick far later than due means this process was frozen (SIGSTOP, a VM pause, a
@@ -267,6 +356,15 @@ impl Pacemaker {
                 return;
             }
             let membership = m.membership_config.membership();
+            if first_contact.is_none() && !first_contact_done && membership.nodes().next().is_some()
+            {
+                let members = membership.nodes().map(|(id, n)| (*id, n.clone())).collect();
+                first_contact = Some(tokio::spawn(told_removed_at_first_contact(
+                    self.peers.clone(),
+                    m.id,
+                    members,
+                )));
+            }
             let voter = membership.voter_ids().any(|id| id == m.id);
             let sole_voter = voter && membership.voter_ids().count() == 1;
             if m.state == ServerState::Leader {
@@ -289,6 +387,25 @@ impl Pacemaker {
             // cluster, a restored node).
             let silence = self.contact.silence();
             if sole_voter || silence >= timeout {
+                // Not before every member has answered once (or timed out).
+                if !sole_voter && !first_contact_done {
+                    match first_contact.take() {
+                        Some(round) if round.is_finished() => {
+                            first_contact_done = true;
+                            if round.await.unwrap_or(false) {
+                                tracing::warn!(
+                                    "a member says this node was removed; not campaigning"
+                                );
+                                self.liveness.note_removed();
+                                return;
+                            }
+                        }
+                        running => {
+                            first_contact = running;
+                            continue;
+                        }
+                    }
+                }
                 self.contact.heard();
                 timeout = self.plan.draw(rand::random());
                 if !sole_voter {

@@ -195,6 +195,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_committed_entry_is_never_truncated() -> TestResult {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _sm) = open_in(&dir);
+        log.blocking_append((1..=10).map(|i| blank(1, i))).await?;
+        log.save_committed(Some(log_id(1, 6))).await?;
+        let refused = log
+            .truncate(log_id(1, 6))
+            .await
+            .expect_err("committed entry 6");
+        assert!(refused.to_string().contains("diverged"), "{refused}");
+        assert_eq!(log.get_log_state().await?.last_log_id, Some(log_id(1, 10)));
+        // Past the committed index, as raft does with a follower's conflicting tail.
+        log.truncate(log_id(1, 7)).await?;
+        assert_eq!(log.get_log_state().await?.last_log_id, Some(log_id(1, 6)));
+        Ok(())
+    }
+
+    #[tokio::test]
     async fn purge_then_reopen_reports_last_purged() -> TestResult {
         let dir = tempfile::tempdir().expect("tempdir");
         {

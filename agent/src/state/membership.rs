@@ -29,6 +29,20 @@ impl ClusterState {
         Response::default()
     }
 
+    /// `muster recover` on a survivor: the lost members go for good, like a forced removal
+    /// (their FleetLock slots released), and the recovery is recorded with the next epoch.
+    pub(super) fn recovered(&mut self, record: &super::RecoveryRecord) -> Response {
+        for lost in &record.lost {
+            self.remove_node(lost.id, true, record.at_ms);
+        }
+        let epoch = self.recoveries.len() as u64 + 1;
+        self.recoveries.push(super::RecoveryRecord {
+            epoch,
+            ..record.clone()
+        });
+        Response::default()
+    }
+
     /// A machine admitted with a join token, which loses one use.
     pub(super) fn admit_with_token(
         &mut self,

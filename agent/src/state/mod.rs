@@ -96,6 +96,33 @@ pub struct ClusterState {
     /// A CA rotation in progress (`muster ca rotate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_next: Option<ca_rotation::CaRotation>,
+    /// Every `muster recover` this cluster went through, oldest first; the last one's epoch is
+    /// the cluster's epoch (0: never recovered).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recoveries: Vec<RecoveryRecord>,
+}
+
+/// One `muster recover`: a survivor made itself the cluster's only voter after a majority of
+/// the voters was lost for good.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryRecord {
+    /// 1 for the cluster's first recovery, then 2, …: set when applied, whatever was written.
+    #[serde(default)]
+    pub epoch: u64,
+    /// The operator's clock on the survivor when `muster recover` ran.
+    pub at_ms: u64,
+    /// The survivor that ran it.
+    pub by: String,
+    /// The members named lost, removed for good.
+    pub lost: Vec<LostMember>,
+    /// The last raft log index the survivor held: every entry up to it was kept.
+    pub kept_through_index: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostMember {
+    pub id: NodeId,
+    pub name: String,
 }
 
 /// Reads a map keyed by node id whose keys arrive as numbers or as strings. JSON keys are
@@ -183,6 +210,7 @@ impl ClusterState {
             } => self.init_cluster(cluster_id, ca, operator_token, formation, join_secret),
             Request::EndFormation => self.end_formation(),
             Request::RestoreState { state } => self.restore_state(state),
+            Request::Recovered { record } => self.recovered(record),
             Request::UpsertNode { id, node } => self.upsert_node(*id, node),
             Request::RemoveNode { id, force, now_ms } => self.remove_node(*id, *force, *now_ms),
             Request::AdmitWithToken {

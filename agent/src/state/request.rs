@@ -36,6 +36,12 @@ pub enum Request {
     RestoreState {
         state: Box<ClusterState>,
     },
+    /// Written by `muster recover` into a survivor's log (never proposed by a leader): the
+    /// members named lost are removed for good and the recovery is recorded, so the survivors'
+    /// status says what happened and the lost members are refused if they come back.
+    Recovered {
+        record: super::RecoveryRecord,
+    },
     /// Records (or updates the address of) a member.
     UpsertNode {
         id: NodeId,

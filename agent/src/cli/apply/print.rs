@@ -8,7 +8,7 @@ use std::path::Path;
 use super::ApplyArgs;
 use super::describe::describe;
 use crate::apply::plan::{ProbeRow, Recovery};
-use crate::apply::{Plan, Step, recovery_steps};
+use crate::apply::{FoundBackup, Plan, Step, recovery_steps};
 use crate::backup_file;
 use crate::cli::{CliError, output};
 use crate::clock::now_ms;
@@ -81,7 +81,11 @@ fn print_recovery(plan: &Plan, recovery: &Recovery, args: &ApplyArgs<'_>) {
         None => None,
     };
     let file = args.file.display().to_string();
-    for (n, step) in recovery_steps(recovery, &plan.cluster_id, backup.as_deref(), &file)
+    let found = backup.as_ref().map(|(file, applied_index)| FoundBackup {
+        file,
+        applied_index: *applied_index,
+    });
+    for (n, step) in recovery_steps(recovery, &plan.cluster_id, found, &file)
         .iter()
         .enumerate()
     {
@@ -175,7 +179,7 @@ fn size(bytes: u64) -> String {
 
 /// The newest backup of `cluster_id` in `dir` (by the time it was taken), judged by each
 /// file's header line alone (`muster restore` verifies the whole file before it writes).
-fn newest_backup(dir: &Path, cluster_id: &str) -> Option<String> {
+fn newest_backup(dir: &Path, cluster_id: &str) -> Option<(String, u64)> {
     use std::io::Read;
     let entries = std::fs::read_dir(dir).ok()?;
     entries
@@ -190,8 +194,12 @@ fn newest_backup(dir: &Path, cluster_id: &str) -> Option<String> {
                 .ok()?;
             let line = first.split(|b| *b == b'\n').next()?;
             let header: backup_file::BackupHeader = serde_json::from_slice(line).ok()?;
-            (header.cluster_id == cluster_id).then_some((header.created_ms, path))
+            (header.cluster_id == cluster_id).then_some((
+                header.created_ms,
+                header.applied_index,
+                path,
+            ))
         })
-        .max_by_key(|(created, _)| *created)
-        .map(|(_, path)| path.display().to_string())
+        .max_by_key(|(created, _, _)| *created)
+        .map(|(_, index, path)| (path.display().to_string(), index))
 }

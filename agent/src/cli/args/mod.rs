@@ -115,6 +115,29 @@ pub enum Command {
         #[command(flatten)]
         flags: AgentFlags,
     },
+    /// After a majority of the voters is lost for good: make this survivor (agent stopped) the
+    /// cluster's only voter, keeping every write its log holds. The other survivors follow it
+    /// when their agents start; the lost members are removed for good and refused if they
+    /// come back. Prints what it will keep and drop; writes only with --yes.
+    #[command(long_about = None, after_long_help = RECOVER_HELP)]
+    Recover {
+        /// The members lost for good, by name or member id (comma-separated or repeated)
+        #[arg(long, value_delimiter = ',', required = true, value_name = "NAME")]
+        lost: Vec<String>,
+        /// The stopped survivor's data dir [env: MUSTER_DATA_DIR] [default: /var/lib/muster]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Carry it out (without it, only print the plan)
+        #[arg(long)]
+        yes: bool,
+        /// Carry it out even if a lost member's address accepts connections (it is another
+        /// machine now)
+        #[arg(long, requires = "yes")]
+        force: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Start a discovery service and N agents on loopback and watch them form a cluster.
     Demo {
         /// How many agents.
@@ -185,6 +208,27 @@ pub enum Command {
         tokens_out: Option<PathBuf>,
     },
 }
+
+const RECOVER_HELP: &str = "\
+When: a majority of the voters is gone for good (disks lost, machines terminated), so the
+cluster has no quorum and cannot get one back. If the lost machines can come back, start them
+instead: the cluster heals by itself. A backup (muster restore) loses every write since it was
+taken; recover keeps what the survivors hold.
+
+Steps:
+  1. stop the agent on every survivor (systemctl stop muster)
+  2. on each survivor: muster recover --lost c,d,e      (prints the plan; writes nothing)
+     pick the survivor \"known committed through\" the highest index (on a tie, the one that
+     \"holds the log through\" the latest term, then index)
+  3. there only: muster recover --lost c,d,e --yes
+  4. start that agent (it leads at once), then the other survivors' agents, unchanged
+  5. wipe the lost machines before they boot again; add machines with muster token create
+
+recover refuses while a lost member's address accepts connections (--force overrides, for an
+address that is another machine now). A lost member that boots anyway asks the members it knows
+before it campaigns, is refused by the survivors and stops. Lost members that boot cut off from
+every survivor cannot learn of the recovery: keep them off the network. Every survivor must run
+this muster or a newer one.";
 
 #[derive(clap::Args, Clone)]
 pub struct ApplyFlags {

@@ -112,7 +112,7 @@ impl PeerLiveness {
     }
 
     /// A peer said this node was removed (a `410`, or its certificate refused as revoked).
-    pub(super) fn note_removed(&self) {
+    pub(in crate::raft) fn note_removed(&self) {
         self.removed.store(true, Ordering::Relaxed);
     }
 
