@@ -3,7 +3,7 @@
 //! for conditions with deadlines.
 //!
 //! One file per job: [`process`] the child-process type every wrapper is built on,
-//! [`discovery`], [`etcd`] and [`agent`] the wrappers, [`http`] plain HTTP, [`operator`] the
+//! [`discovery`], [`etcd`], [`etcd_discovery`] (discovery.etcd.io) and [`agent`] the wrappers, [`http`] plain HTTP, [`operator`] the
 //! operator API, [`cluster`] cluster builders, [`wait`] deadlines, [`ports`] ports and
 //! [`prereq`] missing prerequisites, [`exclusive`] one heavy test at a time, [`zincati`]
 //! FleetLock requests as Zincati sends them. Everything is
@@ -18,6 +18,7 @@ pub mod discovery;
 pub mod doc_blocks;
 pub mod etcd;
 pub mod etcd_cluster;
+pub mod etcd_discovery;
 pub mod exclusive;
 pub mod history;
 pub mod http;

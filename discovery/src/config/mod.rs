@@ -202,7 +202,7 @@ pub struct ServeConfig {
     pub max_token_bytes: u64,
 
     /// Memory for recently used tokens (fjall store); other tokens are read from disk on demand.
-    #[arg(long, env = "MUSTER_DISCOVERY_CACHE_BYTES", hide_env_values = true, default_value = "32MiB", value_parser = parse_bytes)]
+    #[arg(long, env = "MUSTER_DISCOVERY_CACHE_BYTES", hide_env_values = true, default_value = "128MiB", value_parser = parse_bytes)]
     pub cache_bytes: u64,
 
     /// How long a client may take to send its request headers; then it gets 408 and the
@@ -313,7 +313,7 @@ impl ServeConfig {
             max_tokens_per_client: 1_000,
             max_stored_bytes: 1024 * MIB,
             max_token_bytes: 128 * 1024,
-            cache_bytes: 32 * MIB,
+            cache_bytes: 128 * MIB,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             store: "fjall".into(),

@@ -1,6 +1,10 @@
 //! `muster-bench discovery`: muster-discovery against etcd 3.4 (`--enable-v2`) as a discovery
 //! backend, on token creation, member registration and directory reads.
 //!
+//! With `--against discovery.etcd.io` the anchor is the service operators run instead
+//! (Debian's `etcd-discovery`, the server of discovery.etcd.io) in front of that etcd member,
+//! rather than the member's v2 keys API used directly.
+//!
 //! With `--store etcd --replicas N` it also measures `muster-discovery --store etcd` on a
 //! 3-member etcd v3 cluster, with 1, 2, … N replicas (the clients spread over the replicas, as a
 //! load balancer would spread them). Each figure comes with the servers' CPU time per operation,
@@ -28,6 +32,14 @@ pub(crate) use system::start_muster;
 use workloads::run_rounds;
 
 pub async fn run(args: DiscoveryArgs) -> Result<()> {
+    if args.against != "etcd" {
+        if args.skip_etcd || args.protocol == "v3" {
+            bail!(
+                "--against discovery.etcd.io runs the v2 workloads on an etcd member: drop --skip-etcd and --protocol v3"
+            );
+        }
+        muster_tests::etcd_discovery::etcd_discovery_binary()?;
+    }
     let etcd_bin = find_etcd(args.skip_etcd)?;
     if args.protocol == "v3" {
         return super::discovery_v3::run(&args, etcd_bin).await;

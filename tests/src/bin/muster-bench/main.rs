@@ -156,6 +156,19 @@ struct DiscoveryArgs {
     /// discovery join sequence (gRPC) against etcd 3.4's v3 API, same client.
     #[arg(long, default_value = "v2", value_parser = ["v2", "v3"])]
     protocol: String,
+    /// What muster-discovery is compared with (v2): `etcd`, etcd 3.4's v2 keys API used as
+    /// the backend directly; `discovery.etcd.io`, the public service's server (Debian's
+    /// etcd-discovery) in front of one etcd 3.4 --enable-v2 member, both processes' CPU counted.
+    #[arg(long, default_value = "etcd", value_parser = ["etcd", "discovery.etcd.io"])]
+    against: String,
+    /// Directory reads go to every token the registration filled (0, as many clusters'
+    /// members would read theirs), or to the first N only (a hot set that stays in any cache;
+    /// 100 is what figures before 2026-11-27 used).
+    #[arg(long, default_value_t = 0)]
+    read_tokens: usize,
+    /// muster-discovery's --cache-bytes for this run (e.g. 256MiB; its default is 128MiB).
+    #[arg(long)]
+    cache_bytes: Option<String>,
 }
 
 #[derive(Args)]

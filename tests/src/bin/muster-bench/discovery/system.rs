@@ -1,5 +1,6 @@
 //! The systems under test of `muster-bench discovery`: what differs between muster-discovery
-//! (embedded or `--store etcd`) and etcd's v2 keys API as discovery backends ([`System`]), and
+//! (embedded or `--store etcd`), etcd's v2 keys API as a discovery backend and
+//! discovery.etcd.io in front of etcd ([`System`]), and
 //! starting and stopping their servers ([`Servers`]). Apart from the workloads, which drive any
 //! [`System`] alike, and from the reporting, which never sees a server.
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use muster_shared::token::{new_discovery_token, random_hex};
 use muster_tests::etcd_cluster::{EtcdCluster, start_replicas};
+use muster_tests::etcd_discovery::{EtcdDiscovery, etcd_discovery_binary};
 use muster_tests::{Discovery, Etcd, bin_path, tail, token_of, wait_for};
 
 use super::conn::Conn;
@@ -28,6 +30,9 @@ pub(super) enum System {
     },
     /// `client_url` is etcd's client URL; tokens live under `/v2/keys/_etcd/registry/`.
     Etcd { client_url: String, pid: u32 },
+    /// discovery.etcd.io at `base`: the same URLs as muster-discovery (`/new`, `/<token>/…`),
+    /// proxied to an etcd member's v2 keys API. `pids`: the proxy and its etcd.
+    EtcdDiscovery { base: String, pids: Vec<u32> },
 }
 
 impl System {
@@ -35,6 +40,7 @@ impl System {
         match self {
             System::Muster { label, .. } => label,
             System::Etcd { .. } => "etcd",
+            System::EtcdDiscovery { .. } => "discovery.etcd.io",
         }
     }
 
@@ -43,6 +49,7 @@ impl System {
         let url = match self {
             System::Muster { bases, .. } => &bases[client % bases.len()],
             System::Etcd { client_url, .. } => client_url,
+            System::EtcdDiscovery { base, .. } => base,
         };
         url.split("://").nth(1).unwrap_or(url).trim_end_matches('/')
     }
@@ -50,7 +57,7 @@ impl System {
     /// The server processes whose CPU time counts for this system.
     pub(super) fn pids(&self) -> Vec<u32> {
         match self {
-            System::Muster { pids, .. } => pids.clone(),
+            System::Muster { pids, .. } | System::EtcdDiscovery { pids, .. } => pids.clone(),
             System::Etcd { pid, .. } => vec![*pid],
         }
     }
@@ -58,7 +65,7 @@ impl System {
     /// The path under which `/<token>` paths live.
     fn prefix(&self) -> &'static str {
         match self {
-            System::Muster { .. } => "",
+            System::Muster { .. } | System::EtcdDiscovery { .. } => "",
             System::Etcd { .. } => "/v2/keys/_etcd/registry",
         }
     }
@@ -66,8 +73,8 @@ impl System {
     /// Creates a size-3 token and returns it.
     pub(super) async fn create_token(&self, http: &mut Conn) -> Result<String> {
         match self {
-            // muster mints the token itself and answers with the discovery URL.
-            System::Muster { .. } => {
+            // muster (and discovery.etcd.io) mint the token and answer with the discovery URL.
+            System::Muster { .. } | System::EtcdDiscovery { .. } => {
                 let url = http.expect("GET", "/new?size=3", None, 200).await?;
                 Ok(token_of(url.trim()).to_string())
             }
@@ -153,6 +160,8 @@ pub(super) struct Servers {
     /// The 3-member etcd v3 cluster behind the `--store etcd` replicas.
     backing: Option<EtcdCluster>,
     pub(super) etcd: Option<Etcd>,
+    /// discovery.etcd.io in front of `etcd`, with `--against discovery.etcd.io`.
+    proxy: Option<EtcdDiscovery>,
 }
 
 impl Servers {
@@ -163,8 +172,11 @@ impl Servers {
         etcd_bin: Option<&Path>,
         tmp: &Path,
     ) -> Result<Servers> {
-        let discovery =
-            Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", BENCH_LIMITS).await?;
+        let mut flags: Vec<&str> = BENCH_LIMITS.to_vec();
+        if let Some(bytes) = &args.cache_bytes {
+            flags.extend(["--cache-bytes", bytes.as_str()]);
+        }
+        let discovery = Discovery::start_with(&tmp.join("data"), "127.0.0.1:0", &flags).await?;
         let mut systems = vec![System::Muster {
             label: "muster-discovery".into(),
             bases: vec![discovery.base.clone()],
@@ -199,11 +211,27 @@ impl Servers {
             Some(bin) => Some(start_etcd(bin, tmp).await?),
             None => None,
         };
+        let mut proxy = None;
         if let Some(e) = &etcd {
-            systems.push(System::Etcd {
-                client_url: e.client_url.clone(),
-                pid: e.pid().context("etcd is not running")?,
-            });
+            let etcd_pid = e.pid().context("etcd is not running")?;
+            if args.against == "discovery.etcd.io" {
+                let bin = etcd_discovery_binary()?;
+                eprintln!("starting {} in front of etcd…", bin.display());
+                let p = EtcdDiscovery::start(&bin, tmp, &e.client_url).await?;
+                systems.push(System::EtcdDiscovery {
+                    base: p.base.clone(),
+                    pids: vec![
+                        p.pid().context("discovery.etcd.io is not running")?,
+                        etcd_pid,
+                    ],
+                });
+                proxy = Some(p);
+            } else {
+                systems.push(System::Etcd {
+                    client_url: e.client_url.clone(),
+                    pid: etcd_pid,
+                });
+            }
         }
         Ok(Servers {
             systems,
@@ -211,6 +239,7 @@ impl Servers {
             replicas,
             backing,
             etcd,
+            proxy,
         })
     }
 
@@ -226,6 +255,9 @@ impl Servers {
             let _ = r.terminate().await;
         }
         drop(self.backing.take());
+        if let Some(p) = self.proxy.as_mut() {
+            let _ = p.terminate().await;
+        }
         let etcd_log = self
             .etcd
             .as_ref()

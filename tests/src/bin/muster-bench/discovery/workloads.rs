@@ -19,9 +19,6 @@ use crate::discovery_cpu as cpu;
 
 /// Members registered per token, as in a 3-node cluster bootstrap.
 const MEMBERS_PER_TOKEN: u16 = 3;
-/// Distinct tokens read in the directory-read workload: enough to defeat any single-key cache,
-/// few enough that all of them are hot.
-const READ_TOKENS: usize = 100;
 /// The smallest registration pool, so a slow token-creation rate still leaves enough tokens.
 const MIN_POOL: usize = 1000;
 
@@ -238,12 +235,15 @@ async fn bench_register(
     ))
 }
 
-/// Workload 3: closed-loop directory reads spread over up to [`READ_TOKENS`] full tokens.
+/// Workload 3: closed-loop directory reads spread evenly over the full tokens (every one the
+/// registration filled, as the members of that many clusters read theirs), or over the first
+/// `hot` of them (`--read-tokens N`: a set small enough to stay in any cache).
 async fn bench_read(
     system: &System,
     clients: u16,
     duration: Duration,
     full_tokens: &[String],
+    hot: Option<usize>,
 ) -> Result<Stats> {
     if full_tokens.is_empty() {
         bail!(
@@ -251,8 +251,13 @@ async fn bench_read(
             system.label()
         );
     }
-    let tokens: Arc<Vec<String>> =
-        Arc::new(full_tokens.iter().take(READ_TOKENS).cloned().collect());
+    let tokens: Arc<Vec<String>> = Arc::new(
+        full_tokens
+            .iter()
+            .take(hot.unwrap_or(usize::MAX))
+            .cloned()
+            .collect(),
+    );
     eprintln!(
         "reading {} token directories on {} for {}…",
         tokens.len(),
@@ -265,9 +270,9 @@ async fn bench_read(
         async move {
             let deadline = started + duration;
             let mut rec = Recorder::default();
-            // Each task starts at a different token and walks the list, so reads are spread
-            // evenly over all of them.
-            let mut k = i;
+            // Each task starts at its own share of the list and walks it, so reads are spread
+            // evenly over all of them and no two tasks read the same token at once.
+            let mut k = i * (tokens.len() / usize::from(clients).max(1)).max(1);
             while Instant::now() < deadline {
                 let token = &tokens[k % tokens.len()];
                 rec.time(system.read_dir(&mut http, token)).await;
@@ -319,6 +324,7 @@ async fn run_workload(
     state: &mut RoundState,
     clients: u16,
     duration: Duration,
+    hot: Option<usize>,
 ) -> Result<()> {
     match workload {
         Workload::Create => {
@@ -336,7 +342,7 @@ async fn run_workload(
             state.full = full;
         }
         Workload::Read => {
-            state.read = Some(bench_read(system, clients, duration, &state.full).await?)
+            state.read = Some(bench_read(system, clients, duration, &state.full, hot).await?)
         }
     }
     Ok(())
@@ -353,7 +359,8 @@ pub(super) async fn run_rounds(
         let mut states: Vec<RoundState> = systems.iter().map(|_| RoundState::new()).collect();
         for workload in Workload::ALL {
             for (system, state) in systems.iter().zip(states.iter_mut()) {
-                run_workload(workload, system, state, args.clients, args.duration).await?;
+                let hot = (args.read_tokens > 0).then_some(args.read_tokens);
+                run_workload(workload, system, state, args.clients, args.duration, hot).await?;
             }
         }
         for (state, out) in states.into_iter().zip(results.iter_mut()) {
