@@ -210,6 +210,10 @@ fn plain_or_public(
 
 /// How long a connection to a peer may take to open.
 pub const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Idle connections kept to each peer (they close after reqwest's 90 s idle timeout). Enough for
+/// a follower's share of 64 concurrent clients; members behind one address (one host, a NAT)
+/// then stay far below a listener's per-source connection limit.
+const PEER_IDLE_CONNECTIONS: usize = 32;
 
 /// A keep-alive mutual-TLS client for one peer, and the base URL that reaches it by its
 /// identity name: only the certificate the cluster CA issued to that node id carries the name,
@@ -267,7 +271,11 @@ impl PeerClients {
             // A peer behind a partition drops the SYN: say so within a second instead of the
             // kernel's two minutes (loopback and LAN connects take microseconds).
             .connect_timeout(PEER_CONNECT_TIMEOUT)
-            .pool_max_idle_per_host(2)
+            // Keep as many connections as requests run at once: forwarded operations from many
+            // clients go concurrently, one connection each (HTTP/1.1), and a connection dropped
+            // after every burst costs the next request a full mutual-TLS handshake (signature
+            // checks dominated a follower's CPU under 64 writers with 2 kept).
+            .pool_max_idle_per_host(PEER_IDLE_CONNECTIONS)
             .build()
             .map_err(|e| CallError::Setup(e.to_string()))?;
         let client = PeerClient {

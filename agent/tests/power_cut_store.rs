@@ -210,33 +210,6 @@ fn vote_survives_a_power_cut_right_after_save_vote() {
 }
 
 #[test]
-fn committed_survives_a_power_cut_right_after_save_committed() {
-    let name = "committed_survives_a_power_cut_right_after_save_committed";
-    if let Some((dir, _)) = probe_role() {
-        let rt = runtime();
-        let mut store = RaftStore::open(&dir).expect("open the store");
-        rt.block_on(store.save_committed(1, 1, 3))
-            .expect("save the first committed id");
-        say(READY);
-        wait_for_parent();
-        // RaftCore applies entries 4..=7 and answers their writers once this returns.
-        rt.block_on(store.save_committed(1, 1, 7))
-            .expect("save the committed id");
-        done_and_wait_for_the_cut();
-    }
-    experiment(name, |store, rt| {
-        let committed = rt.block_on(store.committed()).expect("read committed");
-        assert_eq!(
-            committed,
-            Some(7),
-            "the committed index was lost by the cut: a leader restored at startup (openraft \
-             0.9 resumes a committed leader without an election) serves reads from it, so a \
-             read could miss writes acknowledged before the cut"
-        );
-    });
-}
-
-#[test]
 fn snapshot_survives_a_power_cut_right_after_build_snapshot() {
     let name = "snapshot_survives_a_power_cut_right_after_build_snapshot";
     if let Some((dir, _)) = probe_role() {

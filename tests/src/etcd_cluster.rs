@@ -35,6 +35,17 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts `n` members and waits until every one answers `/health` with a leader.
     pub async fn start(bin: &Path, n: usize) -> Result<Self> {
+        Self::start_with_timing(bin, n, 50, 500).await
+    }
+
+    /// [`EtcdCluster::start`] at a given raft timing (milliseconds), for a benchmark that gives
+    /// muster the same.
+    pub async fn start_with_timing(
+        bin: &Path,
+        n: usize,
+        heartbeat_ms: u64,
+        election_ms: u64,
+    ) -> Result<Self> {
         let tmp = tempfile::tempdir()?;
         let urls: Vec<(String, String, String)> = (0..n)
             .map(|i| {
@@ -63,7 +74,10 @@ impl EtcdCluster {
                 .args(["--advertise-client-urls", &client])
                 .args(["--initial-cluster", &initial])
                 .args(["--initial-cluster-token", "muster-test"])
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"]);
+                .arg("--heartbeat-interval")
+                .arg(heartbeat_ms.to_string())
+                .arg("--election-timeout")
+                .arg(election_ms.to_string());
             let mut process = Process::new(&name, tmp.path(), &name);
             process.spawn(command, Stdout::Log)?;
             members.push(Member {

@@ -126,7 +126,9 @@ pub async fn authorize(
     let Authority::OperatorToken { id, secret_sha256 } = authority else {
         return Ok(());
     };
-    let scopes = tokens::check_operator_token_committed(leader, id, secret_sha256).await?;
+    let scopes =
+        tokens::check_operator_token_committed(leader, id, secret_sha256, op.ordered_by_raft())
+            .await?;
     if scope::allows(&scopes, op.access()) {
         return Ok(());
     }

@@ -43,7 +43,7 @@ pub use renew::RenewedCertificate;
 pub use status::{local as local_status, status};
 pub use tokens::{
     NewToken, authorize_operator, issue_join_token, issue_operator_token, new_operator_token,
-    operator_authority,
+    operator_authority, still_valid as token_still_valid,
 };
 pub use view::{Sightings, cluster_view};
 
@@ -176,6 +176,19 @@ impl LeaderOp {
     /// True for operations whose answer holds the CA's private key.
     pub fn returns_key_material(&self) -> bool {
         matches!(self, LeaderOp::Backup)
+    }
+
+    /// True for operations that raft itself orders: a write commits through the log, and these
+    /// reads confirm the leadership (`Replica::read`) before they answer. A check just before
+    /// one (the operator token's) may then read the leader's own state.
+    pub fn ordered_by_raft(&self) -> bool {
+        matches!(
+            self,
+            LeaderOp::Write { .. }
+                | LeaderOp::KvGet { .. }
+                | LeaderOp::KvList { .. }
+                | LeaderOp::KvWatch { .. }
+        )
     }
 
     /// True for the operation whose purpose is another leader (a hand-over): a forward of it

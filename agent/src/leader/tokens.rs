@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 mod operator_check;
 mod records;
 
-pub use operator_check::{authorize_operator, check_operator_token_committed, operator_authority};
+pub use operator_check::{
+    authorize_operator, check_operator_token_committed, operator_authority, still_valid,
+};
 pub use records::{
     create_join, create_operator, list_join, list_operator, revoke_join, revoke_operator,
 };

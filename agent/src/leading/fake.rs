@@ -236,6 +236,13 @@ impl Replica for FakeReplica {
         Ok(f(&self.state.lock().expect("fake state")))
     }
 
+    async fn read_leader_state<R: Send>(
+        &self,
+        f: impl FnOnce(&ClusterState) -> R + Send,
+    ) -> Result<R, ApiError> {
+        self.read(f).await
+    }
+
     fn read_local<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> Result<R, ApiError> {
         Ok(f(&self.state.lock().expect("fake state")))
     }

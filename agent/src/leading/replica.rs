@@ -22,6 +22,14 @@ pub trait Replica: Sync {
         f: impl FnOnce(&ClusterState) -> R + Send,
     ) -> impl Future<Output = Result<R, ApiError>> + Send;
 
+    /// Runs `f` on the leader's state without a round trip once that state holds every entry
+    /// committed in earlier terms (else as [`Replica::read`]): for a check just before an
+    /// operation raft orders by itself (see `RaftNode::read_leader_state`).
+    fn read_leader_state<R: Send>(
+        &self,
+        f: impl FnOnce(&ClusterState) -> R + Send,
+    ) -> impl Future<Output = Result<R, ApiError>> + Send;
+
     /// Runs `f` on this node's applied state (no round trip; may lag the leader's commits).
     fn read_local<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> Result<R, ApiError>;
 
@@ -63,6 +71,13 @@ impl Replica for RaftNode {
         f: impl FnOnce(&ClusterState) -> R + Send,
     ) -> Result<R, ApiError> {
         Ok(self.read_linearizable(f).await?)
+    }
+
+    async fn read_leader_state<R: Send>(
+        &self,
+        f: impl FnOnce(&ClusterState) -> R + Send,
+    ) -> Result<R, ApiError> {
+        Ok(RaftNode::read_leader_state(self, f).await?)
     }
 
     fn read_local<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> Result<R, ApiError> {

@@ -1,7 +1,8 @@
 //! The raft log, the vote and the committed/purged pointers, on fjall.
 //!
 //! Durability follows openraft 0.9's contract: `save_vote`, `append` (before its callback),
-//! `truncate` and `purge` are fsync'd (`PersistMode::SyncAll`) before they report success.
+//! `truncate` and `purge` are fsync'd (`PersistMode::SyncAll`) before they report success. The
+//! committed pointer rides along with the next of those (see `save_committed` and `read_vote`).
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -15,6 +16,7 @@ use openraft::{
 
 use super::TypeConfig;
 use super::codec::{StoreError, blocking, decode, encode};
+use super::log_tail::LogTail;
 use crate::state::NodeId;
 
 const VOTE_KEY: &[u8] = b"vote";
@@ -27,11 +29,18 @@ pub struct LogStore {
     db: Database,
     logs: Keyspace,
     meta: Keyspace,
+    /// The newest durable entries, for replication to read without a blocking thread.
+    tail: LogTail,
 }
 
 impl LogStore {
     pub(crate) fn new(db: Database, logs: Keyspace, meta: Keyspace) -> Self {
-        Self { db, logs, meta }
+        Self {
+            db,
+            logs,
+            meta,
+            tail: LogTail::default(),
+        }
     }
 
     fn read_meta<T>(&self, key: &'static [u8], what: &'static str) -> Result<Option<T>, StoreError>
@@ -140,14 +149,14 @@ impl LogStore {
         // One batch for all entries; committing it with SyncAll makes them readable and
         // durable in one step (an empty batch is a no-op, which is fine: nothing to persist).
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        let mut sizes = Vec::with_capacity(entries.len());
         for entry in &entries {
-            batch.insert(
-                &self.logs,
-                entry.log_id.index.to_be_bytes(),
-                encode("log entry", entry)?,
-            );
+            let bytes = encode("log entry", entry)?;
+            sizes.push(bytes.len());
+            batch.insert(&self.logs, entry.log_id.index.to_be_bytes(), bytes);
         }
         batch.commit()?;
+        self.tail.appended(entries.into_iter().zip(sizes));
         Ok(())
     }
 
@@ -163,6 +172,8 @@ impl LogStore {
                 committed: committed.index,
             });
         }
+        // Before the store, so the tail never serves an entry the store no longer has.
+        self.tail.truncated(since);
         // fjall has no range delete: collect the keys, then remove them in one batch. Regular
         // (not weak) tombstones, because these indexes are written again after a truncate.
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
@@ -187,6 +198,7 @@ impl LogStore {
             batch.remove(&self.logs, guard.key()?);
         }
         batch.commit()?;
+        self.tail.purged(upto.index);
         Ok(())
     }
 
@@ -251,6 +263,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<NodeId>> {
+        if let Some(entries) = self.tail.get(start, end, REPLICATION_BATCH_BYTES) {
+            return Ok(entries);
+        }
         let this = self.clone();
         blocking(move || this.read_range(start, Some(end), Some(REPLICATION_BATCH_BYTES)))
             .await
@@ -282,31 +297,44 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Write))
     }
 
+    /// Read at startup only. A leader's vote comes back as a plain vote for itself: openraft
+    /// 0.9 would resume a committed leader vote as leader at once, without an election, and
+    /// serve linearizable reads from max(the stored committed index, its term's first entry),
+    /// which after a power cut can predate writes it acknowledged (the committed index is not
+    /// fsync'd on its own, see `save_committed`). As a follower, the member campaigns: a new
+    /// term's first entry covers every committed write. Safe for raft: the vote still names
+    /// this member in its term, so it grants no other candidate of that term.
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
         let this = self.clone();
-        blocking(move || this.read_meta(VOTE_KEY, "vote"))
+        let stored: Option<Vote<NodeId>> = blocking(move || this.read_meta(VOTE_KEY, "vote"))
             .await
-            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Read))
+            .map_err(|e| e.into_raft(ErrorSubject::Vote, ErrorVerb::Read))?;
+        Ok(stored.map(|vote| Vote {
+            committed: false,
+            ..vote
+        }))
     }
 
     async fn save_committed(
         &mut self,
         committed: Option<LogId<NodeId>>,
     ) -> Result<(), StorageError<NodeId>> {
-        // fsync'd before RaftCore applies (and answers) what it covers. Losing it is not safe:
-        // openraft 0.9 resumes a node whose stored vote is a committed leader's as leader at
-        // startup, without an election, and serves linearizable reads from max(stored
-        // committed, the first entry of its term). After a power cut of every member, a
-        // committed index that went back made such a leader answer a read with a value older
-        // than a write it had acknowledged (seen by power_cut.rs's history checker, about 1
-        // run in 20 before this was synced; agent/tests/power_cut_store.rs pins it).
+        // Not fsync'd on its own: it becomes durable with the next append (one journal), and a
+        // committed index that a power cut sets back only means applying less at startup and
+        // learning the rest from the leader. It was fsync'd before every apply (a second fsync
+        // per write on every member) while openraft resumed a restarted leader without an
+        // election and served reads from it: power_cut.rs's history checker saw a stale read
+        // about 1 run in 20. `read_vote` closes that path, so the fsync went (issue 32).
+        // On a blocking thread although it does not fsync: fjall's journal lock can be held by
+        // another keyspace's fsync (a snapshot being persisted), and its write backpressure
+        // sleeps; either would stall an async worker here.
         let this = self.clone();
         blocking(move || {
             this.write_meta(
                 COMMITTED_KEY,
                 "committed log id",
                 &committed,
-                PersistMode::SyncAll,
+                PersistMode::Buffer,
             )
         })
         .await

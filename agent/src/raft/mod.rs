@@ -4,6 +4,7 @@
 
 mod codec;
 mod log_store;
+mod log_tail;
 mod network;
 mod node;
 mod pacemaker;

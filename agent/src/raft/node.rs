@@ -14,6 +14,7 @@ use std::time::Duration;
 use openraft::error::{CheckIsLeaderError, InitializeError, RaftError};
 use openraft::{Config, Raft, ServerState, SnapshotPolicy};
 
+mod batch;
 mod errors;
 mod handover;
 mod membership;
@@ -34,7 +35,7 @@ use super::stats::{RaftStats, StatsSnapshot};
 use super::store::{self, StateMachineStore};
 use crate::client::PeerClients;
 use crate::state::{ClusterState, Node, NodeId, Request, Response};
-use errors::client_write_error;
+use batch::ProposalBatch;
 use watch::count_leader_changes;
 
 /// Every write and membership change gets at most this long: an isolated leader in openraft 0.9
@@ -69,6 +70,8 @@ pub struct RaftNode {
     membership_lock: tokio::sync::Mutex<()>,
     /// Leadership checks shared by concurrent linearizable reads.
     reads: ReadBatch<LeadershipCheck>,
+    /// Concurrent writes committed together (group commit).
+    proposals: ProposalBatch,
     /// Set while this leader hands over (see `node/handover.rs`): no writes, no heartbeats.
     handing_over: Arc<AtomicBool>,
     /// The peer clients, for asking a successor to campaign.
@@ -153,10 +156,33 @@ impl RaftNode {
                 Box::pin(async move { raft.ensure_linearizable().await })
             })
         };
+        let proposals = {
+            let state_machine = state_machine.clone();
+            let metrics = raft.metrics();
+            ProposalBatch::new(
+                raft.clone(),
+                stats.clone(),
+                handing_over.clone(),
+                move || {
+                    let in_raft: Vec<NodeId> = metrics
+                        .borrow()
+                        .membership_config
+                        .membership()
+                        .nodes()
+                        .map(|(id, _)| *id)
+                        .collect();
+                    state_machine
+                        .read(|s| s.members_read_batches(&in_raft))
+                        .unwrap_or(false)
+                },
+                WRITE_TIMEOUT,
+            )
+        };
         Ok(Self {
             id,
             raft,
             state_machine,
+            proposals,
             liveness,
             plan,
             contact,
@@ -275,14 +301,12 @@ impl RaftNode {
         }
         self.check_quorum_contact()?;
         let result = tokio::select! {
-            result = tokio::time::timeout(WRITE_TIMEOUT, self.raft.client_write(request)) => {
-                result.map_err(|_| RaftNodeError::Timeout("the write"))?
-            }
+            result = self.proposals.submit(request) => result,
             why = self.quorum_loss() => return Err(RaftNodeError::QuorumLost(format!(
                 "{why}; the write's outcome is unknown until the cluster is whole again"
             ))),
         };
-        let response = result.map_err(client_write_error)?.data;
+        let response = result?;
         if let Some(refusal) = response.refused.clone() {
             return Err(RaftNodeError::Refused(refusal));
         }
@@ -347,6 +371,29 @@ impl RaftNode {
             return Err(RaftNodeError::Timeout("building a snapshot"));
         }
         self.raft.trigger().purge_log(applied).await.map_err(fatal)
+    }
+
+    /// Runs `f` on this leader's applied state once that holds every entry committed before
+    /// its term (an entry of its own term is applied), else as [`Self::read_linearizable`]: no
+    /// round trip, for a check made just before an operation that raft orders by itself (a
+    /// write commits through the log, a read confirms the leadership). An answer this leader
+    /// gave (a token revoked) was applied here before it went out; one a deposed leader would
+    /// miss is caught by the operation that follows, which cannot commit or confirm.
+    pub async fn read_leader_state<R>(
+        &self,
+        f: impl FnOnce(&ClusterState) -> R,
+    ) -> Result<R, RaftNodeError> {
+        let current = {
+            let metrics = self.raft.metrics();
+            let m = metrics.borrow();
+            m.state.is_leader()
+                && m.last_applied
+                    .is_some_and(|applied| applied.leader_id.term == m.current_term)
+        };
+        if current && !self.handing_over.load(Ordering::SeqCst) {
+            return Ok(self.state_machine.read(f)?);
+        }
+        self.read_linearizable(f).await
     }
 
     /// Runs `f` on this node's applied state (may lag the leader).

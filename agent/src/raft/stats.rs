@@ -1,5 +1,6 @@
 //! Counters raft's facade keeps for `/metrics`: how long proposals take to commit and apply
-//! (a histogram), how many failed, and how often the leader changed, as this node saw it.
+//! (a histogram), how many failed, how often the leader changed, as this node saw it, and how
+//! many log entries the writes took (group commit).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -17,6 +18,8 @@ pub struct RaftStats {
     sum_micros: AtomicU64,
     failed: AtomicU64,
     leader_changes: AtomicU64,
+    write_entries: AtomicU64,
+    batched_writes: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -28,6 +31,10 @@ pub struct StatsSnapshot {
     pub sum_seconds: f64,
     pub failed: u64,
     pub leader_changes: u64,
+    /// Log entries of client writes this node wrote as leader (a batch is one).
+    pub write_entries: u64,
+    /// Writes that went into the log in a batch of several.
+    pub batched_writes: u64,
 }
 
 impl RaftStats {
@@ -52,6 +59,15 @@ impl RaftStats {
         self.failed.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A log entry of `writes` client writes (one, or a batch) went to raft.
+    pub fn write_entry(&self, writes: usize) {
+        self.write_entries.fetch_add(1, Ordering::Relaxed);
+        if writes > 1 {
+            self.batched_writes
+                .fetch_add(writes as u64, Ordering::Relaxed);
+        }
+    }
+
     pub fn leader_changed(&self) {
         self.leader_changes.fetch_add(1, Ordering::Relaxed);
     }
@@ -68,6 +84,8 @@ impl RaftStats {
             count: self.count.load(Ordering::SeqCst),
             failed: self.failed.load(Ordering::SeqCst),
             leader_changes: self.leader_changes.load(Ordering::SeqCst),
+            write_entries: self.write_entries.load(Ordering::Relaxed),
+            batched_writes: self.batched_writes.load(Ordering::Relaxed),
         }
     }
 }
@@ -93,5 +111,15 @@ mod tests {
         assert_eq!(at(0.05), Some(2));
         assert_eq!(at(5.0), Some(2), "9 s is only in +Inf (the count)");
         assert!((s.sum_seconds - 9.0308).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_batch_is_one_entry_of_several_writes() {
+        let stats = RaftStats::default();
+        stats.write_entry(1);
+        stats.write_entry(5);
+        stats.write_entry(1);
+        let s = stats.snapshot();
+        assert_eq!((s.write_entries, s.batched_writes), (3, 5));
     }
 }

@@ -164,7 +164,9 @@ mod tests {
         }
 
         let (mut log, mut sm) = open_in(&dir);
-        assert_eq!(log.read_vote().await?, Some(Vote::new_committed(1, 1)));
+        // The leader's vote comes back as a vote for itself: it campaigns again, and does not
+        // serve reads from a committed index a power cut may have set back.
+        assert_eq!(log.read_vote().await?, Some(Vote::new(1, 1)));
         assert_eq!(log.read_committed().await?, Some(log_id(1, 4)));
         let state = log.get_log_state().await?;
         assert_eq!(state.last_purged_log_id, None);

@@ -98,23 +98,6 @@ impl RaftStore {
         }))
     }
 
-    /// `RaftLogStorage::save_committed` of the log id at `index` of `term`: what RaftCore does
-    /// before it applies (and so before it answers) the entries up to there.
-    pub async fn save_committed(
-        &mut self,
-        term: u64,
-        leader: NodeId,
-        index: u64,
-    ) -> Result<(), ProbeError> {
-        let id = LogId::new(CommittedLeaderId::new(term, leader), index);
-        Ok(self.log.save_committed(Some(id)).await?)
-    }
-
-    /// `RaftLogStorage::read_committed`, as at startup: the index of the stored committed id.
-    pub async fn committed(&mut self) -> Result<Option<u64>, ProbeError> {
-        Ok(self.log.read_committed().await?.map(|id| id.index))
-    }
-
     /// `RaftStateMachine::apply` of one committed key-value put at `index` of `term` (in
     /// memory, as the state machine applies; snapshots make it durable).
     pub async fn apply_put(

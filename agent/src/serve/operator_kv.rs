@@ -142,8 +142,9 @@ async fn kv_list(
 const SPARE_WATCH_POLL: Duration = Duration::from_millis(250);
 
 /// Answers with the changes from `from_revision` on as soon as there is one, or with none once
-/// `wait_ms` has passed. The leader is asked again after each change this node applies, so a
-/// watch held on a follower sees a change about as soon as the follower does.
+/// `wait_ms` has passed. The leader is asked first; after that, each change of the key-value
+/// space this node applies is looked for in its own applied history, so a watch held on a
+/// follower sees a change as soon as the follower does.
 async fn kv_watch(
     State(agent): State<Arc<Agent>>,
     Extension(by): By,
@@ -191,6 +192,20 @@ async fn kv_watch(
             if local >= from {
                 break;
             }
+        }
+        // What this node applied is committed history: changes found in it are answered from
+        // here, as etcd's members serve their watchers, without another trip to the leader
+        // (which checked this request's token above; a revocation since is applied here before
+        // any later change, and ends the answers from here). Anything else (nothing under the prefix
+        // yet, a history compacted meanwhile) asks the leader again.
+        let here = agent
+            .group
+            .raft()
+            .read_local(|s| leader::token_still_valid(s, &by).then(|| s.kv.watch(&q.prefix, from)));
+        if let Ok(Some(Ok(changes))) = here
+            && !changes.events.is_empty()
+        {
+            return answer(Ok(changes));
         }
     }
 }

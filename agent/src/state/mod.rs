@@ -26,6 +26,7 @@ pub mod settings;
 mod tests;
 pub mod token_retirement;
 mod tokens;
+mod version;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -196,6 +197,25 @@ impl ClusterState {
         response
     }
 
+    /// Each command of a batch in order, each answered on its own. A batch inside a batch is
+    /// never written (the leader batches single commands); it is refused, not unrolled.
+    fn apply_batch(&mut self, requests: &[Request]) -> Response {
+        let batch = requests
+            .iter()
+            .map(|request| match request {
+                Request::Batch { .. } => Response::refusal(Refusal::new(
+                    ErrorKind::InvalidArgument,
+                    "a batch inside a batch is not applied",
+                )),
+                request => self.apply(request),
+            })
+            .collect();
+        Response {
+            batch,
+            ..Response::default()
+        }
+    }
+
     /// One command, handed to the step of its family: the cluster's life (`lifecycle.rs`), its
     /// members (`membership.rs`), its tokens (`tokens.rs`), and the domains that judge their
     /// own commands (the key-value space, leases, FleetLock, settings, the CA rotation).
@@ -226,6 +246,7 @@ impl ClusterState {
             Request::RevokeOperatorToken { id, now_ms } => self.revoke_operator_token(id, *now_ms),
             Request::KvPut { key, value, expect } => kv_answer(self.kv.put(key, value, *expect)),
             Request::KvDel { key, expect } => kv_answer(self.kv.del(key, *expect)),
+            Request::Batch { requests } => self.apply_batch(requests),
             Request::KvUpgrade => {
                 self.kv.upgrade();
                 Response::default()

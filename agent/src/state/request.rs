@@ -135,6 +135,31 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         new_join_secret: Option<SecretReplacement>,
     },
+    /// Several commands in one entry, applied in order and answered one by one (in
+    /// `Response::batch`): the leader's group commit (`raft/node/batch.rs`). Written only
+    /// while every member's agent reads it (see [`super::version::reads_batches`]); a batch
+    /// inside a batch is refused.
+    Batch {
+        requests: Vec<Request>,
+    },
+}
+
+impl Request {
+    /// At most about how many bytes the command takes in the log: its key and value for
+    /// key-value writes as JSON escapes them at worst (a control character becomes `\u00XX`,
+    /// six bytes), a generous constant for the rest. For bounding a batch, not exact.
+    pub fn approx_bytes(&self) -> usize {
+        const OVERHEAD: usize = 128;
+        const WORST_ESCAPE: usize = 6;
+        match self {
+            Request::KvPut { key, value, .. } => {
+                OVERHEAD + WORST_ESCAPE * (key.len() + value.len())
+            }
+            Request::KvDel { key, .. } => OVERHEAD + WORST_ESCAPE * key.len(),
+            Request::Batch { requests } => requests.iter().map(Request::approx_bytes).sum(),
+            _ => 4 * OVERHEAD,
+        }
+    }
 }
 
 /// A join secret that replaces the cluster's at the end of a CA rotation: its public id and the
@@ -189,6 +214,9 @@ pub struct Response {
     /// For `FinishCaRotation`: what the end of the rotation retired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired: Option<super::token_retirement::Retired>,
+    /// For `Batch`: each command's answer, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub batch: Vec<Response>,
 }
 
 impl Response {

@@ -430,3 +430,69 @@ fn a_recovery_removes_the_lost_for_good_and_numbers_its_epoch() {
     let back: ClusterState = serde_json::from_str(&json).expect("decode");
     assert_eq!(back, s);
 }
+
+#[test]
+fn a_batch_applies_in_order_and_answers_each_command() {
+    let mut s = ClusterState::default();
+    let put = |key: &str, value: &str, expect| Request::KvPut {
+        key: key.into(),
+        value: value.into(),
+        expect,
+    };
+    let first = s.apply(&put("a", "1", None));
+    let at = first.revision.expect("a revision");
+    let batch = s.apply(&Request::Batch {
+        requests: vec![
+            put("a", "2", Some(kv::Expect::Revision(at))),
+            // The same condition again: the batch's first command moved the key on.
+            put("a", "3", Some(kv::Expect::Revision(at))),
+            put("b", "1", Some(kv::Expect::Absent)),
+            Request::Batch {
+                requests: vec![put("c", "1", None)],
+            },
+        ],
+    });
+    assert_eq!(batch.refused, None, "the batch itself is not refused");
+    let answers = batch.batch;
+    assert_eq!(answers.len(), 4, "one answer per command");
+    assert_eq!(answers[0].revision, Some(at + 1));
+    assert_eq!(answers[0].previous.as_deref(), Some("1"));
+    assert!(answers[1].refused.is_some(), "a stale compare-and-set");
+    assert_eq!(answers[2].revision, Some(at + 2));
+    assert_eq!(
+        refused_kind(answers[3].clone()),
+        Some(ErrorKind::InvalidArgument),
+        "a batch inside a batch"
+    );
+    assert_eq!(s.kv.get("a").map(|v| v.value.as_str()), Some("2"));
+    assert_eq!(s.kv.get("b").map(|v| v.value.as_str()), Some("1"));
+    assert!(s.kv.get("c").is_none(), "the inner batch was not unrolled");
+}
+
+#[test]
+fn batches_wait_for_every_member_to_read_them() {
+    let mut s = ClusterState::default();
+    let raft = [1, 2, 3];
+    assert!(!s.members_read_batches(&raft), "no members yet");
+    let mut on = |id: NodeId, version: Option<&str>| {
+        let mut n = node(&format!("n{id}"), &format!("k{id}"));
+        n.version = version.map(String::from);
+        s.nodes.insert(id, n);
+    };
+    on(1, Some("0.2.0"));
+    on(2, Some("0.1.0"));
+    on(3, None);
+    assert!(
+        !s.members_read_batches(&raft),
+        "0.1.0 and an unreported member"
+    );
+    s.nodes.get_mut(&2).expect("n2").version = Some("0.2.1".into());
+    assert!(!s.members_read_batches(&raft), "one has not reported");
+    s.nodes.get_mut(&3).expect("n3").version = Some("1.0.0".into());
+    assert!(s.members_read_batches(&raft));
+    // A member removed from the records but still in the raft configuration (it leaves the
+    // configuration after its record) may run anything: no batches until it is gone.
+    s.nodes.remove(&3);
+    assert!(!s.members_read_batches(&raft));
+    assert!(s.members_read_batches(&[1, 2]));
+}

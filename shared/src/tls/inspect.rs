@@ -11,7 +11,31 @@ use crate::token::sha256_hex;
 /// The CA pin of a PEM certificate (the first one in `cert_pem`): lowercase hex SHA-256 of its
 /// SubjectPublicKeyInfo DER. Independent of the PEM's line wrapping or line endings.
 pub fn spki_pin(cert_pem: &str) -> Result<String> {
-    spki_pin_der(&first_cert(cert_pem)?)
+    if let Some(pin) = known_pins().get(cert_pem) {
+        return Ok(pin.clone());
+    }
+    let pin = spki_pin_der(&first_cert(cert_pem)?)?;
+    let mut known = known_pins();
+    if known.len() >= KNOWN_PINS {
+        known.clear();
+    }
+    known.insert(cert_pem.to_string(), pin.clone());
+    Ok(pin)
+}
+
+/// How many certificates' pins [`spki_pin`] remembers: a cluster's CAs (two during a rotation)
+/// are asked for on every operator request that checks a token, and decoding and parsing the
+/// certificate each time was a visible share of a leader's CPU under load.
+const KNOWN_PINS: usize = 32;
+
+fn known_pins() -> std::sync::MutexGuard<'static, std::collections::HashMap<String, String>> {
+    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, String>>> =
+        std::sync::OnceLock::new();
+    KNOWN
+        .get_or_init(Default::default)
+        .lock()
+        // A map of pure results: a panic elsewhere leaves it usable.
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The pins of every certificate in `pem` (a trust bundle: two CAs during a CA rotation).

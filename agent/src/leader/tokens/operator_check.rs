@@ -10,6 +10,19 @@ use crate::leader::Authority;
 use crate::leading::{Leader, Replica};
 use crate::state::scope::Scope;
 
+/// True unless `authority` is an operator token that `state` (this node's applied state) no
+/// longer holds valid: for a held call (a watch) that goes on answering from this node's state
+/// after the leader checked it once. Events this node applied after a revocation come after it
+/// in the log, so the revocation is applied here too.
+pub fn still_valid(state: &crate::state::ClusterState, authority: &Authority) -> bool {
+    let Authority::OperatorToken { id, secret_sha256 } = authority else {
+        return true;
+    };
+    state.operator_tokens.get(id).is_some_and(|t| {
+        secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
+    })
+}
+
 /// Checks the `Authorization: Bearer …` of an operator call over TCP against this node's
 /// applied state. A token revoked a moment ago may still pass on a follower that has not
 /// applied the revocation yet (normally milliseconds behind the leader).
@@ -77,23 +90,28 @@ pub fn pinned_to_trusted_ca(leader: Leader<'_, impl Replica>, record_pin: Option
 const UNKNOWN_OPERATOR_TOKEN: &str = "the operator token is unknown or revoked; create one with `muster operator-token create` on a member";
 
 /// Leader: an operator token a follower vouched for is still valid in the committed state (the
-/// follower may not have applied its revocation yet).
+/// follower may not have applied its revocation yet). `then_ordered`: the operation that follows
+/// is ordered by raft itself (a write, a linearizable read), so the leader's own state, once it
+/// holds every earlier term's entries, is enough and the check costs no round of heartbeats.
 pub async fn check_operator_token_committed(
     leader: Leader<'_, impl Replica>,
     id: &str,
     secret_sha256: &str,
+    then_ordered: bool,
 ) -> Result<Vec<Scope>, ApiError> {
-    let scopes = leader
-        .replica
-        .read(|s| {
-            s.operator_tokens
-                .get(id)
-                .filter(|t| {
-                    secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
-                })
-                .map(|t| (t.scopes.clone(), t.ca_pin.clone()))
-        })
-        .await?;
+    let find = |s: &crate::state::ClusterState| {
+        s.operator_tokens
+            .get(id)
+            .filter(|t| {
+                secret_hashes_match(&t.secret_sha256, secret_sha256) && t.revoked_ms.is_none()
+            })
+            .map(|t| (t.scopes.clone(), t.ca_pin.clone()))
+    };
+    let scopes = if then_ordered {
+        leader.replica.read_leader_state(find).await?
+    } else {
+        leader.replica.read(find).await?
+    };
     scopes
         .filter(|(_, pin)| pinned_to_trusted_ca(leader, pin.as_deref()))
         .map(|(scopes, _)| scopes)

@@ -78,6 +78,20 @@ fn raft_families(out: &mut String, m: &MetricsInput) {
         "Changes of the leader this node saw (an election counts).",
         &one(m.stats.leader_changes),
     );
+    family(
+        out,
+        "muster_raft_write_entries_total",
+        "counter",
+        "Log entries of client writes this node wrote as leader (a batch of writes is one).",
+        &one(m.stats.write_entries),
+    );
+    family(
+        out,
+        "muster_raft_batched_writes_total",
+        "counter",
+        "Client writes that went into the log in a batch of several (group commit).",
+        &one(m.stats.batched_writes),
+    );
 }
 
 /// This node's raft log: how far it reaches and how much of it is applied.

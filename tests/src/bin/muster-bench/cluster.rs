@@ -9,7 +9,7 @@ mod poll;
 mod report;
 mod resident;
 mod rounds;
-mod system;
+pub(crate) mod system;
 mod table;
 
 use anyhow::{Context, Result, bail};

@@ -27,6 +27,7 @@ mod discovery;
 mod discovery_cpu;
 mod discovery_v3;
 mod fleetlock;
+mod kv;
 mod lease;
 mod stability;
 mod summary;
@@ -61,6 +62,34 @@ enum Command {
     /// An autoscaling group: N machines through one template (voters, standbys, spares), the
     /// leader's idle CPU at 10 and at N members, RSS per role, failed-voter replacement.
     Asg(AsgArgs),
+    /// The key-value store against etcd 3.4's, 3 members each at the same raft timing: puts,
+    /// compare-and-set, linearizable gets (1, 16, 64 clients), watch delivery; fsyncs per write.
+    Kv(KvArgs),
+}
+
+#[derive(Args)]
+struct KvArgs {
+    /// Closed-loop client counts, comma-separated; each workload runs at each.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 16, 64])]
+    clients: Vec<usize>,
+    /// How long each workload runs on each system per round.
+    #[arg(long, default_value = "5s", value_parser = duration_arg)]
+    duration: Duration,
+    /// Rounds (systems alternate which goes first); figures are medians with min and max.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    rounds: u64,
+    /// Raft heartbeat interval in milliseconds, for both systems.
+    #[arg(long = "heartbeat", default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    heartbeat_ms: u64,
+    /// Election timeout in milliseconds, for both systems (etcd wants at least 5 heartbeats).
+    #[arg(long = "election-timeout", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(20..=60_000))]
+    election_ms: u64,
+    /// Measure muster alone (no etcd needed).
+    #[arg(long)]
+    skip_etcd: bool,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -230,6 +259,7 @@ async fn main() -> Result<()> {
         Command::Fleetlock(args) => fleetlock::run(args).await,
         Command::Lease(args) => lease::run(args).await,
         Command::Asg(args) => asg::run(args).await,
+        Command::Kv(args) => kv::run(args).await,
     }
 }
 
