@@ -282,7 +282,7 @@ mod tests {
     fn medians_over_rounds_and_the_ratio_of_medians() {
         let figures = vec![
             round("muster", 300.0, 30),
-            round("muster", 100.0, 10),
+            round("muster", 100.0, 30),
             round("muster", 200.0, 40),
             round("etcd", 100.0, 300),
             round("etcd", 100.0, 300),
