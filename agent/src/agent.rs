@@ -13,6 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::client::PeerClients;
+use crate::datadir::{KnownPeer, KnownPeers};
 use crate::leading::{Leader, LeaderLocal, LeaderSettings};
 use crate::observe::counters::ListenerCounters;
 use crate::policy::Automation;
@@ -191,6 +192,9 @@ impl<'a> Here<'a> {
 
 impl Agent {
     pub fn new(raft: RaftNode, init: AgentInit) -> Self {
+        // What the admission answer or the last check-ins said (`peers.json`): a spare that
+        // was never in the configuration has nothing else to start from.
+        let known = CheckIn::from(&KnownPeers::read(&init.data_dir));
         Self {
             me: Me {
                 data_dir: init.data_dir,
@@ -207,7 +211,7 @@ impl Agent {
             group: Group {
                 raft,
                 peers: init.peers,
-                check_in: Mutex::default(),
+                check_in: Mutex::new(known),
                 removal: RemovalSignal::default(),
             },
             leading: LeaderLocal::new(LeaderSettings {
@@ -299,9 +303,59 @@ impl RemovalSignal {
 #[derive(Debug, Clone, Default)]
 pub struct CheckIn {
     pub leader: Option<(NodeId, Node)>,
+    /// Learned from a live check-in answer (over mutual TLS, in this process): the members a
+    /// spare also accepts raft and forwarded requests from.
     pub members: Vec<(NodeId, Node)>,
+    /// Where to check in before anything is learned: the leader and members `peers.json`
+    /// names. Only ever dialled (with mutual TLS), never trusted.
+    pub hints: Vec<(NodeId, Node)>,
     /// When the leader itself last answered a check-in.
     pub confirmed_at: Option<Instant>,
+}
+
+impl From<&KnownPeers> for CheckIn {
+    /// Hints from the data dir: addresses to try, the leader first; nothing learned yet.
+    fn from(known: &KnownPeers) -> Self {
+        let peer = |p: &KnownPeer| {
+            (
+                p.id,
+                Node {
+                    name: p.name.clone(),
+                    addr: p.addr.clone(),
+                },
+            )
+        };
+        Self {
+            hints: known
+                .leader
+                .iter()
+                .chain(&known.members)
+                .map(peer)
+                .collect(),
+            ..Self::default()
+        }
+    }
+}
+
+impl From<&CheckIn> for KnownPeers {
+    /// What to keep for the next start: what was learned, or else the hints it started with.
+    fn from(check_in: &CheckIn) -> Self {
+        let peer = |(id, n): &(NodeId, Node)| KnownPeer {
+            id: *id,
+            name: n.name.clone(),
+            addr: n.addr.clone(),
+        };
+        match check_in.members.is_empty() {
+            true => Self {
+                leader: None,
+                members: check_in.hints.iter().map(peer).collect(),
+            },
+            false => Self {
+                leader: check_in.leader.as_ref().map(peer),
+                members: check_in.members.iter().map(peer).collect(),
+            },
+        }
+    }
 }
 
 impl CheckIn {

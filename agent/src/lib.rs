@@ -29,9 +29,9 @@
 //! | `discovery`   | the client of a discovery URL and its retry policy |
 //! | `raft/`       | everything that touches openraft: the node facade, network, fjall storage (and `raft::testing`, that storage driven with plain types by its power-cut tests) |
 //! | `client`      | the one way to build HTTP clients, read answers and errors, and back off |
-//! | `policy/`     | pure membership rules: voter table, reachability, quorum checks, the reconciler's plan |
+//! | `policy/`     | pure membership rules: voter table, reachability, quorum checks, the reconciler's plan, where a joiner starts |
 //! | `backup_file` | the backup file format |
-//! | `datadir/`    | the data dir: lock, `cluster.json`, TLS files, identity, private writes |
+//! | `datadir/`    | the data dir: lock, `cluster.json`, TLS files, identity, `peers.json`, private writes |
 //! | `config/`     | `muster agent` settings from flags, env and file |
 //! | `state/`      | the replicated domain: `ClusterState`, its commands and their checks (kv with revisions, leases, FleetLock, token scopes) |
 //! | `api/`        | the HTTP contract: wire shapes, route paths, the error kinds |

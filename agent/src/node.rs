@@ -239,7 +239,10 @@ fn spawn_loops(
         }),
         tokio::spawn({
             let agent = agent.clone();
-            async move { crate::watch::removal_watch(&agent.group, agent.me.node_id).await }
+            async move {
+                crate::watch::removal_watch(&agent.group, agent.me.node_id, &agent.me.data_dir)
+                    .await
+            }
         }),
         tokio::spawn({
             let agent = agent.clone();

@@ -6,13 +6,16 @@
 //! Checking in is also how a spare lives: it is outside the raft configuration, so no leader
 //! ever contacts it. Every second it asks the leader it last heard of (then any member it
 //! knows) and learns who leads and where every member is; the leader counts the check-in as
-//! hearing from it, which is how spares count as reachable.
+//! hearing from it, which is how spares count as reachable. What a check-in learns is kept in
+//! `peers.json`, so a spare that restarts knows where to check in again.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::agent::{CHECK_IN_AFTER_SILENCE, CheckIn, Group};
 use crate::api::paths;
 use crate::api::types::MemberCheck;
+use crate::datadir::KnownPeers;
 use crate::raft::RaftView;
 use crate::state::{Node, NodeId, parse_member_id};
 
@@ -24,12 +27,14 @@ const CHECK_IN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Watches for this node's own removal (and checks in while no leader talks to it); tells the
 /// agent's removal signal when the removal happened.
-pub async fn removal_watch(group: &Group, me: NodeId) {
+pub async fn removal_watch(group: &Group, me: NodeId, data_dir: &Path) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_check_in: Option<Instant> = None;
+    let mut peers_file = PeersFile::new(data_dir, KnownPeers::from(&group.check_in()));
     loop {
         tick.tick().await;
+        peers_file.keep(group).await;
         let view = group.raft().view();
         let tombstoned = group
             .raft()
@@ -73,7 +78,8 @@ async fn check_in(group: &Group, me: NodeId, view: &RaftView) -> Outcome {
         .iter()
         .cloned()
         .chain(view.nodes.iter().map(|(id, n)| (*id, n.clone())))
-        .chain(known.members.iter().cloned());
+        .chain(known.members.iter().cloned())
+        .chain(known.hints.iter().cloned());
     for (id, node) in candidates {
         if id != me && !targets.iter().any(|(t, _)| *t == id) {
             targets.push((id, node));
@@ -129,11 +135,14 @@ async fn check_in(group: &Group, me: NodeId, view: &RaftView) -> Outcome {
             // The leader itself answered: it has heard from this node.
             Some((leader, _)) if leader == id => {
                 learned.confirmed_at = Some(Instant::now());
+                keep_known(&mut learned, &known);
                 group.set_check_in(learned);
                 return outcome;
             }
-            // Someone who knows the leader first-hand named it (and its list is current).
+            // Someone who knows the leader first-hand named it. Its list is kept unless it has
+            // none (a peer that knows no members yet must not make this node forget them).
             Some(leader) => {
+                keep_known(&mut learned, &known);
                 group.set_check_in(learned);
                 redirect = Some(leader);
             }
@@ -143,6 +152,16 @@ async fn check_in(group: &Group, me: NodeId, view: &RaftView) -> Outcome {
         }
     }
     outcome
+}
+
+/// Keeps what this node knew where an answer says less: an answer with no members (a peer
+/// that knows none yet, or could not read its state) must not make it forget them, and the
+/// hints stay for the next time nobody answers.
+fn keep_known(learned: &mut CheckIn, known: &CheckIn) {
+    if learned.members.is_empty() {
+        learned.members = known.members.clone();
+    }
+    learned.hints = known.hints.clone();
 }
 
 /// The most calls one check-in makes (a cluster's members are tried in turn until one names
@@ -167,6 +186,104 @@ fn learned(check: &MemberCheck) -> CheckIn {
     CheckIn {
         leader: check.leader.as_ref().and_then(node),
         members: check.members.iter().filter_map(node).collect(),
-        confirmed_at: None,
+        ..CheckIn::default()
+    }
+}
+
+/// `peers.json` is rewritten at most this often: a burst of joins changes the member list many
+/// times a second, and every spare would write it each time.
+const PEERS_FILE_EVERY: Duration = Duration::from_secs(10);
+
+/// Keeps `peers.json` in step with what check-ins learned.
+struct PeersFile {
+    dir: PathBuf,
+    written: KnownPeers,
+    at: Option<Instant>,
+}
+
+impl PeersFile {
+    /// `on_disk`: what the file held when the node started.
+    fn new(dir: &Path, on_disk: KnownPeers) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            written: on_disk,
+            at: None,
+        }
+    }
+
+    async fn keep(&mut self, group: &Group) {
+        let now = KnownPeers::from(&group.check_in());
+        if !peers_file_due(&self.written, self.at.map(|t| t.elapsed()), &now) {
+            return;
+        }
+        let dir = self.dir.clone();
+        let to_write = now.clone();
+        let wrote = tokio::task::spawn_blocking(move || to_write.write(&dir)).await;
+        match wrote {
+            Ok(Ok(())) => self.written = now,
+            // Tried again after the pause, as what is on disk still differs.
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot keep the peers this node learned"),
+            Err(e) => tracing::warn!(error = %e, "cannot keep the peers this node learned"),
+        }
+        self.at = Some(Instant::now());
+    }
+}
+
+/// True when what check-ins learned should be written: it names members, differs from what
+/// was written, and the last write is at least [`PEERS_FILE_EVERY`] ago (`since`; `None`:
+/// nothing written by this process yet). Pure.
+fn peers_file_due(written: &KnownPeers, since: Option<Duration>, now: &KnownPeers) -> bool {
+    !now.members.is_empty() && now != written && since.is_none_or(|s| s >= PEERS_FILE_EVERY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datadir::KnownPeer;
+
+    #[test]
+    fn the_peers_file_is_written_on_a_change_at_most_every_ten_seconds() {
+        let peer = |id: u64| KnownPeer {
+            id,
+            name: format!("m{id}"),
+            addr: format!("10.0.0.{id}:7000"),
+        };
+        let one = KnownPeers {
+            leader: Some(peer(1)),
+            members: vec![peer(1)],
+        };
+        let two = KnownPeers {
+            leader: Some(peer(1)),
+            members: vec![peer(1), peer(2)],
+        };
+        let secs = |s: u64| Some(Duration::from_secs(s));
+        let cases = [
+            (
+                "first change in this process",
+                KnownPeers::default(),
+                None,
+                &one,
+                true,
+            ),
+            (
+                "nothing learned yet",
+                one.clone(),
+                None,
+                &KnownPeers::default(),
+                false,
+            ),
+            ("unchanged", one.clone(), secs(60), &one, false),
+            ("changed, too soon", one.clone(), secs(3), &two, false),
+            (
+                "changed, after ten seconds",
+                one.clone(),
+                secs(10),
+                &two,
+                true,
+            ),
+        ];
+        for (what, written, since, now, due) in cases {
+            assert_eq!(peers_file_due(&written, since, now), due, "{what}");
+        }
     }
 }

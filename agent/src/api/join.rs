@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::types::PeerAddress;
+
 /// `POST /v1/join`: a registrant of the discovery URL asking the initiator to admit it. The
 /// CSR's key must be the one its member id was derived from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -31,6 +33,17 @@ pub struct TokenJoinRequest {
     /// SHA-256 of the node key's SubjectPublicKeyInfo; the CSR must carry this key.
     pub key_fingerprint: String,
     pub csr_pem: String,
+    /// The joiner's failure zone (`--zone`) and agent version, recorded with its admission so
+    /// that the leader places it by zone at once (older joiners report them after starting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The joiner can start as a spare (outside the raft configuration): it reads the members
+    /// from the answer and checks in with the leader. Older joiners wait for the log, so the
+    /// leader adds them to the configuration.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub can_start_as_spare: bool,
 }
 
 /// Never prints the secret.
@@ -57,6 +70,15 @@ pub struct JoinResponse {
     /// from its first handshake, before it has the replicated state.
     #[serde(default)]
     pub revoked_ids: Vec<String>,
+    /// `standby` (added to the raft configuration as a nonvoter) or `spare` (left outside it;
+    /// it replicates nothing and checks in with `leader`). Absent from older leaders: standby.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The leader that admitted it, and every member with its address: where a spare checks in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<PeerAddress>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<PeerAddress>,
 }
 
 /// `POST /v1/join/hello`: a machine that holds the pre-shared join secret but no CA pin yet

@@ -9,6 +9,9 @@ pub const RAFT_SNAPSHOT: &str = "/raft/snapshot";
 pub const RAFT_PREVOTE: &str = "/raft/prevote";
 /// A leader that hands over asks its successor to call an election now (raft/node/handover.rs).
 pub const RAFT_CAMPAIGN: &str = "/raft/campaign";
+/// A leader that hands over asks the other voters not to campaign meanwhile (their election
+/// timeouts may run out as soon as their leases do; raft/node/handover.rs).
+pub const RAFT_HOLD: &str = "/raft/hold";
 /// A follower forwarding an operation to the leader (mutual TLS).
 pub const FORWARD: &str = "/raft/client";
 /// A member asks a peer for its report of itself (version, certificate, data dir), for

@@ -167,8 +167,9 @@ pub struct AgentFlags {
     #[arg(long, help_heading = HELP_TIMING)]
     pub heartbeat: Option<String>,
     /// Election timeout E, at least twice --heartbeat. A voter that hears from no leader for a
-    /// time drawn afresh from [E, 2E) asks the other voters (pre-vote) and, with a majority,
-    /// calls an election: a new leader takes about E to 2E after the old one dies
+    /// time drawn afresh from [F, F+E), F being E less one heartbeat (at least 0.8 E), as etcd
+    /// counts it, asks the other voters (pre-vote) and, with a majority, calls an election: a
+    /// new leader takes about F to F+E after the old one dies
     /// [default: 200ms] [env: MUSTER_ELECTION_TIMEOUT]
     #[arg(long, help_heading = HELP_TIMING)]
     pub election_timeout: Option<String>,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{DataDirError, write_private};
+use super::{DataDirError, write_json};
 use crate::clock::now_ms;
 use crate::state::CaMaterial;
 
@@ -94,12 +94,7 @@ impl ClusterFile {
     }
 
     pub fn write(&self, dir: &Path) -> Result<(), DataDirError> {
-        let path = Self::path(dir);
-        let json = serde_json::to_vec_pretty(self).map_err(|e| DataDirError::Damaged {
-            path: path.display().to_string(),
-            why: e.to_string(),
-        })?;
-        write_private(&path, &json).map_err(DataDirError::io(&path))
+        write_json(&Self::path(dir), self)
     }
 
     /// Records that this node was removed, so it never starts again.

@@ -6,18 +6,21 @@
 //! <data-dir>/identity.json   node id and name; node.key: its Ed25519 key (identity.rs)
 //! <data-dir>/cluster.json    the cluster this node belongs to (cluster_file.rs)
 //! <data-dir>/tls/ca.pem      the cluster CA; tls/node.pem: this node's certificate
+//! <data-dir>/peers.json      the leader and members last learned of (known_peers.rs)
 //! <data-dir>/raft/           the raft log, vote and snapshots (raft/store.rs)
 //! <data-dir>/muster.sock     the operator socket (mode 0600)
 //! ```
 
 mod cluster_file;
 mod identity;
+mod known_peers;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use cluster_file::{ClusterFile, Formation};
 pub use identity::Identity;
+pub use known_peers::{KnownPeer, KnownPeers};
 
 const CA_FILE: &str = "tls/ca.pem";
 const CERT_FILE: &str = "tls/node.pem";
@@ -192,6 +195,15 @@ pub fn write_tls(dir: &Path, ca_pem: &str, cert_pem: &str) -> Result<(), DataDir
         write_private(&path, pem.as_bytes()).map_err(DataDirError::io(&path))?;
     }
     Ok(())
+}
+
+/// Writes `value` as pretty JSON to `path` with [`write_private`].
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), DataDirError> {
+    let json = serde_json::to_vec_pretty(value).map_err(|e| DataDirError::Damaged {
+        path: path.display().to_string(),
+        why: e.to_string(),
+    })?;
+    write_private(path, &json).map_err(DataDirError::io(path))
 }
 
 /// Writes a file readable by its owner only, durably (fsync of file and directory). The data goes

@@ -8,7 +8,9 @@
 //!   never both win.
 //!
 //! Either way the node's key never leaves it: the leader signs a certificate for the key in the
-//! node's CSR, then adds the node as a nonvoter; the reconciler promotes it later.
+//! node's CSR, then adds the node as a nonvoter; the reconciler promotes it later. A token
+//! joiner the role rules would make a spare at once (the voters and standbys are complete)
+//! starts as one instead, outside the configuration, and never replicates.
 //!
 //! This file holds the procedure; `admit/registrant.rs` checks a registrant and
 //! `admit/token.rs` a join token or the pre-shared join secret.
@@ -21,12 +23,16 @@ pub use registrant::admit_registrant;
 use registrant::{Registrations, admit_registrant_from};
 pub use token::{admit_with_token, precheck_token, prove_secret};
 
+use std::collections::BTreeSet;
+
 use muster_shared::tls::ClusterCa;
 use serde::{Deserialize, Serialize};
 
 use crate::api::join::{JoinResponse, TokenJoinRequest};
+use crate::api::types::PeerAddress;
 use crate::api::{ApiError, ErrorKind};
 use crate::leading::{Leader, Replica};
+use crate::policy::{self, Placement};
 use crate::state::{Node, NodeId, Request, member_id};
 
 /// A token join as the leader handles it: the secret replaced by its hash (a join with the
@@ -42,6 +48,12 @@ pub struct TokenJoin {
     pub addr: String,
     pub key_fingerprint: String,
     pub csr_pem: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub can_start_as_spare: bool,
 }
 
 impl From<TokenJoinRequest> for TokenJoin {
@@ -58,6 +70,9 @@ impl From<TokenJoinRequest> for TokenJoin {
             addr: r.addr,
             key_fingerprint: r.key_fingerprint,
             csr_pem: r.csr_pem,
+            zone: r.zone,
+            version: r.version,
+            can_start_as_spare: r.can_start_as_spare,
         }
     }
 }
@@ -72,9 +87,13 @@ struct Candidate {
     csr_pem: String,
     /// The replicated command that records it (and, for a token, takes a use).
     record: Request,
+    /// It can start outside the configuration, as a spare (a token joiner that says so).
+    can_start_as_spare: bool,
 }
 
-/// Signs the candidate's certificate, records it and adds it as a nonvoter.
+/// Signs the candidate's certificate, records it, and adds it as a nonvoter unless the role
+/// rules would make it a spare at once (`policy::placement`): then it stays outside the
+/// configuration and the answer tells it where the members are.
 async fn admit_node(
     leader: Leader<'_, impl Replica>,
     candidate: Candidate,
@@ -90,33 +109,84 @@ async fn admit_node(
     )?;
     leader.replica.write(candidate.record).await?;
     // A member asking again may be in the configuration already (as a voter, even).
-    if !leader.replica.view().nodes.contains_key(&candidate.id) {
-        leader
-            .replica
-            .add_learner(
-                candidate.id,
-                Node {
-                    name: candidate.name.clone(),
-                    addr: candidate.addr.clone(),
-                },
-            )
-            .await?;
-    }
+    let placement = if leader.replica.view().nodes.contains_key(&candidate.id) {
+        Placement::Configuration
+    } else {
+        let placement = match candidate.can_start_as_spare {
+            true => placement_of(leader, candidate.id)?,
+            false => Placement::Configuration,
+        };
+        if placement == Placement::Configuration {
+            leader
+                .replica
+                .add_learner(
+                    candidate.id,
+                    Node {
+                        name: candidate.name.clone(),
+                        addr: candidate.addr.clone(),
+                    },
+                )
+                .await?;
+        }
+        placement
+    };
     let in_configuration = leader.replica.view().nodes;
-    let revoked_ids = leader
-        .replica
-        .read_local(|s| s.removed.clone())?
+    let (revoked, members) = leader.replica.read_local(|s| {
+        let members: Vec<PeerAddress> = s
+            .nodes
+            .iter()
+            .map(|(id, n)| PeerAddress {
+                id: member_id(*id),
+                name: n.name.clone(),
+                addr: n.addr.clone(),
+            })
+            .collect();
+        (s.removed.clone(), members)
+    })?;
+    let revoked_ids = revoked
         .into_iter()
         .filter(|id| !in_configuration.contains_key(id))
         .map(member_id)
         .collect();
+    let me = leader.replica.id();
     Ok(JoinResponse {
         cluster_id: leader.settings().cluster_id.clone(),
         ca_cert_pem: trusted,
         cert_pem,
         node_id: member_id(candidate.id),
         revoked_ids,
+        role: Some(
+            match placement {
+                Placement::Configuration => "standby",
+                Placement::Spare => "spare",
+            }
+            .into(),
+        ),
+        leader: members.iter().find(|m| m.id == member_id(me)).cloned(),
+        members,
     })
+}
+
+/// Where the role rules place a newly recorded member (the plan's own answer; during a
+/// formation, always in the configuration).
+fn placement_of(leader: Leader<'_, impl Replica>, id: NodeId) -> Result<Placement, ApiError> {
+    let now = leader.cluster_now()?;
+    let window = policy::REACHABLE_WITHIN.as_millis() as u64;
+    let (forming, recent) = leader.replica.read_local(|s| {
+        let recent: BTreeSet<NodeId> = s
+            .nodes
+            .iter()
+            .filter(|(_, r)| now.saturating_sub(r.joined_ms) < window)
+            .map(|(id, _)| *id)
+            .collect();
+        (s.formation.is_some(), recent)
+    })?;
+    if forming {
+        return Ok(Placement::Configuration);
+    }
+    let raft = leader.replica.view();
+    let view = super::cluster_view(leader, &raft, &super::Sightings::default())?;
+    Ok(policy::placement(&view, id, &recent))
 }
 
 /// Signs a certificate for member `id` at `addr` from `csr_pem`, which must carry the key with

@@ -51,9 +51,16 @@ pub async fn run_once(
         .leader
         .and_then(|id| view.nodes.get(&id).map(|n| (id, n.clone())));
     // A node no leader has talked to lately (a spare, outside the configuration, or one cut
-    // off) trusts the leader it learned by checking in over its own stale view.
+    // off) trusts the leader it learned by checking in over its own stale view; one outside
+    // its own view of the configuration (a spare just made, or one that never replicated)
+    // does so as soon as that leader has answered it lately.
     let silent = here.group.removal().silence() >= crate::agent::CHECK_IN_AFTER_SILENCE;
-    let checked_in = silent.then(|| here.group.check_in().leader).flatten();
+    let outside = !view.nodes.contains_key(&here.me.node_id);
+    let checked_in = match (silent, outside) {
+        (true, _) => here.group.check_in().leader,
+        (false, true) => here.group.check_in().confirmed_leader(),
+        (false, false) => None,
+    };
     // Only a leader raft told us about can be watched for a change; one learned by checking in
     // is not this node's raft leader, and raft would report a change at once.
     // A hand-over changes the leader on purpose: its answer is what counts, not the change.

@@ -18,13 +18,10 @@ pub struct ReportRecorded {
 }
 
 /// Records that member `id` runs `version` in `zone` (`None`: no zone said).
-pub async fn record(
-    leader: Leader<'_, impl Replica>,
-    id: NodeId,
-    zone: Option<String>,
-    version: String,
-) -> Result<ReportRecorded, ApiError> {
-    if zone.as_deref().is_some_and(|z| !valid_zone(z)) {
+/// Refuses a zone `--zone` would not accept and a version that is not 1 to 64 printable
+/// characters: both end up in log lines, metric labels and `muster status`.
+pub fn check_zone_and_version(zone: Option<&str>, version: &str) -> Result<(), ApiError> {
+    if zone.is_some_and(|z| !valid_zone(z)) {
         return Err(ApiError::invalid(
             "a zone is 1 to 63 letters, digits, `.`, `_` or `-`",
         ));
@@ -34,6 +31,16 @@ pub async fn record(
             "a version is 1 to 64 printable characters",
         ));
     }
+    Ok(())
+}
+
+pub async fn record(
+    leader: Leader<'_, impl Replica>,
+    id: NodeId,
+    zone: Option<String>,
+    version: String,
+) -> Result<ReportRecorded, ApiError> {
+    check_zone_and_version(zone.as_deref(), &version)?;
     // One membership write at a time: an address change or a removal of the same member must
     // not be undone by a record read before it.
     let _one_at_a_time = leader.local.membership_ops.lock().await;

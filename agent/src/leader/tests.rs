@@ -553,6 +553,9 @@ fn token_join(
         addr: format!("127.0.0.{node_id}:7000"),
         key_fingerprint: key.fingerprint(),
         csr_pem: key.csr_pem(name, "127.0.0.1").expect("csr"),
+        zone: None,
+        version: None,
+        can_start_as_spare: false,
     };
     (join, key)
 }
@@ -586,6 +589,61 @@ fn a_token_admits_as_many_nodes_as_its_uses_as_nonvoters_with_signed_certificate
         wrong.secret_sha256 = "0".repeat(64);
         assert!(admit::admit_with_token(l, wrong).await.is_err());
         assert!(!fx.replica.view().nodes.contains_key(&4));
+    });
+}
+
+#[test]
+fn a_joiner_beyond_the_voters_and_standbys_starts_as_a_spare_if_it_can() {
+    let fx = Fixture::new(T0);
+    let l = fx.leader();
+    for id in 2..=7 {
+        fx.replica.add_member(id, &format!("n{id}"), true);
+    }
+    fx.replica.add_member(8, "n8", false);
+    fx.replica.add_member(9, "n9", false);
+    // Settled: admitted long enough ago to have answered.
+    fx.replica.set_wall(T0 + 60_000);
+    block_on(async {
+        let (token, create) = new_join_token(fx.ca.pin(), 3_600_000, 3);
+        tokens::create_join(l, create).await.expect("create");
+
+        let (mut join, _) = token_join(&token, "z10", 10);
+        join.can_start_as_spare = true;
+        join.version = Some("0.2.0".into());
+        join.zone = Some("rack-1".into());
+        let spare = admit::admit_with_token(l, join).await.expect("admitted");
+        assert_eq!(spare.role.as_deref(), Some("spare"));
+        assert!(
+            !fx.replica.view().nodes.contains_key(&10),
+            "outside the configuration"
+        );
+        let record = fx.replica.state().nodes[&10].clone();
+        assert_eq!(
+            (record.zone.as_deref(), record.version.as_deref()),
+            (Some("rack-1"), Some("0.2.0")),
+            "zone and version recorded with the admission"
+        );
+        // Where to check in: the leader, and every member with its address.
+        assert_eq!(
+            spare.leader.as_ref().map(|p| p.name.as_str()),
+            Some("leader")
+        );
+        assert_eq!(spare.members.len(), 10, "{:?}", spare.members);
+
+        // A joiner that cannot start as a spare (an older agent) is added as before.
+        let (join, _) = token_join(&token, "z11", 11);
+        let standby = admit::admit_with_token(l, join).await.expect("admitted");
+        assert_eq!(standby.role.as_deref(), Some("standby"));
+        assert!(fx.replica.view().nodes.contains_key(&11));
+
+        // A zone is checked as a report's is.
+        let (mut bad, _) = token_join(&token, "z12", 12);
+        bad.version = Some("0.2.0".into());
+        bad.zone = Some("no spaces".into());
+        assert_eq!(
+            kind(admit::admit_with_token(l, bad).await),
+            ErrorKind::InvalidArgument
+        );
     });
 }
 

@@ -7,8 +7,10 @@
 //!
 //! This file holds what a plan can say and the order its steps are tried in; the view is
 //! `view.rs`, the quorum rule `quorum.rs`, and the steps `repairs.rs` (members leaving or gone)
-//! and `shape.rs` (formation, voter table, standbys).
+//! and `shape.rs` (formation, voter table, standbys). `admission.rs` asks the plan where a
+//! member admitted with a token starts (in the configuration, or as a spare).
 
+mod admission;
 pub mod leadership;
 pub mod preference;
 mod quorum;
@@ -21,6 +23,7 @@ mod view;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+pub use admission::{Placement, placement};
 pub use muster_shared::policy::voter_target;
 use preference::spread_step;
 pub use quorum::{QuorumRefusal, check_voters_leaving};

@@ -99,12 +99,18 @@ fn pick_spread<'a>(
 
 /// Keeps the standbys at their target. Who stays a standby is a fixed order, so that any
 /// leader keeps the same ones: reachable before unreachable, caught up before lagging, then
-/// one per zone, then by name (`preference.rs`). Waits while the voter table is short (a new
-/// nonvoter may be about to become a voter), while a surplus nonvoter is newer than
-/// `--promote-after`, and while it is still catching up.
+/// one per zone, then by name (`preference.rs`). Waits while the voter table is short and a
+/// reachable nonvoter in the configuration may be about to become a voter; short with none
+/// there, a spare is made a standby first, so that the voter table can promote it. Also waits while a
+/// surplus nonvoter is newer than `--promote-after`, and while it is still catching up.
 pub(super) fn standby_step(view: &ClusterView) -> Option<Change> {
     if view.voters().len() < voter_target(view.member_count()) {
-        return None;
+        // A standby that answers will be promoted; one that does not cannot be.
+        if view.standbys().iter().any(|s| s.reachable) {
+            return None;
+        }
+        let spares: Vec<&MemberView> = view.spares.iter().filter(|s| s.reachable).collect();
+        return spare_to_standby(&[], &spares).map(|s| Change::MakeStandby(s.id));
     }
     let target = view.standby_target();
     let standbys = view.standbys();

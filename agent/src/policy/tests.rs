@@ -784,6 +784,18 @@ fn standby_and_spare_steps() {
             None,
         ),
         (
+            "the voter table short with no nonvoter to promote: a spare becomes a standby first",
+            vec![m(1, true), m(2, true), m(3, true)],
+            vec![spare(6, true), spare(5, false), spare(7, true)],
+            Some(Change::MakeStandby(6)),
+        ),
+        (
+            "the voter table short and its only standby unreachable: a spare comes in too",
+            vec![m(1, true), m(2, true), m(3, true), down(m(4, false))],
+            vec![spare(6, true), spare(7, true)],
+            Some(Change::MakeStandby(6)),
+        ),
+        (
             "spares count toward the voter table: 3 voters of 8 members promote first",
             vec![m(1, true), m(2, true), m(3, true), m(4, false), m(5, false)],
             vec![spare(6, true), spare(7, true), spare(8, true)],
@@ -843,4 +855,5 @@ fn thirty_members_settle_to_7_voters_2_standbys_and_21_spares() {
     assert_eq!(v.spares.len(), 21);
 }
 
+mod admission;
 mod zones;

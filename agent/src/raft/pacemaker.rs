@@ -4,8 +4,10 @@
 //! * **Failover as fast as etcd at the same settings.** openraft 0.9 makes a follower wait its
 //!   leader lease (`election_timeout_max`) *plus* a random election timeout before it campaigns,
 //!   and draws that random timeout once per process. With `--election-timeout 200ms` that was
-//!   600–800 ms of silence. etcd (and the raft paper) campaign after a timeout drawn afresh from
-//!   `[E, 2E)` each time. The pacemaker does the same: it tracks when this node last heard from a
+//!   600–800 ms of silence. etcd (and the raft paper) campaign after a timeout drawn afresh
+//!   each time: etcd's, counted in heartbeat ticks, runs out after `(E − heartbeat, 2E −
+//!   heartbeat]` of silence. The pacemaker does the same (never below 0.8 E, see
+//!   [`TimerPlan::campaign_floor`]): it tracks when this node last heard from a
 //!   leader (or granted a vote) and calls `trigger().elect()` once that silence exceeds its draw.
 //!   The leader lease still protects a healthy leader from a node that campaigns on its own: a
 //!   voter refuses votes for `lease` after it last heard from its leader, and the lease is set
@@ -48,8 +50,14 @@ use crate::state::{Node, NodeId};
 pub struct TimerPlan {
     /// How often the leader sends heartbeats.
     pub heartbeat: Duration,
-    /// A follower campaigns after a silence drawn from `[election, 2 × election)`.
+    /// `--election-timeout` (E), the width of the window a follower's timeout is drawn from.
     pub election: Duration,
+    /// The least silence after which a follower campaigns, and a voter says yes to a pre-vote:
+    /// E less one heartbeat, as etcd counts it (its timer advances in heartbeat ticks from
+    /// the first tick after the last heartbeat, so its followers campaign after a silence
+    /// in `(E − heartbeat, 2E − heartbeat]`), but never below 0.8 E, so that it stays above
+    /// the lease by at least E/20 of network skew.
+    pub campaign_floor: Duration,
     /// openraft's `election_timeout_max`, which is its leader lease: how long a voter refuses
     /// to vote after hearing from its leader. Below `election`, so a candidate that waited its
     /// timeout gets the votes of peers that heard the same last heartbeat.
@@ -75,10 +83,16 @@ impl TimerPlan {
         // The RPC timeout must stay below the lease floor, which stays below the lease.
         let rpc_timeout = (e * 3 / 8).max(1);
         let lease_floor = (rpc_timeout + 1).min(lease - 1).max(rpc_timeout + 1);
+        let lease = lease.max(lease_floor + 1);
+        let campaign_floor = e
+            .saturating_sub(ms(heartbeat))
+            .max(e * 4 / 5)
+            .max(lease + 1);
         Self {
             heartbeat,
             election: Duration::from_millis(e),
-            lease: Duration::from_millis(lease.max(lease_floor + 1)),
+            campaign_floor: Duration::from_millis(campaign_floor),
+            lease: Duration::from_millis(lease),
             lease_floor: Duration::from_millis(lease_floor),
             rpc_timeout: Duration::from_millis(rpc_timeout),
         }
@@ -92,19 +106,32 @@ impl TimerPlan {
         (self.election * 2).max(Duration::from_secs(1))
     }
 
-    /// A fresh election timeout from `[election, 2 × election)`, `unit` in `[0, 1)`.
+    /// A fresh election timeout from `[campaign_floor, campaign_floor + election)`, `unit` in
+    /// `[0, 1)`.
     pub fn draw(&self, unit: f64) -> Duration {
-        self.election + self.election.mul_f64(unit.clamp(0.0, 0.999_999))
+        self.campaign_floor + self.election.mul_f64(unit.clamp(0.0, 0.999_999))
     }
 }
 
-/// What the pacemaker knows about the last sign of a live leader.
+/// What the pacemaker knows about the last sign of a live leader, and when this node last
+/// called an election itself.
 #[derive(Clone)]
-pub struct LeaderContact(Arc<Mutex<Instant>>);
+pub struct LeaderContact(Arc<Mutex<ContactTimes>>);
+
+struct ContactTimes {
+    heard: Instant,
+    campaigned: Option<Instant>,
+    /// Until when the leader that hands over asked this node not to campaign.
+    held_until: Option<Instant>,
+}
 
 impl Default for LeaderContact {
     fn default() -> Self {
-        Self(Arc::new(Mutex::new(Instant::now())))
+        Self(Arc::new(Mutex::new(ContactTimes {
+            heard: Instant::now(),
+            campaigned: None,
+            held_until: None,
+        })))
     }
 }
 
@@ -113,12 +140,40 @@ impl LeaderContact {
     /// etcd, granting a vote restarts the election timer).
     pub fn heard(&self) {
         if let Ok(mut t) = self.0.lock() {
-            *t = Instant::now();
+            t.heard = Instant::now();
         }
     }
 
+    /// How long since a leader was last heard from.
     pub fn silence(&self) -> Duration {
-        self.0.lock().map(|t| t.elapsed()).unwrap_or_default()
+        self.0.lock().map(|t| t.heard.elapsed()).unwrap_or_default()
+    }
+
+    /// This node calls an election now (its pre-vote found a majority).
+    fn campaigned(&self) {
+        if let Ok(mut t) = self.0.lock() {
+            t.campaigned = Some(Instant::now());
+        }
+    }
+
+    /// How long since this node last called an election (`None`: never).
+    fn since_campaign(&self) -> Option<Duration> {
+        self.0.lock().ok()?.campaigned.map(|t| t.elapsed())
+    }
+
+    /// Its leader hands over to another voter: no campaign of its own for `how_long`.
+    pub fn hold(&self, how_long: Duration) {
+        if let Ok(mut t) = self.0.lock() {
+            t.held_until = Some(Instant::now() + how_long);
+        }
+    }
+
+    fn held(&self) -> bool {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|t| t.held_until)
+            .is_some_and(|until| Instant::now() < until)
     }
 }
 
@@ -138,8 +193,9 @@ pub struct PreVoteAnswer {
     pub granted: bool,
 }
 
-/// A voter's side of a pre-vote: yes only if it too has heard from no leader for an election
-/// timeout (a leader in contact with its majority counts as hearing from itself) and the
+/// A voter's side of a pre-vote: yes only if it has not called an election itself within one
+/// vote round, has heard from no leader for the least election timeout (a leader in contact with its
+/// majority counts as hearing from itself) and the
 /// candidate's log is at least as new as its own.
 pub fn answer_prevote(
     raft: &Raft<TypeConfig>,
@@ -151,7 +207,16 @@ pub fn answer_prevote(
     let leader_in_contact = m.state == ServerState::Leader
         && m.millis_since_quorum_ack
             .is_some_and(|ms| Duration::from_millis(ms) < plan.quorum_window());
-    let quiet = m.state != ServerState::Leader && contact.silence() >= plan.election;
+    // A node that has just called an election has voted for itself: its yes would let a
+    // second candidate split the vote. Only for one vote round (its requests time out after
+    // `rpc_timeout`), though: a candidate that
+    // cannot win (its log is behind) must not keep others from campaigning. A node whose own
+    // pre-vote found no majority still says yes.
+    let campaigning = contact
+        .since_campaign()
+        .is_some_and(|d| d < (plan.election / 4).max(plan.rpc_timeout));
+    let quiet =
+        m.state != ServerState::Leader && !campaigning && contact.silence() >= plan.campaign_floor;
     let log_ok = log_may_win(ask, m.last_applied, m.last_log_index);
     PreVoteAnswer {
         granted: !leader_in_contact && quiet && log_ok,
@@ -329,13 +394,19 @@ impl Pacemaker {
 
     /// Runs until raft shuts down.
     pub async fn run(self) {
-        let tick = (self.plan.heartbeat / 2)
-            .min(self.plan.election / 10)
+        let tick = (self.plan.heartbeat / 4)
+            .min(self.plan.election / 20)
             .max(Duration::from_millis(1));
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_heartbeat = Instant::now();
         let mut timeout = self.plan.draw(rand::random());
+        // After a campaign that did not end the silence, when this node may try again. Its own
+        // attempt does not count as hearing from a leader: a voter that has tried still
+        // answers another candidate's pre-vote (as etcd's pre-candidates do), so two
+        // followers that drew close timeouts cannot refuse each other in turn.
+        let mut retry_at: Option<Instant> = None;
+        let mut last_silence = Duration::ZERO;
         let mut last_tick = Instant::now();
         // Started once this node knows its configuration (raft loads it just after start).
         let mut first_contact: Option<tokio::task::JoinHandle<bool>> = None;
@@ -386,7 +457,15 @@ impl Pacemaker {
             // A sole voter has nobody to hear from: it leads at once (a restarted one-node
             // cluster, a restored node).
             let silence = self.contact.silence();
-            if sole_voter || silence >= timeout {
+            if silence < last_silence {
+                // A leader (or a granted vote) was heard since the last tick: the next silence
+                // gets a timeout drawn afresh.
+                timeout = self.plan.draw(rand::random());
+                retry_at = None;
+            }
+            last_silence = silence;
+            let may_try = retry_at.is_none_or(|t| Instant::now() >= t) && !self.contact.held();
+            if sole_voter || (silence >= timeout && may_try) {
                 // Not before every member has answered once (or timed out).
                 if !sole_voter && !first_contact_done {
                     match first_contact.take() {
@@ -406,8 +485,7 @@ impl Pacemaker {
                         }
                     }
                 }
-                self.contact.heard();
-                timeout = self.plan.draw(rand::random());
+                retry_at = Some(Instant::now() + self.plan.draw(rand::random()));
                 if !sole_voter {
                     if !self.majority_would_vote(&m).await {
                         tracing::debug!(
@@ -422,6 +500,7 @@ impl Pacemaker {
                         "no leader heard from; calling an election"
                     );
                 }
+                self.contact.campaigned();
                 if self.raft.trigger().elect().await.is_err() {
                     return;
                 }
@@ -470,26 +549,30 @@ mod tests {
 
     #[test]
     fn timer_plans_keep_openraft_s_order_and_etcd_s_window() {
-        // (heartbeat ms, election ms) → (lease, lease floor, rpc timeout) in ms
+        // (heartbeat ms, election ms) → (lease, lease floor, rpc timeout, campaign floor) in ms
         let table = [
-            ((50, 200), (150, 76, 75)),
-            ((40, 200), (150, 76, 75)),
-            ((100, 1000), (750, 376, 375)),
-            ((250, 1500), (1125, 563, 562)),
-            ((10, 20), (15, 8, 7)),
+            ((50, 200), (150, 76, 75, 160)),
+            ((40, 200), (150, 76, 75, 160)),
+            ((20, 200), (150, 76, 75, 180)),
+            ((100, 1000), (750, 376, 375, 900)),
+            ((250, 1500), (1125, 563, 562, 1250)),
+            ((10, 20), (15, 8, 7, 16)),
         ];
-        for ((hb, e), (lease, floor, rpc)) in table {
+        for ((hb, e), (lease, floor, rpc, campaign)) in table {
             let p = TimerPlan::new(Duration::from_millis(hb), Duration::from_millis(e));
             let got = (
                 p.lease.as_millis() as u64,
                 p.lease_floor.as_millis() as u64,
                 p.rpc_timeout.as_millis() as u64,
+                p.campaign_floor.as_millis() as u64,
             );
             assert_eq!(
                 got,
-                (lease, floor, rpc),
+                (lease, floor, rpc, campaign),
                 "--heartbeat {hb}ms --election-timeout {e}ms"
             );
+            // A campaign waits out the lease, with E/20 to spare for skew between followers.
+            assert!(p.campaign_floor >= p.lease + p.election / 20, "{p:?}");
             // openraft's Config::validate: heartbeat_interval < election_timeout_min < max.
             assert!(
                 p.rpc_timeout < p.lease_floor && p.lease_floor < p.lease,
@@ -509,11 +592,12 @@ mod tests {
     }
 
     #[test]
-    fn election_timeouts_are_drawn_from_e_to_2e() {
-        let p = TimerPlan::new(Duration::from_millis(50), Duration::from_millis(200));
-        assert_eq!(p.draw(0.0), Duration::from_millis(200));
-        assert_eq!(p.draw(0.5), Duration::from_millis(300));
-        assert!(p.draw(1.0) < Duration::from_millis(400));
-        assert!(p.draw(-1.0) >= Duration::from_millis(200));
+    fn election_timeouts_are_drawn_from_e_less_a_heartbeat_over_a_window_of_e() {
+        // etcd at --heartbeat-interval 40 --election-timeout 200 campaigns after (160, 360] ms.
+        let p = TimerPlan::new(Duration::from_millis(40), Duration::from_millis(200));
+        assert_eq!(p.draw(0.0), Duration::from_millis(160));
+        assert_eq!(p.draw(0.5), Duration::from_millis(260));
+        assert!(p.draw(1.0) < Duration::from_millis(360));
+        assert!(p.draw(-1.0) >= Duration::from_millis(160));
     }
 }

@@ -70,6 +70,7 @@ fn router(agent: Arc<Agent>) -> Router {
         .route(paths::RAFT_SNAPSHOT, post(raft_rpc))
         .route(paths::RAFT_PREVOTE, post(raft_rpc))
         .route(paths::RAFT_CAMPAIGN, post(campaign))
+        .route(paths::RAFT_HOLD, post(hold))
         .route(paths::FORWARD, post(forwarded))
         .route(paths::MEMBER_CHECK, get(member_check))
         .route(paths::RAFT_PROBE, get(probe))
@@ -129,6 +130,16 @@ async fn campaign(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     }
 }
 
+/// The leader this node follows hands over to another voter: this one does not campaign for
+/// an election timeout.
+async fn hold(State(agent): State<Arc<Agent>>, req: Request) -> Response {
+    let caller = match require_member(agent.here(), &req) {
+        Ok(caller) => caller,
+        Err(refused) => return error_response(&refused),
+    };
+    json_response(&agent.group.raft().hold_for(caller.node_id))
+}
+
 /// A member's report of itself, for the member gathering `muster plan`'s probes.
 async fn probe(State(agent): State<Arc<Agent>>, req: Request) -> Response {
     if let Err(refused) = require_member_or_spare(agent.here(), &req) {
@@ -156,22 +167,39 @@ async fn member_check(State(agent): State<Arc<Agent>>, req: Request) -> Response
         name: name.to_string(),
         addr: addr.to_string(),
     };
-    let members = agent
-        .group
-        .raft()
-        .read_local(|s| {
-            s.nodes
-                .iter()
-                .map(|(id, n)| address(*id, &n.name, &n.addr))
-                .collect()
-        })
-        .unwrap_or_default();
+    // A spare's own state stopped when it left the configuration (or never began): it passes
+    // on the members the leader last told it of instead.
+    let members = if view.nodes.contains_key(&agent.me.node_id) {
+        // Removed members keep their record for a while; they are no one to check in with.
+        agent
+            .group
+            .raft()
+            .read_local(|s| {
+                s.nodes
+                    .iter()
+                    .filter(|(id, _)| !s.removed.contains(id))
+                    .map(|(id, n)| address(*id, &n.name, &n.addr))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        agent
+            .group
+            .check_in()
+            .members
+            .iter()
+            .map(|(id, n)| address(*id, &n.name, &n.addr))
+            .collect()
+    };
     // Name a leader only when this node knows one first-hand: its raft leader while it hears
     // from it, or (a spare) the leader that answered its own latest check-in, if that was
     // lately. A spare's raft view stands still; passing it on would send others to a leader
     // that is gone.
-    let hears_leader =
-        view.is_leader || agent.group.removal().silence() < crate::agent::CHECK_IN_AFTER_SILENCE;
+    // (A node that has heard no leader since it started knows none first-hand: its raft may
+    // remember one from before.)
+    let hears_leader = view.is_leader
+        || (agent.group.removal().heard_since_start()
+            && agent.group.removal().silence() < crate::agent::CHECK_IN_AFTER_SILENCE);
     let leader = if hears_leader {
         view.leader
             .and_then(|id| view.nodes.get(&id).map(|n| address(id, &n.name, &n.addr)))

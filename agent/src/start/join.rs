@@ -4,7 +4,8 @@
 //!
 //! The joiner trusts nothing but a CA pin (from its token, or from the discovery record): it
 //! talks only to servers whose chain holds a CA with that pin, sends its request and a CSR for
-//! its own key, and gets back the CA, its certificate and its place as a nonvoter.
+//! its own key, and gets back the CA, its certificate and its place: a nonvoter in the raft
+//! configuration, or a spare outside it (then the answer's member list is where it checks in).
 
 use std::time::Duration;
 
@@ -16,9 +17,10 @@ use super::admitted::Admitted;
 use crate::api::ErrorKind;
 use crate::api::join::{JoinResponse, TokenJoinRequest};
 use crate::api::paths;
+use crate::api::types::PeerAddress;
 use crate::client::{self, CallError};
 use crate::config::{AgentConfig, host_of};
-use crate::datadir::{self, ClusterFile, Identity, TlsFiles};
+use crate::datadir::{self, ClusterFile, Identity, KnownPeer, KnownPeers, TlsFiles};
 use crate::error::AgentError;
 use muster_shared::retry::RetryPolicy;
 
@@ -38,7 +40,7 @@ pub struct Joiner<'a, B> {
 
 /// What one round of asking every peer came to.
 enum Round {
-    Admitted(JoinResponse, String),
+    Admitted(Box<JoinResponse>, String),
     /// Worth asking again (no leader, unreachable, a membership change in flight).
     Retry(String),
 }
@@ -66,7 +68,7 @@ impl<'a, B: Serialize> Joiner<'a, B> {
                 .start();
         loop {
             match self.round().await? {
-                Round::Admitted(response, via) => return Ok((response, via)),
+                Round::Admitted(response, via) => return Ok((*response, via)),
                 Round::Retry(why) => {
                     if !backoff.wait().await {
                         return Err(AgentError::failed(format!(
@@ -95,7 +97,7 @@ impl<'a, B: Serialize> Joiner<'a, B> {
                 .post(format!("https://{peer}{}", self.path))
                 .json(self.request);
             match client::send_json::<JoinResponse>(peer, request).await {
-                Ok(response) => return Ok(Round::Admitted(response, peer.clone())),
+                Ok(response) => return Ok(Round::Admitted(Box::new(response), peer.clone())),
                 // A replacement machine on a dead member's address: the leader frees it when it
                 // removes that member (`--cleanup-dead-after`, or `muster node remove`), so
                 // this waits, and a supervisor may start it again (exit 1, not 2).
@@ -171,11 +173,21 @@ pub async fn join_with_request(
     let (response, via) = Joiner::new(ca_pin, peers, paths::TOKEN_JOIN, request)?
         .join()
         .await?;
+    let spare = response.role.as_deref() == Some("spare");
     let admitted = finish(config, identity, ca_pin, None, response, &via)?;
-    let joined = format!(
-        "joined cluster {} through {via} as a standby; the leader promotes it when the voter table asks for another voter",
-        admitted.cluster_id
-    );
+    let joined = if spare {
+        format!(
+            "joined cluster {} through {via} as a spare (the voters and standbys are complete): it \
+             replicates nothing, serves by forwarding to the leader, and becomes a standby when one \
+             is missing",
+            admitted.cluster_id
+        )
+    } else {
+        format!(
+            "joined cluster {} through {via} as a standby; the leader promotes it when the voter table asks for another voter",
+            admitted.cluster_id
+        )
+    };
     Ok(admitted.announcing(joined))
 }
 
@@ -196,6 +208,9 @@ pub fn token_join_request(
         csr_pem: identity
             .key
             .csr_pem(&identity.name, host_of(&config.advertise))?,
+        zone: config.zone.clone(),
+        version: Some(crate::report::VERSION.to_string()),
+        can_start_as_spare: true,
     })
 }
 
@@ -220,6 +235,9 @@ pub fn finish(
         )));
     }
     datadir::write_tls(&config.data_dir, &response.ca_cert_pem, &response.cert_pem)?;
+    // Where the members are, for a spare that has no raft log to tell it (`peers.json`):
+    // before `cluster.json`, whose presence makes the next start a restart.
+    known_peers(&response).write(&config.data_dir)?;
     ClusterFile::new(&response.cluster_id, &config.advertise, None).write(&config.data_dir)?;
     let revoked_at_start = response
         .revoked_ids
@@ -234,4 +252,20 @@ pub fn finish(
         revoked_at_start,
         ..Admitted::start(&response.cluster_id, tls)
     })
+}
+
+/// The leader and members an admission answer names, as hints for the data dir (entries with
+/// an id that does not parse are left out).
+fn known_peers(response: &JoinResponse) -> KnownPeers {
+    let peer = |p: &PeerAddress| {
+        crate::state::parse_member_id(&p.id).map(|id| KnownPeer {
+            id,
+            name: p.name.clone(),
+            addr: p.addr.clone(),
+        })
+    };
+    KnownPeers {
+        leader: response.leader.as_ref().and_then(peer),
+        members: response.members.iter().filter_map(peer).collect(),
+    }
 }

@@ -97,6 +97,8 @@ pub async fn admit_registrant_from(
             key_fingerprint,
             csr_pem: req.csr_pem,
             record: Request::UpsertNode { id, node },
+            // The formation's cohort is voted in together: it must replicate.
+            can_start_as_spare: false,
         },
     )
     .await?;

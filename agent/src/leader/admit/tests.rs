@@ -209,6 +209,9 @@ fn secret_join(secret: &muster_shared::token::JoinSecret, who: &Registrant) -> T
         addr: who.addr.clone(),
         key_fingerprint: fingerprint,
         csr_pem: who.key.csr_pem(&who.name, "127.0.0.1").expect("csr"),
+        zone: None,
+        version: None,
+        can_start_as_spare: false,
     }
 }
 

@@ -114,6 +114,9 @@ pub async fn admit_with_token(
         .map_err(|e| ApiError::invalid(e.to_string()))?;
     let id = parse_member_id(&join.node_id)
         .ok_or_else(|| ApiError::invalid("node id is not non-zero hex"))?;
+    if let Some(version) = &join.version {
+        crate::leader::report::check_zone_and_version(join.zone.as_deref(), version)?;
+    }
     let join = with_signed_secret(leader, join).await?;
     precheck_token(leader, &join.token_id, &join.secret_sha256)?;
     let now = leader.cluster_now()?;
@@ -123,8 +126,9 @@ pub async fn admit_with_token(
         key_fingerprint: join.key_fingerprint.clone(),
         joined_ms: now,
         joined_with: Some(join.token_id.clone()),
-        zone: None,
-        version: None,
+        // Recorded as a report would (a zone counts only with a version: see `preference.rs`).
+        zone: join.version.as_ref().and(join.zone.clone()),
+        version: join.version.clone(),
     };
     // Linearizable: a leader elected a moment ago may not have applied the token's creation
     // yet, and a refusal here is final for the joiner.
@@ -148,10 +152,11 @@ pub async fn admit_with_token(
                 id,
                 node: record,
             },
+            can_start_as_spare: join.can_start_as_spare,
         },
     )
     .await?;
-    tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, "admitted a node with a join token as a standby");
+    tracing::info!(node = %join.name, id = %join.node_id, token = %join.token_id, role = response.role.as_deref().unwrap_or("standby"), "admitted a node with a join token");
     Ok(response)
 }
 

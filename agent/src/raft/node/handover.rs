@@ -11,7 +11,7 @@
 //!    random election timeout, and waits until another leader is elected.
 //!
 //! The cluster then waits the lease (three quarters of `--election-timeout`) and one vote
-//! round, instead of a random election timeout from `[E, 2E)` plus a pre-vote after a leader
+//! round, instead of a random election timeout (about E to 2E) plus a pre-vote after a leader
 //! that just vanished. [`choose_successor`] is the choice (pure); [`RaftNode::hand_over`] carries
 //! it out, and [`RaftNode::campaign_for`] is the successor's side.
 
@@ -207,6 +207,9 @@ impl RaftNode {
             Ok(to) => to,
             Err(why) => return HandOver::Failed { why },
         };
+        // The other voters' own timeouts may run out as soon as their leases do: they hold
+        // off while the successor campaigns.
+        self.hold_others(to).await;
         // The voters refuse votes for the lease after the last message they had from this
         // node; that message was at the latest when their progress was last seen.
         tokio::time::sleep(self.plan.lease + LEASE_MARGIN).await;
@@ -224,15 +227,36 @@ impl RaftNode {
                 continue;
             }
             let mut metrics = self.raft.metrics();
+            // Another voter whose own timeout ran out as the leases did may win first (its
+            // window starts a heartbeat before E, as etcd's does). Without a name asked for,
+            // any new leader is the hand-over done: writes resume just the same.
+            let me = self.id;
             let elected = tokio::time::timeout(
                 self.plan.election,
-                metrics.wait_for(|m| m.current_leader == Some(to)),
+                metrics.wait_for(|m| match m.current_leader {
+                    Some(l) => l == to || (wanted.is_none() && l != me),
+                    None => false,
+                }),
             )
             .await;
-            if matches!(elected, Ok(Ok(_))) {
+            // Read the leader out and let the metrics go before looking at the view.
+            let elected = match elected {
+                Ok(Ok(m)) => m.current_leader,
+                _ => None,
+            };
+            if let Some(leader) = elected {
+                let name = match leader == to {
+                    true => node.name.clone(),
+                    false => self
+                        .view()
+                        .nodes
+                        .get(&leader)
+                        .map(|n| n.name.clone())
+                        .unwrap_or_default(),
+                };
                 return HandOver::Done {
-                    to,
-                    name: node.name.clone(),
+                    to: leader,
+                    name,
                     pause_ms: started.elapsed().as_millis() as u64,
                 };
             }
@@ -242,6 +266,37 @@ impl RaftNode {
             );
         }
         HandOver::Failed { why: last_error }
+    }
+
+    /// Asks every voter but this node and `successor` to hold off its own campaigns, all at
+    /// once, each for at most the RPC timeout. One that does not answer (or runs an agent that
+    /// has no hold) may still race the successor; the hand-over then takes a second round.
+    async fn hold_others(&self, successor: NodeId) {
+        let view = self.view();
+        let others: Vec<(NodeId, Node)> = view
+            .voters
+            .iter()
+            .filter(|id| **id != self.id && **id != successor)
+            .filter_map(|id| view.nodes.get(id).map(|n| (*id, n.clone())))
+            .collect();
+        let asks = others.into_iter().map(|(id, node)| {
+            let peers = self.peers.clone();
+            let timeout = self.plan.rpc_timeout;
+            tokio::spawn(async move {
+                let Ok(peer) = peers.get(id, &node.addr).await else {
+                    return;
+                };
+                let _ = peer
+                    .http
+                    .post(format!("{}{}", peer.base, paths::RAFT_HOLD))
+                    .timeout(timeout)
+                    .send()
+                    .await;
+            })
+        });
+        for ask in asks.collect::<Vec<_>>() {
+            let _ = ask.await;
+        }
     }
 
     async fn ask_to_campaign(&self, to: NodeId, node: &Node) -> Result<(), String> {
@@ -282,6 +337,14 @@ impl RaftNode {
         if !membership.voter_ids().any(|id| id == self.id) {
             return refuse("this node is not a voter");
         }
+        // Its own timeout ran out as its lease did, and it won before the ask arrived: the
+        // hand-over has what it wanted.
+        if m.state == ServerState::Leader {
+            return Ok(CampaignAnswer {
+                started: true,
+                why: String::new(),
+            });
+        }
         let follows_caller = m.current_leader == Some(caller) && m.state == ServerState::Follower;
         let asked_again = m.current_leader.is_none()
             && m.state != ServerState::Leader
@@ -303,6 +366,18 @@ impl RaftNode {
             started: true,
             why: String::new(),
         })
+    }
+
+    /// The leader this node follows (`caller`) hands over to another voter: this node does
+    /// not campaign for an election timeout, so that its own timeout, which may run out as
+    /// soon as its lease does, cannot race the successor. True if it holds.
+    pub fn hold_for(&self, caller: NodeId) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        let follows_caller = m.current_leader == Some(caller) && m.state == ServerState::Follower;
+        if follows_caller {
+            self.contact.hold(self.plan.election);
+        }
+        follows_caller
     }
 
     /// True while a hand-over runs: writes, linearizable reads and membership changes are

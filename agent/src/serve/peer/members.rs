@@ -72,10 +72,11 @@ fn check_member(here: Here<'_>, req: &Request, spares: bool) -> Result<PeerIdent
     }
     match peer {
         // A member, or anyone from this cluster while this node knows no membership yet (a
-        // fresh joiner receives its first AppendEntries from a leader it has never heard of).
+        // fresh joiner receives its first AppendEntries from a leader it has never heard of)
+        // and has learned no members by checking in either (a spare that never replicated).
         Some(id)
             if id.cluster_id == here.me.cluster_id.as_str()
-                && (view.nodes.is_empty()
+                && ((view.nodes.is_empty() && here.group.check_in().members.is_empty())
                     || view.nodes.contains_key(&id.node_id)
                     || (spares && is_recorded(here, id.node_id))
                     || checked_in_member(here, id.node_id)) =>

@@ -5,7 +5,8 @@
 //!   (goal: at most 2× — spares are not replicated to);
 //! - the time from the last machine's start until the leader reports all N members with their
 //!   roles settled and reachable (goal: 10 s);
-//! - resident memory per role (goal: a spare no more than a voter);
+//! - resident memory per role, and its private part (goal: a spare at most half a voter's),
+//!   optionally with `--kv-mib` of data in the KV;
 //! - failed-voter replacement: kill -9 of a follower voter until the leader reports a full
 //!   complement of reachable voters again (goal: `--replace-after` + 2 s).
 //!
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use muster_tests::{AgentProc, Discovery, voter_target, wait_for, wait_formed};
+use muster_tests::{AgentProc, Discovery, OperatorApi, voter_target, wait_for, wait_formed};
 
 use crate::AsgArgs;
 use crate::cluster::resident_mib;
@@ -187,11 +188,13 @@ async fn measure(args: &AsgArgs) -> Result<Measurements> {
     let all_members = last_start.elapsed().as_secs_f64();
     eprintln!("{n} members settled {all_members:.2} s after the last start");
     let leader_i = index_of(agents, &leader)?;
+    fill_kv(agents, &agents[leader_i].addr, args.kv_mib).await?;
     let at_n = idle_cpu(&agents[leader_i], args.idle).await?;
-    let rss_mib = rss_by_role(agents, &roles);
+    let (rss_mib, anon_mib) = rss_by_role(agents, &roles);
     let replacement_s = replace_voter(agents, leader_i, &roles, n).await?;
     Ok(Measurements {
         machines: args.machines,
+        kv_mib: args.kv_mib,
         replace_after: args.replace_after,
         roles,
         members_after_last_start_s: members_known,
@@ -199,23 +202,48 @@ async fn measure(args: &AsgArgs) -> Result<Measurements> {
         leader_idle_cpu_at_10: at_10,
         leader_idle_cpu_at_n: at_n,
         rss_mib,
+        anon_mib,
         replacement_s,
     })
 }
 
-/// Every member's resident memory (MiB) that could be read, by its role in `roles`.
-fn rss_by_role(agents: &[AgentProc], roles: &Roles) -> BTreeMap<String, Vec<f64>> {
-    let mut rss: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+/// Writes `mib` MiB of 64 KiB values through `addr` (the idle sample that follows gives every
+/// member the time to apply them).
+async fn fill_kv(agents: &[AgentProc], addr: &str, mib: u64) -> Result<()> {
+    if mib == 0 {
+        return Ok(());
+    }
+    let token = AgentProc::operator_token_of(agents)
+        .await
+        .context("the initiator's operator token")?;
+    let api = OperatorApi::new(&token, Duration::from_secs(10))?;
+    let value = "v".repeat(64 * 1024 - 1024);
+    for i in 0..mib * 16 {
+        let put = api.put(addr, &format!("fill/{i:05}"), &value).await?;
+        anyhow::ensure!(put.ok(), "a fill write failed: {put:?}");
+    }
+    eprintln!("wrote {mib} MiB into the KV");
+    Ok(())
+}
+
+/// Figures (MiB) by role.
+type ByRole = BTreeMap<String, Vec<f64>>;
+
+/// Every member's resident memory (MiB) that could be read, and its private part
+/// (`RssAnon`), by its role in `roles`.
+fn rss_by_role(agents: &[AgentProc], roles: &Roles) -> (ByRole, ByRole) {
+    let (mut rss, mut anon) = (ByRole::new(), ByRole::new());
     for a in agents {
         let role = roles
             .get(&a.name)
             .map(|(r, _)| r.clone())
             .unwrap_or_default();
         if let Some(r) = a.pid().and_then(resident_mib) {
-            rss.entry(role).or_default().push(r.rss);
+            rss.entry(role.clone()).or_default().push(r.rss);
+            anon.entry(role).or_default().push(r.anon);
         }
     }
-    rss
+    (rss, anon)
 }
 
 /// Failed-voter replacement: kill -9 of a voter that is not the leader (`agents[leader_i]`),

@@ -51,6 +51,7 @@ pub async fn run(args: ClusterArgs) -> Result<()> {
     let etcd_timing = (!args.etcd_default_timing).then_some(timing);
     let etcd = etcd_bin.map(|bin| (bin, etcd_timing));
     let (mut bench, systems) = ClusterBench::start(tmp.path(), timing, etcd).await?;
+    bench.etcdctl = args.etcdctl;
     let outcome = run_cluster_rounds(&systems, &bench, args.rounds).await;
     let discovery_log = tail(&bench.discovery.log(), 40);
     bench
@@ -70,6 +71,11 @@ pub async fn run(args: ClusterArgs) -> Result<()> {
             |t| t.to_string(),
         ),
         poll_pause_ms: u64::try_from(POLL_PAUSE.as_millis()).unwrap_or(u64::MAX),
+        etcd_status_via: if args.etcdctl {
+            "etcdctl endpoint status"
+        } else {
+            "the JSON gateway"
+        },
         goals: cluster_goals(&muster, etcd.as_ref(), etcd_timing.is_some()),
         muster,
         etcd,

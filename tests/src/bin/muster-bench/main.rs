@@ -103,6 +103,10 @@ struct AsgArgs {
     /// `--replace-after` of every agent (the replacement goal is this plus 2 s).
     #[arg(long, default_value = "5s", value_parser = duration_arg)]
     replace_after: Duration,
+    /// Write this many MiB into the KV (64 KiB values) once all N have settled, before the
+    /// memory is read: voters and standbys hold the state in memory, spares do not.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=256))]
+    kv_mib: u64,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -223,6 +227,11 @@ struct ClusterArgs {
     /// timing given to muster: an unequal comparison, kept to compare with older figures.
     #[arg(long)]
     etcd_default_timing: bool,
+    /// Ask etcd members for their leader with `etcdctl endpoint status -w json` (the operator's
+    /// own tool, one process per poll, as muster's `muster status --json` is) instead of
+    /// etcd's JSON gateway.
+    #[arg(long)]
+    etcdctl: bool,
 }
 
 /// The cargo flag (after a space) for the profile this bench was built with (its directory, `target/<profile>/`),

@@ -22,6 +22,8 @@ pub(super) fn count(roles: &Roles, role: &str) -> usize {
 /// What one run measured, unsummarised.
 pub(super) struct Measurements {
     pub(super) machines: u64,
+    /// MiB written into the KV before the memory was read.
+    pub(super) kv_mib: u64,
     pub(super) replace_after: Duration,
     /// The roles once all N members had settled.
     pub(super) roles: Roles,
@@ -31,6 +33,8 @@ pub(super) struct Measurements {
     pub(super) leader_idle_cpu_at_n: f64,
     /// Resident memory (MiB) of every member that reported it, by role.
     pub(super) rss_mib: BTreeMap<String, Vec<f64>>,
+    /// Its private part (`RssAnon`: heap and stacks, not the binary's pages), by role.
+    pub(super) anon_mib: BTreeMap<String, Vec<f64>>,
     pub(super) replacement_s: f64,
 }
 
@@ -38,6 +42,7 @@ pub(super) struct Measurements {
 #[derive(Debug, Serialize)]
 pub(super) struct Report {
     machines: u64,
+    kv_mib: u64,
     voters: usize,
     standbys: usize,
     spares: usize,
@@ -51,6 +56,9 @@ pub(super) struct Report {
     leader_idle_cpu_at_n: f64,
     leader_idle_cpu_ratio: f64,
     rss_median_mib: BTreeMap<String, f64>,
+    /// The private part of it (`RssAnon`): what a process of the role holds beyond the
+    /// binary's pages, which every agent maps alike.
+    anon_median_mib: BTreeMap<String, f64>,
     replace_after_s: f64,
     /// kill -9 of a follower voter → the leader reports every voter reachable again.
     replacement_s: f64,
@@ -60,6 +68,7 @@ pub(super) fn report(m: &Measurements) -> Report {
     let (at_10, at_n) = (m.leader_idle_cpu_at_10, m.leader_idle_cpu_at_n);
     Report {
         machines: m.machines,
+        kv_mib: m.kv_mib,
         voters: count(&m.roles, "voter"),
         standbys: count(&m.roles, "standby"),
         spares: count(&m.roles, "spare"),
@@ -68,14 +77,18 @@ pub(super) fn report(m: &Measurements) -> Report {
         leader_idle_cpu_at_10: at_10,
         leader_idle_cpu_at_n: at_n,
         leader_idle_cpu_ratio: if at_10 > 0.0 { at_n / at_10 } else { 0.0 },
-        rss_median_mib: m
-            .rss_mib
-            .iter()
-            .map(|(role, v)| (role.clone(), upper_median(&mut v.clone())))
-            .collect(),
+        rss_median_mib: medians(&m.rss_mib),
+        anon_median_mib: medians(&m.anon_mib),
         replace_after_s: m.replace_after.as_secs_f64(),
         replacement_s: m.replacement_s,
     }
+}
+
+fn medians(by_role: &BTreeMap<String, Vec<f64>>) -> BTreeMap<String, f64> {
+    by_role
+        .iter()
+        .map(|(role, v)| (role.clone(), upper_median(&mut v.clone())))
+        .collect()
 }
 
 /// Prints the report on stdout: one JSON object with `--json`, else its pretty debug form.
@@ -110,6 +123,7 @@ mod tests {
         .collect();
         let m = Measurements {
             machines: 5,
+            kv_mib: 0,
             replace_after: Duration::from_secs(5),
             roles,
             members_after_last_start_s: 1.0,
@@ -117,12 +131,14 @@ mod tests {
             leader_idle_cpu_at_10: 0.02,
             leader_idle_cpu_at_n: 0.03,
             rss_mib: [("voter".to_string(), vec![30.0, 10.0, 20.0])].into(),
+            anon_mib: [("spare".to_string(), vec![1.0, 3.0])].into(),
             replacement_s: 6.5,
         };
         let r = report(&m);
         assert_eq!((r.voters, r.standbys, r.spares), (3, 1, 1));
         assert!((r.leader_idle_cpu_ratio - 1.5).abs() < 1e-9);
         assert_eq!(r.rss_median_mib["voter"], 20.0);
+        assert_eq!(r.anon_median_mib["spare"], 3.0);
         assert_eq!(r.replace_after_s, 5.0);
         let idle = Measurements {
             leader_idle_cpu_at_10: 0.0,

@@ -121,7 +121,7 @@ pub(crate) async fn failover_round(
     signal: &str,
 ) -> Result<Duration> {
     let (cluster, _) = form(system, bench, 3, polls).await?;
-    let outcome = time_failover(&cluster, &bench.http, polls, signal).await;
+    let outcome = time_failover(&cluster, &bench.http, bench.etcdctl, polls, signal).await;
     let logs = cluster.logs();
     cluster.stop().await?;
     let elapsed = outcome.context(logs)?;
@@ -202,6 +202,7 @@ pub(crate) async fn static_round(
 pub(crate) async fn time_failover(
     cluster: &Cluster,
     http: &reqwest::Client,
+    etcdctl: bool,
     polls: &mut PollStats,
     signal_name: &str,
 ) -> Result<Duration> {
@@ -210,7 +211,7 @@ pub(crate) async fn time_failover(
         cluster
             .members
             .iter()
-            .map(|m| m.leader_view(http))
+            .map(|m| m.leader_view(http, etcdctl))
             .collect(),
     )
     .await;
@@ -238,7 +239,7 @@ pub(crate) async fn time_failover(
     // The same signal the same way for both systems (the harness's kill helpers differ).
     signal(pid, signal_name)?;
     let (_, elapsed) = poll_until("a new leader", started, polls, || {
-        new_leader(&survivors, http, &old)
+        new_leader(&survivors, http, etcdctl, &old)
     })
     .await?;
     Ok(elapsed)
@@ -248,9 +249,16 @@ pub(crate) async fn time_failover(
 pub(crate) async fn new_leader(
     members: &[&Member],
     http: &reqwest::Client,
+    etcdctl: bool,
     old: &str,
 ) -> Option<String> {
-    let views = join_all(members.iter().map(|m| m.leader_view(http)).collect()).await;
+    let views = join_all(
+        members
+            .iter()
+            .map(|m| m.leader_view(http, etcdctl))
+            .collect(),
+    )
+    .await;
     views
         .into_iter()
         .flatten()

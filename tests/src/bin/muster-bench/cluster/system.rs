@@ -105,6 +105,8 @@ pub(crate) struct ClusterBench {
     pub(crate) muster: ClusterSystem,
     pub(crate) root: PathBuf,
     pub(crate) http: reqwest::Client,
+    /// Ask etcd for its leader with `etcdctl endpoint status` instead of the JSON gateway.
+    pub(crate) etcdctl: bool,
 }
 
 impl ClusterBench {
@@ -122,6 +124,7 @@ impl ClusterBench {
             muster: muster.clone(),
             root: root.to_path_buf(),
             http: http_client(),
+            etcdctl: false,
         };
         let mut systems = vec![muster];
         if let Some((bin, timing)) = etcd {
@@ -239,7 +242,13 @@ impl Member {
         }
     }
 
-    pub(crate) async fn leader_view(&self, http: &reqwest::Client) -> Option<LeaderView> {
+    /// Who this member says leads: muster through `muster status --json`, etcd through its
+    /// JSON gateway, or `etcdctl endpoint status` with `etcdctl`.
+    pub(crate) async fn leader_view(
+        &self,
+        http: &reqwest::Client,
+        etcdctl: bool,
+    ) -> Option<LeaderView> {
         match self {
             Member::Muster(a) => {
                 let s = a.status().await?;
@@ -249,7 +258,10 @@ impl Member {
                 })
             }
             Member::Etcd(e) => {
-                let json = etcd_status(http, &e.client_url).await?;
+                let json = match etcdctl {
+                    true => etcdctl_status(&e.client_url).await?,
+                    false => etcd_status(http, &e.client_url).await?,
+                };
                 Some(LeaderView {
                     me: etcd_id(&json["header"]["member_id"])?,
                     // etcd reports leader 0 while it knows none (mid-election).
@@ -278,6 +290,29 @@ async fn etcd_status(http: &reqwest::Client, client_url: &str) -> Option<serde_j
         .json()
         .await
         .ok()
+}
+
+/// The same status from `etcdctl --endpoints URL endpoint status -w json` (its `Status`
+/// object), bounded like the gateway's.
+async fn etcdctl_status(client_url: &str) -> Option<serde_json::Value> {
+    let run = tokio::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            client_url,
+            "endpoint",
+            "status",
+            "-w",
+            "json",
+        ])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(ETCD_STATUS_TIMEOUT, run)
+        .await
+        .ok()?
+        .ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(json.get(0)?.get("Status")?.clone())
 }
 
 /// etcd's JSON gateway wants keys and values in base64 (standard alphabet, padded).

@@ -14,6 +14,8 @@ pub(crate) struct ClusterReport {
     pub(crate) etcd_timing: String,
     /// Pause between rounds of queries while waiting for formation or a new leader.
     pub(crate) poll_pause_ms: u64,
+    /// How etcd members were asked who leads (muster's always through `muster status`).
+    pub(crate) etcd_status_via: &'static str,
     pub(crate) muster: ClusterResults,
     pub(crate) etcd: Option<ClusterResults>,
     pub(crate) goals: Vec<Goal>,
@@ -51,8 +53,8 @@ fn print_times(report: &ClusterReport, systems: &[System<'_>]) {
         report.rounds
     );
     println!(
-        "timing: muster {}; etcd {}\n",
-        report.muster_timing, report.etcd_timing
+        "timing: muster {}; etcd {}\nleader asked through: muster `muster status --json`; etcd {}\n",
+        report.muster_timing, report.etcd_timing, report.etcd_status_via
     );
     println!(
         "{:<24} {:<9} {:>9} {:>9} {:>9} {:>8}",
